@@ -1,0 +1,2 @@
+"""The compiler back end (shipped as ``ustc.codegen``): iteration graph, merge
+lattices, loop IR, lowering and per-target emitters."""

@@ -1,0 +1,1 @@
+"""The DSL grammars of ustc, as Lark files (shipped as ``ustc.grammar``)."""

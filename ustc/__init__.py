@@ -1,0 +1,17 @@
+"""ustc: a sparse tensor compiler for Python.
+
+Formats are written in a small DSL (``(i, j) -> (j : dense, i : compressed)``)
+or built from objects; see ``docs/dsl.md``.
+"""
+
+from . import formats
+from ._version import __version__
+from .errors import (DeviceError, FileFormatError, FormatError, FormatSemanticError, FormatSyntaxError,
+                     KernelError, MissingDependencyError, ShapeError, SolveError, StorageError,
+                     UnsupportedOperation, UstcError)
+from .format import Dimension, LevelFormat, LevelProperty, TensorFormat, parse
+
+__all__ = ["__version__", "formats", "Dimension", "LevelFormat", "LevelProperty", "TensorFormat", "parse",
+           "UstcError", "FormatError", "FormatSyntaxError", "FormatSemanticError", "StorageError", "ShapeError",
+           "DeviceError", "KernelError", "UnsupportedOperation", "FileFormatError", "SolveError",
+           "MissingDependencyError"]

@@ -1,0 +1,53 @@
+"""``ustc info``: versions, targets, cache directory."""
+
+from __future__ import annotations
+
+import importlib.metadata as md
+import os
+import platform
+
+
+def _version(dist: str) -> str:
+    try:
+        return md.version(dist)
+    except md.PackageNotFoundError:
+        return "not installed"
+
+
+def cache_dir() -> str:
+    """``$USTC_CACHE_DIR``, else the platform's user cache directory for ustc."""
+    env = os.environ.get("USTC_CACHE_DIR")
+    if env:
+        return env
+    import platformdirs
+
+    return platformdirs.user_cache_dir("ustc")
+
+
+def cuda_target() -> str:
+    """'cuda: <device>' with a GPU, 'cuda: no device, PTX only' with the compiler only."""
+    try:
+        from numba import cuda
+    except Exception as exc:  # pragma: no cover - depends on the environment
+        return f"cuda: unavailable ({type(exc).__name__}: {exc})"
+    try:
+        if cuda.is_available():
+            return f"cuda: {cuda.get_current_device().name.decode() if hasattr(cuda.get_current_device().name, 'decode') else cuda.get_current_device().name}"
+    except Exception:  # noqa: BLE001 - a broken driver means "no device"
+        pass
+    return "cuda: no device, PTX only"
+
+
+def run(args=None) -> int:
+    from .. import __version__
+    from .table import render
+
+    rows = [("ustc", __version__), ("python", platform.python_version())]
+    rows += [(dist, _version(dist)) for dist in ("numpy", "scipy", "numba", "llvmlite", "numba-cuda", "lark",
+                                                  "networkx", "platformdirs", "torch", "cupy-cuda13x",
+                                                  "matplotlib")]
+    print(render(("package", "version"), rows))
+    print()
+    print("targets  : cpu, " + cuda_target())
+    print(f"cache    : {cache_dir()}")
+    return 0

@@ -1,0 +1,196 @@
+"""``TensorFormat``: the validated, frozen format IR.
+
+A format is a tuple of dimensions, a tuple of levels (expression + level
+type) and optional index widths. Construction validates it (see
+``semantics``); equality and hashing go by the canonical text, which renames
+dimensions to ``d0, d1, ...``, so ``parse(str(f)) == f`` for every ``f``::
+
+    >>> i, j = Dimension("i"), Dimension("j")
+    >>> csc = TensorFormat([i, j], {j: LevelFormat.DENSE, i: LevelFormat.COMPRESSED})
+    >>> str(csc)
+    '(d0, d1) -> (d1 : dense, d0 : compressed)'
+    >>> csc
+    [i, j] -> (j: <LevelFormat.DENSE>, i: <LevelFormat.COMPRESSED>)
+    >>> csc == TensorFormat.parse("(r, c) -> (c : dense, r : compressed)")
+    True
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Iterable, Mapping, Sequence
+
+from ..errors import FormatError, FormatSemanticError
+from . import semantics
+from .expr import Dimension, Expr, canonical
+from .ir_types import Level
+from .levels import BY_KEYWORD, LevelFormat, LevelType
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class TensorFormat:
+    """A sparse tensor format (see the module docstring)."""
+
+    dims: tuple[Dimension, ...]
+    levels: tuple[Level, ...]
+    pos_width: int = 0
+    crd_width: int = 0
+    name: str | None = field(default=None, compare=False)
+    dim_exprs: tuple[Expr, ...] = field(init=False)
+
+    def __post_init__(self):
+        dims = tuple(_dimension(d) for d in self.dims)
+        levels = _levels(self.levels)
+        object.__setattr__(self, "dims", dims)
+        object.__setattr__(self, "levels", levels)
+        object.__setattr__(self, "dim_exprs", semantics.analyze(dims, levels, self.pos_width, self.crd_width))
+
+    # -- text -------------------------------------------------------------
+    @classmethod
+    def parse(cls, text: str) -> "TensorFormat":
+        """Parse DSL text or a named format (``"CSR"``, ``"BSR(2, 2)"``); cached by text."""
+        from .parser import parse
+
+        return parse(text)
+
+    def render(self, rename=None) -> str:
+        """DSL text; ``rename`` maps dimension names (default: keep them)."""
+        rename = rename or str
+        order = {d.name: k for k, d in enumerate(self.dims)}
+        dims = ", ".join(rename(d.name) for d in self.dims)
+        levels = ", ".join(f"{canonical(lv.expr, order).render(rename)} : {lv.type.text()}"
+                           for lv in self.levels)
+        widths = "".join(f", {key} = {w}" for key, w in (("posWidth", self.pos_width),
+                                                          ("crdWidth", self.crd_width)) if w)
+        return f"({dims}) -> ({levels}){widths}"
+
+    @cached_property
+    def signature(self) -> str:
+        """The canonical text: dimensions renamed ``d0, d1, ...``."""
+        names = {d.name: f"d{k}" for k, d in enumerate(self.dims)}
+        return self.render(names.__getitem__)
+
+    @property
+    def text(self) -> str:
+        """DSL text with the format's own dimension names."""
+        return self.render()
+
+    @cached_property
+    def digest(self) -> str:
+        """sha256 of the signature: stable across processes, unlike ``hash``."""
+        return hashlib.sha256(self.signature.encode()).hexdigest()
+
+    def __str__(self) -> str:
+        return self.signature
+
+    def __repr__(self) -> str:
+        levels = ", ".join(f"{lv.expr}: {lv.type.ust_repr()}" for lv in self.levels)
+        widths = "".join(f", {key}={w}" for key, w in (("posWidth", self.pos_width),
+                                                        ("crdWidth", self.crd_width)) if w)
+        return f"[{', '.join(d.name for d in self.dims)}] -> ({levels}){widths}"
+
+    def __eq__(self, other) -> bool:
+        if not isinstance(other, TensorFormat):
+            return NotImplemented
+        return self.signature == other.signature
+
+    def __hash__(self) -> int:
+        return hash(self.signature)
+
+    def named(self, name: str) -> "TensorFormat":
+        """The same format carrying a display name (names do not affect equality)."""
+        return TensorFormat(self.dims, self.levels, self.pos_width, self.crd_width, name=name)
+
+    # -- derived facts ------------------------------------------------------
+    @property
+    def ndim(self) -> int:
+        return len(self.dims)
+
+    rank = ndim
+
+    @property
+    def nlevels(self) -> int:
+        return len(self.levels)
+
+    @property
+    def level_formats(self) -> tuple[LevelFormat, ...]:
+        return tuple(lv.type.format for lv in self.levels)
+
+    @property
+    def batch_levels(self) -> int:
+        """Number of leading batch levels."""
+        return sum(lv.type.keyword == "batch" for lv in self.levels)
+
+    def is_ordered(self, k: int) -> bool:
+        """Coordinates of every segment of level ``k`` are sorted."""
+        return self.levels[k].type.ordered
+
+    def is_unique(self, k: int) -> bool:
+        """No coordinate repeats within a segment of level ``k``."""
+        return self.levels[k].type.unique
+
+    @property
+    def buffers(self) -> tuple[tuple[int, str], ...]:
+        """The ``(level, buffer)`` pairs the storage holds, e.g. ``((1, 'pos'), (1, 'crd'))``."""
+        return tuple((k, b) for k, lv in enumerate(self.levels) for b in lv.type.buffers)
+
+    def level_shape(self, shape: Sequence[int]) -> tuple[int, ...]:
+        """Level extents for dimension extents ``shape``."""
+        if len(shape) != self.ndim:
+            raise FormatError(f"format has {self.ndim} dimensions, shape {tuple(shape)} has {len(shape)}")
+        sizes = {d.name: int(n) for d, n in zip(self.dims, shape)}
+        return tuple(semantics.level_extent(lv.expr, sizes) for lv in self.levels)
+
+    def level_coordinates(self, coords: Sequence) -> tuple:
+        """Level coordinates of dimension coordinates (ints or NumPy arrays)."""
+        env = {d.name: c for d, c in zip(self.dims, coords)}
+        return tuple(lv.expr.evaluate(env) for lv in self.levels)
+
+    def dim_coordinates(self, level_coords: Sequence) -> tuple:
+        """Dimension coordinates of level coordinates: the inverse map."""
+        env = {f"l{k}": c for k, c in enumerate(level_coords)}
+        return tuple(e.evaluate(env) for e in self.dim_exprs)
+
+
+def _dimension(d) -> Dimension:
+    if isinstance(d, Dimension):
+        return d
+    if isinstance(d, str):
+        return Dimension(d)
+    raise FormatError(f"a dimension must be a Dimension or a name, not {d!r}")
+
+
+def _levels(spec) -> tuple[Level, ...]:
+    items: Iterable = spec.items() if isinstance(spec, Mapping) else spec
+    out = []
+    for k, item in enumerate(items):
+        if isinstance(item, Level):
+            expr, ltype = item.expr, item.type
+        else:
+            try:
+                raw_expr, raw_type = item
+            except (TypeError, ValueError):
+                raise FormatError(f"level {k}: expected (expression, level format), got {item!r}") from None
+            expr = raw_expr if isinstance(raw_expr, Expr) else _dimension(raw_expr)
+            ltype = _level_type(raw_type, k, expr)
+        try:
+            ltype = ltype.resolve(expr)
+        except FormatSemanticError as exc:
+            raise FormatSemanticError(exc.rule, level=k, level_text=f"{expr} : {ltype}") from None
+        out.append(Level(expr, ltype))
+    return tuple(out)
+
+
+def _level_type(spec, k: int, expr: Expr) -> LevelType:
+    if isinstance(spec, LevelType):
+        return spec
+    head, args = (spec[0], spec[1:]) if isinstance(spec, tuple) and spec else (spec, ())
+    if not isinstance(head, LevelFormat):
+        raise FormatError(f"level {k} ({expr}): expected a LevelFormat or a tuple starting with one, "
+                          f"got {spec!r}")
+    try:
+        return BY_KEYWORD[head.value].from_spec(args)
+    except FormatSemanticError as exc:
+        raise FormatSemanticError(exc.rule, level=k, level_text=f"{expr} : {spec!r}") from None

@@ -1,0 +1,22 @@
+"""``batch``: a dense level whose positions are not linearised.
+
+Buffers: none. Every later buffer gains a leading batch axis and restarts at 0
+in each batch, so batch ``b``'s ``pos``/``crd``/``values`` are slices ``[b]``.
+Batch levels come first.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...errors import FormatSemanticError
+from .base import LevelType
+
+
+@dataclass(frozen=True)
+class Batch(LevelType):
+    keyword = "batch"
+
+    def check(self, levels, k):
+        if any(level.type.keyword != self.keyword for level in levels[:k]):
+            raise FormatSemanticError("batch levels must come before every other level")

@@ -1,0 +1,159 @@
+"""Named formats: the UST set, as constants and parameterised builders.
+
+    >>> from ustc import formats
+    >>> formats.CSR
+    [i, j] -> (i: <LevelFormat.DENSE>, j: <LevelFormat.COMPRESSED>)
+    >>> str(formats.BSR(2, 3))
+    '(d0, d1) -> (d0 floordiv 2 : dense, d1 floordiv 3 : compressed, d0 mod 2 : dense, d1 mod 3 : dense)'
+
+``TensorFormat.parse("CSR")`` and ``parse("BSR(2, 3)")`` resolve names
+(case-insensitively) through ``by_name``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from .errors import FormatError
+from .format.expr import Dimension
+from .format.ir import TensorFormat
+from .format.levels import PACKED, LevelFormat, LevelProperty
+
+D, S, C = LevelFormat.DENSE, LevelFormat.SINGLETON, LevelFormat.COMPRESSED
+i, j, b = Dimension("i"), Dimension("j"), Dimension("b")
+
+
+def _names(rank: int) -> list[Dimension]:
+    letters = "ijklmnop"
+    return [Dimension(letters[r] if rank <= len(letters) else f"d{r}") for r in range(rank)]
+
+
+def _rank(rank, least: int = 1) -> int:
+    if isinstance(rank, bool) or not isinstance(rank, int) or rank < least:
+        raise FormatError(f"rank must be an integer >= {least}, got {rank!r}")
+    return rank
+
+
+def Dense(rank: int = 2) -> TensorFormat:
+    """All levels dense, in dimension order (row-major)."""
+    dims = _names(_rank(rank))
+    return TensorFormat(dims, {d: D for d in dims}, name=f"Dense({rank})")
+
+
+def COO(rank: int = 2) -> TensorFormat:
+    """``compressed(nonunique)`` then ``singleton(nonunique)`` ... ``singleton``."""
+    dims = _names(_rank(rank, 2))
+    levels = {dims[0]: (C, LevelProperty.NONUNIQUE)}
+    levels.update({d: (S, LevelProperty.NONUNIQUE) for d in dims[1:-1]})
+    levels[dims[-1]] = S
+    return TensorFormat(dims, levels, name="COO" if rank == 2 else f"COO({rank})")
+
+
+def CSF(rank: int = 3) -> TensorFormat:
+    """Compressed sparse fiber: every level compressed, in dimension order."""
+    dims = _names(_rank(rank))
+    return TensorFormat(dims, {d: C for d in dims}, name=f"CSF({rank})")
+
+
+def BSR(bm: int, bn: int) -> TensorFormat:
+    """Block sparse rows with bm x bn blocks, stored row-major inside a block."""
+    return TensorFormat([i, j], {i // bm: D, j // bn: C, i % bm: D, j % bn: D}, name=f"BSR({bm}, {bn})")
+
+
+def BSC(bm: int, bn: int) -> TensorFormat:
+    """Block sparse columns with bm x bn blocks, stored row-major inside a block."""
+    return TensorFormat([i, j], {j // bn: D, i // bm: C, i % bm: D, j % bn: D}, name=f"BSC({bm}, {bn})")
+
+
+def DELTA(bits: int, packed: bool = False) -> TensorFormat:
+    """Rows of b-bit coordinate gaps (``packed``: MACKO's bit-packed gaps)."""
+    spec = (LevelFormat.DELTA, bits, PACKED) if packed else (LevelFormat.DELTA, bits)
+    name = f"DELTA({bits}, packed)" if packed else f"DELTA({bits})"
+    return TensorFormat([i, j], {i: D, j: spec}, name=name)
+
+
+def Structured(n: int, m: int) -> TensorFormat:
+    """n:m structured sparsity along rows (2:4 is ``Structured(2, 4)``)."""
+    return TensorFormat([i, j], {i: D, j // m: D, j % m: (LevelFormat.STRUCTURED, n, m)},
+                        name=f"Structured({n}, {m})")
+
+
+CSR = TensorFormat([i, j], {i: D, j: C}, name="CSR")
+CSC = TensorFormat([i, j], {j: D, i: C}, name="CSC")
+DCSR = TensorFormat([i, j], {i: C, j: C}, name="DCSR")
+DCSC = TensorFormat([i, j], {j: C, i: C}, name="DCSC")
+CROW = TensorFormat([i, j], {i: C, j: D}, name="CROW")
+CCOL = TensorFormat([i, j], {j: C, i: D}, name="CCOL")
+DIAI = TensorFormat([i, j], {j - i: C, i: LevelFormat.RANGE}, name="DIAI")
+DIAJ = TensorFormat([i, j], {j - i: C, j: LevelFormat.RANGE}, name="DIAJ")
+SkewDIAI = TensorFormat([i, j], {i + j: C, i: LevelFormat.RANGE}, name="SkewDIAI")
+SkewDIAJ = TensorFormat([i, j], {i + j: C, j: LevelFormat.RANGE}, name="SkewDIAJ")
+BatchedCSR = TensorFormat([b, i, j], {b: LevelFormat.BATCH, i: D, j: C}, name="BatchedCSR")
+
+
+@dataclass(frozen=True)
+class NamedFormat:
+    name: str
+    params: str
+    build: Callable[..., TensorFormat]
+    example: tuple = ()
+
+    def format(self) -> TensorFormat:
+        return self.build(*self.example)
+
+
+def _constant(fmt: TensorFormat) -> Callable[[], TensorFormat]:
+    return lambda: fmt
+
+
+NAMED: tuple[NamedFormat, ...] = (
+    NamedFormat("Dense", "(rank=2)", Dense, (2,)),
+    NamedFormat("COO", "(rank=2)", COO, (2,)),
+    NamedFormat("CSR", "", _constant(CSR)),
+    NamedFormat("CSC", "", _constant(CSC)),
+    NamedFormat("DCSR", "", _constant(DCSR)),
+    NamedFormat("DCSC", "", _constant(DCSC)),
+    NamedFormat("CROW", "", _constant(CROW)),
+    NamedFormat("CCOL", "", _constant(CCOL)),
+    NamedFormat("DIAI", "", _constant(DIAI)),
+    NamedFormat("DIAJ", "", _constant(DIAJ)),
+    NamedFormat("SkewDIAI", "", _constant(SkewDIAI)),
+    NamedFormat("SkewDIAJ", "", _constant(SkewDIAJ)),
+    NamedFormat("BSR", "(bm, bn)", BSR, (2, 2)),
+    NamedFormat("BSC", "(bm, bn)", BSC, (2, 2)),
+    NamedFormat("DELTA", "(b[, packed])", DELTA, (4,)),
+    NamedFormat("Structured", "(n, m)", Structured, (2, 4)),
+    NamedFormat("CSF", "(rank=3)", CSF, (3,)),
+    NamedFormat("BatchedCSR", "", _constant(BatchedCSR)),
+)
+_BY_NAME = {nf.name.lower(): nf for nf in NAMED}
+
+
+def names() -> tuple[str, ...]:
+    return tuple(nf.name for nf in NAMED)
+
+
+def by_name(name: str, *args) -> TensorFormat:
+    """The named format ``name`` built with ``args`` (``by_name("BSR", 2, 2)``)."""
+    nf = _BY_NAME.get(name.lower())
+    if nf is None:
+        raise FormatError(f"unknown format name {name!r}")
+    if nf.name == "DELTA" and len(args) == 2 and args[1] == PACKED:
+        args = (args[0], True)
+    if any(isinstance(a, str) for a in args):
+        raise FormatError(f"{nf.name}{nf.params} takes integers, got {args!r}")
+    try:
+        return nf.build(*args)
+    except TypeError:
+        raise FormatError(f"{nf.name} takes {nf.params or 'no parameters'}, got {len(args)} argument(s)") from None
+
+
+def table() -> list[tuple[str, str, str]]:
+    """Rows ``(name + params, example, DSL text)`` for ``ustc formats``."""
+    rows = []
+    for nf in NAMED:
+        fmt = nf.format()
+        example = f"{nf.name}({', '.join(map(str, nf.example))})" if nf.example else nf.name
+        rows.append((nf.name + nf.params, example, fmt.text))
+    return rows
