@@ -10,8 +10,9 @@ from .errors import (DeviceError, FileFormatError, FormatError, FormatSemanticEr
                      KernelError, MissingDependencyError, ShapeError, SolveError, StorageError,
                      UnsupportedOperation, UstcError)
 from .format import Dimension, LevelFormat, LevelProperty, TensorFormat, parse
+from .tensor import Tensor
 
-__all__ = ["__version__", "formats", "Dimension", "LevelFormat", "LevelProperty", "TensorFormat", "parse",
+__all__ = ["__version__", "formats", "Dimension", "LevelFormat", "LevelProperty", "TensorFormat", "parse", "Tensor",
            "UstcError", "FormatError", "FormatSyntaxError", "FormatSemanticError", "StorageError", "ShapeError",
            "DeviceError", "KernelError", "UnsupportedOperation", "FileFormatError", "SolveError",
            "MissingDependencyError"]

@@ -143,6 +143,11 @@ class TensorFormat:
         sizes = {d.name: int(n) for d, n in zip(self.dims, shape)}
         return tuple(semantics.level_extent(lv.expr, sizes) for lv in self.levels)
 
+    def level_origins(self, shape: Sequence[int]) -> tuple[int, ...]:
+        """Smallest coordinate of each level (negative only for ``d - e`` levels)."""
+        sizes = {d.name: int(n) for d, n in zip(self.dims, shape)}
+        return tuple(semantics.level_origin(lv.expr, sizes) for lv in self.levels)
+
     def level_coordinates(self, coords: Sequence) -> tuple:
         """Level coordinates of dimension coordinates (ints or NumPy arrays)."""
         env = {d.name: c for d, c in zip(self.dims, coords)}

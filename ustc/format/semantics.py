@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from ..errors import FormatSemanticError
-from .expr import Add, Dimension, Expr, FloorDiv, Mod, Mul, Sub
+from .expr import Add, Dimension, Expr, FloorDiv, Mod, Mul, Sub, canonical
 from .ir_types import Level
 
 WIDTHS = (0, 8, 16, 32, 64)
@@ -82,43 +82,51 @@ def check_diagonal_maps(levels: Sequence[Level]) -> None:
 
 def check_uses(dims: Sequence[Dimension], levels: Sequence[Level]) -> None:
     names = [d.name for d in dims]
+    declared: set[str] = set()
     for name in names:
-        if names.count(name) > 1:
+        if name in declared:
             raise FormatSemanticError(f"dimension '{name}' is declared twice")
+        declared.add(name)
     if len(levels) < len(dims):
         raise FormatSemanticError(f"{len(levels)} levels cannot store {len(dims)} dimensions")
     used = {name for level in levels for name in level.expr.variables()}
     for name in names:
         if name not in used:
             raise FormatSemanticError(f"dimension '{name}' is not used by any level")
+    # Compare canonical spellings: "j + i" and "i + j", "1 * i" and "i" are the same coordinate.
+    order = {name: k for k, name in enumerate(names)}
     seen: dict[Expr, int] = {}
     for k, level in enumerate(levels):
-        if level.expr in seen:
-            raise _fail(f"'{level.expr}' is already stored by level {seen[level.expr]}", levels, k)
-        seen[level.expr] = k
+        expr = canonical(level.expr, order)
+        if expr in seen:
+            raise _fail(f"'{level.expr}' is already stored by level {seen[expr]}", levels, k)
+        seen[expr] = k
 
 
 def inverse(dims: Sequence[Dimension], levels: Sequence[Level]) -> tuple[Expr, ...]:
     """Each dimension as an expression over level coordinates ``l0, l1, ...``."""
-    return tuple(_recover(d, levels) for d in dims)
-
-
-def _recover(d: Dimension, levels: Sequence[Level]) -> Expr:
     lv = [Dimension(f"l{k}") for k in range(len(levels))]
+    index: dict[Expr, int] = {}  # level expression -> first level storing it
+    for k, level in enumerate(levels):
+        index.setdefault(level.expr, k)
+    return tuple(_recover(d, levels, lv, index) for d in dims)
+
+
+def _recover(d: Dimension, levels: Sequence[Level], lv: Sequence[Dimension], index: dict[Expr, int]) -> Expr:
+    if d in index:
+        return lv[index[d]]
     exprs = [level.expr for level in levels]
-    if d in exprs:
-        return lv[exprs.index(d)]
     for k, e in enumerate(exprs):
         if isinstance(e, Mul) and e.operand == d:
             return FloorDiv(lv[k], e.factor)
     for a, e in enumerate(exprs):
-        if isinstance(e, FloorDiv) and e.operand == d and Mod(d, e.constant) in exprs:
-            return Add(Mul(e.constant, lv[a]), lv[exprs.index(Mod(d, e.constant))])
+        if isinstance(e, FloorDiv) and e.operand == d and Mod(d, e.constant) in index:
+            return Add(Mul(e.constant, lv[a]), lv[index[Mod(d, e.constant)]])
     for a, e in enumerate(exprs):
         if isinstance(e, (Add, Sub)) and d in (e.left, e.right):
             other = e.right if e.left == d else e.left
-            if other in exprs:  # the range level over the other dimension
-                b = lv[exprs.index(other)]
+            if other in index:  # the range level over the other dimension
+                b = lv[index[other]]
                 if isinstance(e, Add):
                     return Sub(lv[a], b)
                 return Add(lv[a], b) if e.left == d else Sub(b, lv[a])
@@ -145,6 +153,13 @@ def level_extent(expr: Expr, sizes: dict[str, int]) -> int:
         n = level_extent(expr.operand, sizes)
         return expr.factor * (n - 1) + 1 if n else 0
     raise TypeError(f"not a level expression: {expr!r}")
+
+
+def level_origin(expr: Expr, sizes: dict[str, int]) -> int:
+    """Smallest coordinate of a level: ``-(n_e - 1)`` for ``d - e``, else 0."""
+    if isinstance(expr, Sub):
+        return -max(level_extent(expr.right, sizes) - 1, 0)
+    return 0
 
 
 def analyze(dims: Sequence[Dimension], levels: Sequence[Level], pos_width: int, crd_width: int

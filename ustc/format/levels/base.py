@@ -23,6 +23,18 @@ The protocol, for a level type class ``T``:
 ``t.resolve(expr)``
     the level type completed from its level expression (``structured(n)``
     takes ``m`` from ``d mod m``); most types return ``self``.
+
+Storage hooks (vectorised NumPy; ``P`` parents, coordinates in ``[lo, lo + extent)``):
+
+``t.unpack(P, extent, lo, buffers) -> (parent, crd)``
+    for every position ``q`` of the level, ``parent[q]`` (the parent position,
+    -1 for a position that belongs to no parent) and ``crd[q]`` (int64).
+``t.pack(seg) -> Packed``
+    from entries sorted by ``(parent, crd, deeper levels)`` (a :class:`Segments`),
+    the level's buffers, each entry's position and the number of positions.
+``t.check_buffers(P, extent, lo, buffers) -> None``
+    the full validity check; raises :class:`StorageError` naming the buffer and
+    the first bad index.
 """
 
 from __future__ import annotations
@@ -31,7 +43,9 @@ import enum
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, Sequence
 
-from ...errors import FormatSemanticError
+import numpy as np
+
+from ...errors import FormatSemanticError, StorageError
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..ir import Level
@@ -147,6 +161,95 @@ class LevelType:
     def resolve(self, expr) -> "LevelType":
         return self
 
+    # -- storage -------------------------------------------------------------
+    def unpack(self, nparents: int, extent: int, lo: int, buffers: dict) -> tuple[np.ndarray, np.ndarray]:
+        raise NotImplementedError(f"{self.keyword} has no storage hooks")
+
+    def pack(self, seg: "Segments") -> "Packed":
+        raise NotImplementedError(f"{self.keyword} has no storage hooks")
+
+    def positions(self, nparents: int, extent: int, buffers: dict) -> int:
+        """Number of positions of the level (O(1): reads at most one buffer entry).
+
+        Raises StorageError when a buffer's length cannot fit ``nparents``.
+        Default (dense, batch, range): ``nparents * extent``.
+        """
+        return nparents * extent
+
+    def check_buffers(self, nparents: int, extent: int, lo: int, buffers: dict) -> None:
+        """Default: nothing beyond what ``unpack`` needs."""
+
+
+def pos_end(buffers: dict, nparents: int, length: int) -> int:
+    """``pos[nparents]`` after checking that ``pos`` has ``length`` entries."""
+    pos = buffers["pos"]
+    if len(pos) != length:
+        raise StorageError(f"pos has {len(pos)} entries, expected {length} for {nparents} parent positions")
+    return int(pos[nparents]) if nparents < length else int(pos[-1])
+
+
+@dataclass
+class Segments:
+    """Entries at one level, sorted by (parent, crd, deeper levels).
+
+    ``parent`` and ``crd`` are int64 arrays of equal length; ``nparents`` is the
+    number of positions of the previous level; coordinates lie in
+    ``[lo, lo + extent)``. ``dedup`` is False when the next level is a
+    singleton (every entry needs its own position here). ``values`` are the
+    entries' values (structured pruning looks at them).
+    """
+
+    parent: np.ndarray
+    crd: np.ndarray
+    nparents: int
+    extent: int
+    lo: int
+    dedup: bool
+    values: np.ndarray | None = None
+    prune: bool = False
+    where: str = ""
+
+    def new_positions(self) -> np.ndarray:
+        """True where an entry starts a new (parent, crd) position."""
+        new = np.ones(len(self.crd), dtype=bool)
+        if self.dedup and len(new) > 1:
+            np.not_equal(self.crd[1:], self.crd[:-1], out=new[1:])
+            new[1:] |= self.parent[1:] != self.parent[:-1]
+        return new
+
+
+@dataclass
+class Packed:
+    """What ``pack`` returns: buffers, each entry's position, the position count,
+    and (for levels that may drop entries) a mask of the entries kept."""
+
+    buffers: dict
+    position: np.ndarray
+    count: int
+    keep: np.ndarray | None = None
+
+
+def segment_parents(pos_lo: np.ndarray, pos_hi: np.ndarray, count: int) -> np.ndarray:
+    """``parent[q]`` for positions ``q < count`` covered by segments ``[lo[p], hi[p])``; -1 elsewhere."""
+    lengths = (pos_hi - pos_lo).astype(np.int64)
+    parent = np.full(count, -1, dtype=np.int64)
+    if not lengths.any():
+        return parent
+    owners = np.repeat(np.arange(len(lengths), dtype=np.int64), lengths)
+    starts = np.repeat(pos_lo.astype(np.int64) - np.cumsum(lengths) + lengths, lengths)
+    parent[starts + np.arange(len(owners), dtype=np.int64)] = owners
+    return parent
+
+
+def dense_unpack(nparents: int, extent: int, lo: int) -> tuple[np.ndarray, np.ndarray]:
+    """Positions ``p * extent + c``: parent ``p`` and coordinate ``lo + c``."""
+    q = np.arange(nparents * extent, dtype=np.int64)
+    return (q // extent if extent else q), (q % extent + lo if extent else q)
+
+
+def dense_pack(seg: "Segments") -> "Packed":
+    return Packed({}, seg.parent * seg.extent + (seg.crd - seg.lo), seg.nparents * seg.extent)
+
 
 def _property(item: "int | str", keyword: str) -> LevelProperty:
     try:
@@ -168,3 +271,35 @@ def split_spec(args: Sequence[object]) -> tuple[list[object], list[LevelProperty
     params = [a for a in args if not isinstance(a, LevelProperty)]
     props = [a for a in args if isinstance(a, LevelProperty)]
     return params, props
+
+
+def check_range(name: str, crd: np.ndarray, lo: int, extent: int) -> None:
+    """Every coordinate lies in ``[lo, lo + extent)``, else StorageError at the first bad index."""
+    if len(crd) == 0:
+        return
+    bad = (crd < lo) | (crd >= lo + extent) if lo < 0 or np.issubdtype(crd.dtype, np.signedinteger) \
+        else crd >= lo + extent
+    if bad.any():
+        q = int(np.argmax(bad))
+        raise StorageError(f"{name}[{q}] = {crd[q]} is outside [{lo}, {lo + extent})")
+
+
+def check_segments(crd: np.ndarray, parent: np.ndarray, ordered: bool, unique: bool) -> None:
+    """Within each segment (equal ``parent``): sorted if ``ordered``; no repeats if ``unique``."""
+    if len(crd) < 2:
+        return
+    same = parent[1:] == parent[:-1]
+    c = crd.astype(np.int64)
+    if ordered:
+        bad = same & ((c[1:] <= c[:-1]) if unique else (c[1:] < c[:-1]))
+        if bad.any():
+            q = int(np.argmax(bad)) + 1
+            what = "repeats or decreases" if unique else "decreases"
+            raise StorageError(f"crd[{q}] = {c[q]} {what} within its segment (level claims ordered"
+                               f"{' and unique' if unique else ''})")
+    elif unique:
+        order = np.lexsort((c, parent))
+        dup = (parent[order][1:] == parent[order][:-1]) & (c[order][1:] == c[order][:-1])
+        if dup.any():
+            q = int(order[int(np.argmax(dup)) + 1])
+            raise StorageError(f"crd[{q}] = {c[q]} repeats within its segment (level claims unique)")

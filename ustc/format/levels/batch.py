@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...errors import FormatSemanticError
-from .base import LevelType
+from .base import LevelType, dense_pack, dense_unpack
 
 
 @dataclass(frozen=True)
@@ -20,3 +20,9 @@ class Batch(LevelType):
     def check(self, levels, k):
         if any(level.type.keyword != self.keyword for level in levels[:k]):
             raise FormatSemanticError("batch levels must come before every other level")
+
+    def unpack(self, nparents, extent, lo, buffers):
+        return dense_unpack(nparents, extent, lo)
+
+    def pack(self, seg):
+        return dense_pack(seg)

@@ -4,13 +4,19 @@ Buffers: ``pos`` (parents + 1 entries) and ``crd``. Children of parent
 position ``p``: ``[pos[p], pos[p + 1])``, with coordinates ``crd[pos[p]:pos[p + 1]]``.
 Properties: ``nonunique`` (a coordinate may repeat in a segment, as in COO's
 first level) and ``nonordered`` (coordinates of a segment are not sorted).
+
+Example (CSR level 1 of the 4x8 matrix with entries (0,0) (0,1) (1,1) (1,3) (2,2) (3,3)):
+``pos = [0, 2, 4, 5, 6]``, ``crd = [0, 1, 1, 3, 2, 3]``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .base import LevelProperty, LevelType
+import numpy as np
+
+from ...errors import StorageError
+from .base import LevelProperty, LevelType, Packed, check_range, check_segments, pos_end, segment_parents
 
 
 @dataclass(frozen=True)
@@ -18,3 +24,61 @@ class Compressed(LevelType):
     keyword = "compressed"
     buffers = ("pos", "crd")
     allowed_properties = frozenset({LevelProperty.NONUNIQUE, LevelProperty.NONORDERED})
+
+    # -- segment bounds: the one thing loose_compressed changes ---------------------
+    def bounds(self, pos: np.ndarray, nparents: int) -> tuple[np.ndarray, np.ndarray]:
+        """``(lo, hi)`` position bounds of each parent's segment."""
+        return pos[:nparents], pos[1:nparents + 1]
+
+    def make_pos(self, counts: np.ndarray) -> np.ndarray:
+        """The pos buffer for segments of ``counts`` entries laid out back to back."""
+        pos = np.zeros(len(counts) + 1, dtype=np.int64)
+        np.cumsum(counts, out=pos[1:])
+        return pos
+
+    def pos_length(self, nparents: int) -> int:
+        return nparents + 1
+
+    # -- storage hooks ----------------------------------------------------------
+    def positions(self, nparents, extent, buffers):
+        return pos_end(buffers, nparents, self.pos_length(nparents))
+
+    def unpack(self, nparents, extent, lo, buffers):
+        lo_b, hi_b = self.bounds(buffers["pos"], nparents)
+        crd = np.asarray(buffers["crd"], dtype=np.int64)
+        return segment_parents(lo_b, hi_b, len(crd)), crd
+
+    def pack(self, seg):
+        new = seg.new_positions()
+        if not seg.dedup and self.unique and len(new) > 1:
+            repeat = (seg.parent[1:] == seg.parent[:-1]) & (seg.crd[1:] == seg.crd[:-1])
+            if repeat.any():
+                q = int(np.argmax(repeat)) + 1
+                raise StorageError(f"{seg.where}: coordinate {seg.crd[q]} repeats under one parent, but the "
+                                   f"level is unique and its singleton children need one position per entry "
+                                   f"(use compressed(nonunique))")
+        crd = seg.crd[new]
+        counts = np.bincount(seg.parent[new], minlength=seg.nparents)
+        return Packed({"pos": self.make_pos(counts), "crd": crd}, np.cumsum(new) - 1, len(crd))
+
+    def check_buffers(self, nparents, extent, lo, buffers):
+        pos, crd = buffers["pos"], buffers["crd"]
+        if len(pos) != self.pos_length(nparents):
+            raise StorageError(f"pos has {len(pos)} entries, expected {self.pos_length(nparents)} "
+                               f"for {nparents} parent positions")
+        lo_b, hi_b = (np.asarray(b, dtype=np.int64) for b in self.bounds(pos, nparents))
+        self.check_bounds(lo_b, hi_b, len(crd))
+        parent = segment_parents(lo_b, hi_b, len(crd))
+        used = parent >= 0
+        check_range("crd", np.where(used, crd, lo), lo, extent)
+        check_segments(np.asarray(crd)[used], parent[used], self.ordered, self.unique)
+
+    def check_bounds(self, lo: np.ndarray, hi: np.ndarray, ncrd: int) -> None:
+        if len(lo) and lo[0] != 0:
+            raise StorageError(f"pos[0] = {lo[0]}, expected 0")
+        step = np.diff(np.concatenate([lo[:1], hi]))
+        if (step < 0).any():
+            q = int(np.argmax(step < 0)) + 1
+            raise StorageError(f"pos[{q}] = {hi[q - 1]} is smaller than pos[{q - 1}] (positions must not decrease)")
+        if len(hi) and hi[-1] > ncrd:
+            raise StorageError(f"pos[{len(hi)}] = {hi[-1]} exceeds the {ncrd} entries of crd")

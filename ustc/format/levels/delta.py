@@ -20,8 +20,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...errors import FormatSemanticError
-from .base import PACKED, LevelType, split_spec
+import numpy as np
+
+from ...errors import FormatSemanticError, StorageError
+from .base import PACKED, LevelType, Packed, check_range, pos_end, split_spec
+from .compressed import Compressed
 
 PACKABLE_BITS = (1, 2, 4, 8)
 
@@ -66,6 +69,80 @@ class Delta(LevelType):
 
     def params_repr(self):
         return (str(self.bits), repr(PACKED)) if self.packed else (str(self.bits),)
+
+    # -- storage -----------------------------------------------------------------
+    @property
+    def crd_dtype(self) -> np.dtype:
+        """uint32 words when packed, else the narrowest unsigned type holding b bits."""
+        if self.packed:
+            return np.dtype(np.uint32)
+        return np.dtype(np.uint8 if self.bits <= 8 else np.uint16 if self.bits <= 16 else np.uint32)
+
+    def gaps(self, crd: np.ndarray, count: int) -> np.ndarray:
+        """The ``count`` stored gaps as int64 (unpacking bit-packed words)."""
+        return unpack_bits(crd, self.bits, count) if self.packed else np.asarray(crd[:count], dtype=np.int64)
+
+    def positions(self, nparents, extent, buffers):
+        count = pos_end(buffers, nparents, nparents + 1)
+        room = len(buffers["crd"]) * (32 // self.bits) if self.packed else len(buffers["crd"])
+        if count > room:
+            raise StorageError(f"pos[{nparents}] = {count} exceeds the {room} entries crd holds")
+        return count
+
+    def unpack(self, nparents, extent, lo, buffers):
+        pos = np.asarray(buffers["pos"], dtype=np.int64)
+        count = int(pos[nparents]) if len(pos) else 0
+        gaps = self.gaps(buffers["crd"], count)
+        parent = np.repeat(np.arange(nparents, dtype=np.int64), np.diff(pos[:nparents + 1]))
+        steps = np.zeros(count + 1, dtype=np.int64)
+        np.cumsum(gaps + 1, out=steps[1:])
+        crd = steps[1:] - steps[pos[parent]] - 1 + lo
+        return parent, crd
+
+    def pack(self, seg):
+        new = seg.new_positions()
+        parent, crd = seg.parent[new], seg.crd[new]
+        first = np.ones(len(crd), dtype=bool)
+        first[1:] = parent[1:] != parent[:-1]
+        previous = np.where(first, seg.lo - 1, np.roll(crd, 1))
+        gap = crd - previous - 1
+        pads = gap >> self.bits            # padding entries before each real entry
+        slots = np.cumsum(pads + 1)        # end (exclusive) of each entry's run
+        gaps = np.full(int(slots[-1]) if len(slots) else 0, (1 << self.bits) - 1, dtype=np.int64)
+        gaps[slots - 1] = gap & ((1 << self.bits) - 1)
+        counts = np.bincount(parent, weights=pads + 1, minlength=seg.nparents).astype(np.int64)
+        stored = pack_bits(gaps, self.bits) if self.packed else gaps.astype(self.crd_dtype)
+        position = (slots - 1)[np.cumsum(new) - 1]
+        return Packed({"pos": Compressed().make_pos(counts), "crd": stored}, position, len(gaps))
+
+    def check_buffers(self, nparents, extent, lo, buffers):
+        pos, crd = np.asarray(buffers["pos"], dtype=np.int64), buffers["crd"]
+        if len(pos) != nparents + 1:
+            raise StorageError(f"pos has {len(pos)} entries, expected {nparents + 1}")
+        Compressed().check_bounds(pos[:-1], pos[1:], len(crd) * 32 // self.bits if self.packed else len(crd))
+        gaps = self.gaps(crd, int(pos[-1]))
+        if (gaps >= (1 << self.bits)).any():
+            q = int(np.argmax(gaps >= (1 << self.bits)))
+            raise StorageError(f"crd[{q}] = {gaps[q]} needs more than {self.bits} bits")
+        check_range("crd (decoded)", self.unpack(nparents, extent, lo, buffers)[1], lo, extent)
+
+
+def pack_bits(gaps: np.ndarray, bits: int) -> np.ndarray:
+    """Entry k at bits ``(k * b) % 32`` of word ``k * b // 32`` (little-endian within the word)."""
+    per = 32 // bits
+    padded = np.zeros(-(-len(gaps) // per) * per, dtype=np.uint32)
+    padded[:len(gaps)] = gaps
+    shifts = (np.arange(per, dtype=np.uint32) * bits)
+    return np.bitwise_or.reduce(padded.reshape(-1, per) << shifts, axis=1).astype(np.uint32)
+
+
+def unpack_bits(words: np.ndarray, bits: int, count: int) -> np.ndarray:
+    """Inverse of ``pack_bits``: the first ``count`` entries as int64."""
+    per = 32 // bits
+    shifts = (np.arange(per, dtype=np.uint32) * bits)
+    mask = np.uint32((1 << bits) - 1)
+    out = (np.asarray(words, dtype=np.uint32)[:, None] >> shifts) & mask
+    return out.reshape(-1)[:count].astype(np.int64)
 
 
 def _is_int(x) -> bool:

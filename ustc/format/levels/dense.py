@@ -8,9 +8,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .base import LevelType
+from .base import LevelType, dense_pack, dense_unpack
 
 
 @dataclass(frozen=True)
 class Dense(LevelType):
     keyword = "dense"
+
+    def unpack(self, nparents, extent, lo, buffers):
+        return dense_unpack(nparents, extent, lo)
+
+    def pack(self, seg):
+        return dense_pack(seg)

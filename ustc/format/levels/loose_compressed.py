@@ -2,16 +2,50 @@
 
 Buffers: ``pos`` holding 2 entries per parent and ``crd``. Children of parent
 position ``p``: ``[pos[2p], pos[2p + 1])``. Segments need not be adjacent, so
-entries can be appended or removed per segment without moving the others.
+entries can be appended or removed per segment without moving the others;
+positions outside every segment are unused.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
+from ...errors import StorageError
 from .compressed import Compressed
 
 
 @dataclass(frozen=True)
 class LooseCompressed(Compressed):
     keyword = "loose_compressed"
+
+    def bounds(self, pos, nparents):
+        return pos[0:2 * nparents:2], pos[1:2 * nparents:2]
+
+    def make_pos(self, counts):
+        ends = np.cumsum(counts, dtype=np.int64)
+        pos = np.empty(2 * len(counts), dtype=np.int64)
+        pos[0::2], pos[1::2] = ends - counts, ends
+        return pos
+
+    def pos_length(self, nparents):
+        return 2 * nparents
+
+    def positions(self, nparents, extent, buffers):
+        if len(buffers["pos"]) != 2 * nparents:
+            raise StorageError(f"pos has {len(buffers['pos'])} entries, expected 2 x {nparents} parents")
+        return len(buffers["crd"])
+
+    def check_bounds(self, lo, hi, ncrd):
+        bad = (lo < 0) | (hi < lo) | (hi > ncrd)
+        if bad.any():
+            p = int(np.argmax(bad))
+            raise StorageError(f"pos[{2 * p}:{2 * p + 2}] = [{lo[p]}, {hi[p]}) is not a segment of the "
+                               f"{ncrd} entries of crd")
+        order = np.argsort(lo, kind="stable")
+        nonempty = order[hi[order] > lo[order]]
+        overlap = hi[nonempty][:-1] > lo[nonempty][1:]
+        if overlap.any():
+            p = int(nonempty[int(np.argmax(overlap)) + 1])
+            raise StorageError(f"segment pos[{2 * p}:{2 * p + 2}] overlaps another segment")

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from ...errors import FormatSemanticError
 from ..expr import Add, Dimension, Sub
-from .base import LevelType
+from .base import LevelType, dense_pack, dense_unpack
 
 
 @dataclass(frozen=True)
@@ -27,3 +27,9 @@ class Range(LevelType):
                    for level in levels[:k]):
             raise FormatSemanticError(
                 f"a range level needs an earlier '{expr.name} - e' or '{expr.name} + e' level")
+
+    def unpack(self, nparents, extent, lo, buffers):
+        return dense_unpack(nparents, extent, lo)
+
+    def pack(self, seg):
+        return dense_pack(seg)

@@ -2,7 +2,8 @@
 
 Buffers: ``crd``. Children of parent position ``p``: exactly ``p``, with
 coordinate ``crd[p]``. A singleton follows a compressed, loose_compressed or
-singleton level, and only singletons follow it. ``soa`` says the coordinates
+singleton level; only singletons follow it, then possibly dense levels (the
+trailing dense dimensions of a hybrid COO tensor, as PyTorch stores them). ``soa`` says the coordinates
 are kept one array per level (ustc always does; the property is accepted and
 printed for MLIR compatibility).
 """
@@ -11,8 +12,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...errors import FormatSemanticError
-from .base import LevelProperty, LevelType
+import numpy as np
+
+from ...errors import FormatSemanticError, StorageError
+from .base import LevelProperty, LevelType, Packed, check_range
 
 _PARENTS = ("compressed", "loose_compressed", "singleton")
 
@@ -27,7 +30,27 @@ class Singleton(LevelType):
         if k == 0 or levels[k - 1].type.keyword not in _PARENTS:
             raise FormatSemanticError(
                 "a singleton level must follow a compressed, loose_compressed or singleton level")
-        later = [level for level in levels[k + 1:] if level.type.keyword != self.keyword]
-        if later:
+        later = [level.type.keyword for level in levels[k + 1:]]
+        tail = later[later.index("dense"):] if "dense" in later else []
+        bad = [kw for kw in later[:len(later) - len(tail)] if kw != self.keyword] + [kw for kw in tail if kw != "dense"]
+        if bad:
             raise FormatSemanticError(
-                f"only singleton levels may follow a singleton level, not '{later[0].type.keyword}'")
+                f"only singleton levels (then dense levels) may follow a singleton level, not '{bad[0]}'")
+
+    def positions(self, nparents, extent, buffers):
+        if len(buffers["crd"]) < nparents:
+            raise StorageError(f"crd holds {len(buffers['crd'])} coordinates, the level has {nparents} positions")
+        return nparents
+
+    def unpack(self, nparents, extent, lo, buffers):
+        return np.arange(nparents, dtype=np.int64), np.asarray(buffers["crd"][:nparents], dtype=np.int64)
+
+    def pack(self, seg):
+        n = len(seg.crd)
+        return Packed({"crd": seg.crd}, np.arange(n, dtype=np.int64), n)
+
+    def check_buffers(self, nparents, extent, lo, buffers):
+        crd = buffers["crd"]
+        if len(crd) < nparents:
+            raise StorageError(f"crd holds {len(crd)} coordinates, the level has {nparents} positions")
+        check_range("crd", crd[:nparents], lo, extent)

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ...errors import FormatSemanticError
+import numpy as np
+
+from ...errors import FormatSemanticError, StorageError
 from ..expr import Dimension, FloorDiv, Mod
-from .base import LevelType, int_args, split_spec
+from .base import LevelType, Packed, check_range, check_segments, int_args, split_spec
 
 
 @dataclass(frozen=True)
@@ -81,3 +83,48 @@ class Structured(LevelType):
         dim = levels[k].expr.operand
         if FloorDiv(dim, self.m) not in [level.expr for level in levels[:k]]:
             raise FormatSemanticError(f"a structured level needs '{dim} floordiv {self.m}' on an earlier level")
+
+    # -- storage -----------------------------------------------------------------
+    def positions(self, nparents, extent, buffers):
+        if len(buffers["crd"]) != nparents * self.n:
+            raise StorageError(f"crd holds {len(buffers['crd'])} coordinates, expected {self.n} per block "
+                               f"x {nparents} blocks = {nparents * self.n}")
+        return nparents * self.n
+
+    def unpack(self, nparents, extent, lo, buffers):
+        parent = np.repeat(np.arange(nparents, dtype=np.int64), self.n)
+        return parent, np.asarray(buffers["crd"][:nparents * self.n], dtype=np.int64)
+
+    def pack(self, seg):
+        counts = np.bincount(seg.parent, minlength=seg.nparents)
+        keep = None
+        if (counts > self.n).any():
+            if not seg.prune:
+                p = int(np.argmax(counts > self.n))
+                raise StorageError(f"{seg.where}: block {p} holds {counts[p]} nonzeros, more than "
+                                   f"{self.n} of {self.m}; pass prune=True to keep the {self.n} largest")
+            keep = self._largest(seg)
+            parent, crd = seg.parent[keep], seg.crd[keep]
+        else:
+            parent, crd = seg.parent, seg.crd
+        occupied = np.zeros((seg.nparents, self.m), dtype=bool)
+        occupied[parent, crd] = True
+        missing = self.n - occupied.sum(axis=1)
+        chosen = occupied | ((np.cumsum(~occupied, axis=1) <= missing[:, None]) & ~occupied)
+        rank = np.cumsum(chosen, axis=1) - 1
+        stored = np.nonzero(chosen)[1]
+        return Packed({"crd": stored}, parent * self.n + rank[parent, crd], seg.nparents * self.n, keep)
+
+    def _largest(self, seg) -> np.ndarray:
+        """Mask of the n entries of largest magnitude in every block."""
+        order = np.lexsort((-np.abs(seg.values), seg.parent))
+        start = np.searchsorted(seg.parent[order], seg.parent[order], side="left")
+        keep = np.zeros(len(order), dtype=bool)
+        keep[order[np.arange(len(order)) - start < self.n]] = True
+        return keep
+
+    def check_buffers(self, nparents, extent, lo, buffers):
+        crd = buffers["crd"]
+        self.positions(nparents, extent, buffers)
+        check_range("crd", crd, 0, self.m)
+        check_segments(np.asarray(crd), np.repeat(np.arange(nparents), self.n), True, True)

@@ -1,0 +1,53 @@
+"""Putting entries in level order: linearised keys, a sortedness check, duplicate sums.
+
+Entries are sorted lexicographically by level coordinates. When the product
+of the level extents fits in int64 (always, in practice) the coordinates are
+linearised into one key, so "already sorted?" is a single O(n) pass and the
+sort, when needed, is one stable argsort of int64.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+_LIMIT = 1 << 62
+
+
+def linear_key(level_coords, origins, extents) -> np.ndarray | None:
+    """Row-major linear index of the level coordinates, or None if it would overflow int64."""
+    total = 1
+    for n in extents:
+        total *= max(int(n), 1)
+    if total >= _LIMIT:
+        return None
+    key = np.zeros(len(level_coords[0]) if level_coords else 0, dtype=np.int64)
+    for c, lo, n in zip(level_coords, origins, extents):
+        key *= max(int(n), 1)
+        key += c - lo if lo else c
+    return key
+
+
+def is_sorted(key: np.ndarray) -> bool:
+    return bool(len(key) < 2 or (key[1:] >= key[:-1]).all())
+
+
+def sort_entries(level_coords, values, origins, extents, *, sum_duplicates: bool = True):
+    """``(level_coords, values)`` in level order; equal coordinates summed when asked."""
+    if not level_coords or len(values) == 0:
+        return list(level_coords), values
+    key = linear_key(level_coords, origins, extents)
+    if key is None:
+        order = np.lexsort(tuple(reversed(level_coords)))
+        level_coords, values = [c[order] for c in level_coords], values[order]
+        same = np.logical_and.reduce([c[1:] == c[:-1] for c in level_coords])
+    else:
+        if not is_sorted(key):
+            order = np.argsort(key, kind="stable")
+            key, values = key[order], values[order]
+            level_coords = [c[order] for c in level_coords]
+        same = key[1:] == key[:-1]
+    if sum_duplicates and same.any():
+        starts = np.flatnonzero(np.concatenate([[True], ~same]))
+        values = np.add.reduceat(values, starts)
+        level_coords = [c[starts] for c in level_coords]
+    return list(level_coords), values

@@ -1,0 +1,143 @@
+"""Format-independent storage drivers over the level hooks.
+
+``unpack`` walks the levels top-down with ``LevelType.unpack`` and follows
+parent links bottom-up to give every stored value its dimension coordinates.
+``assemble`` maps dimension coordinates to level coordinates, sorts them in
+level order, sums duplicates, drops zeros, and lets each level ``pack`` its
+buffers; the values land at the positions of the last level (padding and
+dense holes stay 0).
+
+Buffers travel as a dict ``{(level, "pos" | "crd"): array}``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import StorageError
+from ..format.ir import TensorFormat
+from ..format.levels.base import Segments
+from . import sort as _sort
+
+Buffers = dict[tuple[int, str], np.ndarray]
+
+
+@dataclass(frozen=True)
+class Layout:
+    """What a format is for one shape: level extents, origins, position counts."""
+
+    fmt: TensorFormat
+    shape: tuple[int, ...]
+    level_shape: tuple[int, ...]
+    origins: tuple[int, ...]
+
+    @classmethod
+    def of(cls, fmt: TensorFormat, shape) -> "Layout":
+        shape = tuple(int(n) for n in shape)
+        if any(n < 0 for n in shape):
+            raise StorageError(f"negative extent in shape {shape}")
+        return cls(fmt, shape, fmt.level_shape(shape), fmt.level_origins(shape))
+
+    def level_buffers(self, buffers: Buffers, k: int) -> dict:
+        return {name: buffers[(k, name)] for name in self.fmt.levels[k].type.buffers}
+
+    def positions(self, buffers: Buffers) -> list[int]:
+        """Position count of every level: the O(levels) structural check."""
+        counts, parents = [], 1
+        for k, level in enumerate(self.fmt.levels):
+            try:
+                parents = level.type.positions(parents, self.level_shape[k], self.level_buffers(buffers, k))
+            except StorageError as exc:
+                raise StorageError(f"level {k} ({level}): {exc}") from None
+            counts.append(parents)
+        return counts
+
+
+def unpack(layout: Layout, buffers: Buffers, nvalues: int) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
+    """Dimension coordinates and value indices of every stored, reachable, in-bounds position.
+
+    Returns ``(coords, index)``: ``coords[d][e]`` is entry e's coordinate in
+    dimension d and ``values[index[e]]`` its value. Positions that belong to no
+    parent (loose gaps) and coordinates outside the tensor (DIA and block
+    padding) are left out; explicit zeros are kept.
+    """
+    fmt = layout.fmt
+    chain, parents = [], 1
+    for k, level in enumerate(fmt.levels):
+        parent, crd = level.type.unpack(parents, layout.level_shape[k], layout.origins[k],
+                                        layout.level_buffers(buffers, k))
+        chain.append((parent, crd))
+        parents = len(crd)
+    if parents > nvalues:
+        raise StorageError(f"values holds {nvalues} entries, the last level has {parents} positions")
+    q = np.arange(parents, dtype=np.int64)
+    keep = np.ones(parents, dtype=bool)
+    level_coords: list = [None] * fmt.nlevels
+    for k in range(fmt.nlevels - 1, -1, -1):
+        parent, crd = chain[k]
+        level_coords[k] = crd if k == fmt.nlevels - 1 else crd[q]
+        if k:
+            q = parent if k == fmt.nlevels - 1 else parent[q]
+            keep &= q >= 0
+            q = np.where(q >= 0, q, 0)
+    coords = fmt.dim_coordinates(level_coords)
+    coords = tuple(np.broadcast_to(np.asarray(c, dtype=np.int64), (parents,)) for c in coords)
+    for c, n in zip(coords, layout.shape):
+        keep &= (c >= 0) & (c < n)
+    index = np.arange(parents, dtype=np.int64)
+    if not keep.all():
+        coords, index = tuple(c[keep] for c in coords), index[keep]
+    return coords, index
+
+
+@dataclass
+class Assembled:
+    buffers: Buffers
+    values: np.ndarray
+    counts: list[int]
+
+
+def assemble(layout: Layout, coords, values: np.ndarray, *, presorted: bool = False, sum_duplicates: bool = True,
+             drop_zeros: bool = True, prune: bool = False) -> Assembled:
+    """Buffers of ``layout.fmt`` holding ``values`` at dimension coordinates ``coords``.
+
+    Coordinates are checked against the shape. ``presorted`` promises the
+    entries are already in level order with no duplicates (skips the sort).
+    """
+    fmt = layout.fmt
+    coords = tuple(np.asarray(c, dtype=np.int64) for c in coords)
+    _check_coords(coords, layout.shape)
+    level_coords = [np.asarray(c, dtype=np.int64) for c in fmt.level_coordinates(coords)] if coords else []
+    level_coords = [np.broadcast_to(c, values.shape) for c in level_coords]
+    if not presorted:
+        level_coords, values = _sort.sort_entries(level_coords, values, layout.origins, layout.level_shape,
+                                                  sum_duplicates=sum_duplicates)
+    if drop_zeros and len(values):
+        nonzero = values != 0
+        if not nonzero.all():
+            level_coords, values = [c[nonzero] for c in level_coords], values[nonzero]
+    buffers: Buffers = {}
+    counts: list[int] = []
+    parent, parents = np.zeros(len(values), dtype=np.int64), 1
+    for k, level in enumerate(fmt.levels):
+        nxt = fmt.levels[k + 1].type.keyword if k + 1 < fmt.nlevels else None
+        seg = Segments(parent, level_coords[k], parents, layout.level_shape[k], layout.origins[k],
+                       dedup=nxt != "singleton", values=values, prune=prune, where=f"level {k} ({level})")
+        packed = level.type.pack(seg)
+        if packed.keep is not None:
+            level_coords, values = [c[packed.keep] for c in level_coords], values[packed.keep]
+        buffers.update({(k, name): buf for name, buf in packed.buffers.items()})
+        parent, parents = packed.position, packed.count
+        counts.append(parents)
+    out = np.zeros(parents, dtype=values.dtype)
+    out[parent] = values
+    return Assembled(buffers, out, counts)
+
+
+def _check_coords(coords, shape) -> None:
+    for d, (c, n) in enumerate(zip(coords, shape)):
+        if len(c) and (c.min() < 0 or c.max() >= n):
+            bad = int(np.argmax((c < 0) | (c >= n)))
+            raise StorageError(f"coordinate {c[bad]} of entry {bad} is outside dimension {d} of extent {n}")

@@ -1,0 +1,255 @@
+"""``Tensor``: a format, extents, per-level buffers and values (design §3).
+
+    >>> import numpy as np, ustc
+    >>> t = ustc.Tensor.from_dense(np.array([[1, 0, 2], [0, 0, 3]]), "CSR")
+    >>> t.pos(1), t.crd(1), t.values
+    (array([0, 2, 3], dtype=int32), array([0, 2, 2], dtype=int32), array([1, 2, 3]))
+    >>> t.convert(tensor_format="CSC").to_dense().tolist()
+    [[1, 0, 2], [0, 0, 3]]
+
+Buffers are referenced, not copied: a tensor made by ``from_package`` shares
+memory with its source, and ``to_package`` hands the same memory back.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+import numpy as np
+
+from ..errors import FormatError, StorageError
+from ..format.expr import Dimension
+from ..format.ir import TensorFormat
+from . import packages, storage
+from .dtypes import narrow
+from .storage import Layout
+
+
+def as_format(tensor_format) -> TensorFormat:
+    if isinstance(tensor_format, TensorFormat):
+        return tensor_format
+    if isinstance(tensor_format, str):
+        return TensorFormat.parse(tensor_format)
+    raise FormatError(f"expected a TensorFormat or format text, got {type(tensor_format).__name__}")
+
+
+class Tensor:
+    """A tensor stored in a ``TensorFormat`` (see the module docstring)."""
+
+    def __init__(self, tensor_format, shape, buffers: Mapping, values, *, device: str = "cpu",
+                 package: str = packages.NUMPY, origin: dict | None = None, validate: bool = False):
+        self._layout = Layout.of(as_format(tensor_format), shape)
+        self._buffers = self._checked_buffers(buffers)
+        self._values = values
+        self._device = device
+        self._package = package
+        self._origin = origin or {}
+        self._counts = self._layout.positions(self._buffers)
+        if self._counts and self._counts[-1] > len(values):
+            raise StorageError(f"values holds {len(values)} entries, the last level has {self._counts[-1]} positions")
+        if validate:
+            self.validate()
+
+    def _checked_buffers(self, buffers: Mapping) -> dict:
+        fmt = self._layout.fmt
+        wanted = set(fmt.buffers)
+        given = {(int(k), str(name)): b for (k, name), b in buffers.items()}
+        missing, extra = wanted - set(given), set(given) - wanted
+        if missing or extra:
+            raise StorageError(f"format {fmt} needs buffers {sorted(wanted)}; missing {sorted(missing)}, "
+                               f"unexpected {sorted(extra)}")
+        for key, b in given.items():
+            if getattr(b, "ndim", 1) != 1 or not np.issubdtype(b.dtype, np.integer):
+                raise StorageError(f"{key[1]}[{key[0]}] must be a 1-D integer array, got {b.dtype} {b.shape}")
+        return given
+
+    # -- construction -----------------------------------------------------------
+    @classmethod
+    def from_dense(cls, x, tensor_format=None, *, prune: bool = False) -> "Tensor":
+        """A tensor of ``x`` (NumPy or CPU torch) in ``tensor_format`` (default: dense).
+
+        Zeros are not stored except where the format stores them (dense levels,
+        block interiors, padding). A dense target in a level order that matches
+        the array's memory order shares memory with ``x``.
+        """
+        package = packages.TORCH if packages.is_torch(x) else packages.NUMPY
+        array = packages.host_array(x)
+        fmt = as_format(tensor_format) if tensor_format is not None else _dense_format(array.ndim)
+        if fmt.ndim != array.ndim:
+            raise FormatError(f"format {fmt} has {fmt.ndim} dimensions, the array has {array.ndim}")
+        perm = _dense_permutation(fmt)
+        if perm is not None:
+            values = np.ascontiguousarray(array.transpose(perm)).reshape(-1)
+            return cls(fmt, array.shape, {}, values, package=package)
+        coords = np.nonzero(array)
+        return cls._assembled(fmt, array.shape, coords, array[coords], package, prune=prune)
+
+    @classmethod
+    def _assembled(cls, fmt, shape, coords, values, package, **options) -> "Tensor":
+        layout = Layout.of(fmt, shape)
+        built = storage.assemble(layout, coords, np.asarray(values), **options)
+        buffers = narrow(fmt, built.buffers, layout.level_shape, layout.origins)
+        return cls(fmt, shape, buffers, built.values, package=package)
+
+    @classmethod
+    def from_package(cls, x, *, validate: bool = False) -> "Tensor":
+        """Zero-copy view of a NumPy/SciPy/PyTorch/CuPy tensor (see ``ustc.tensor.interop``)."""
+        from .interop import from_package
+
+        return from_package(x, validate=validate)
+
+    def to_package(self):
+        """The tensor as its originating package's type, sharing memory."""
+        from .interop import to_package
+
+        return to_package(self)
+
+    # -- accessors --------------------------------------------------------------
+    @property
+    def format(self) -> TensorFormat:
+        return self._layout.fmt
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self._layout.shape
+
+    @property
+    def level_shape(self) -> tuple[int, ...]:
+        return self._layout.level_shape
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def device(self) -> str:
+        return self._device
+
+    @property
+    def package(self) -> str:
+        return self._package
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self._values.dtype
+
+    @property
+    def nse(self) -> int:
+        """Number of stored entries: positions of the last level (padding and explicit zeros included)."""
+        return self._counts[-1] if self._counts else 1
+
+    def _buffer(self, level: int, name: str):
+        if not -self.format.nlevels <= level < self.format.nlevels:
+            raise IndexError(f"level {level} out of range for a {self.format.nlevels}-level format")
+        level %= self.format.nlevels
+        if (level, name) not in self._buffers:
+            raise StorageError(f"level {level} ({self.format.levels[level]}) has no {name} buffer")
+        return packages.wrap(self._buffers[(level, name)], self._package)
+
+    def pos(self, level: int):
+        """The positions buffer of ``level``."""
+        return self._buffer(level, "pos")
+
+    def crd(self, level: int):
+        """The coordinates buffer of ``level``."""
+        return self._buffer(level, "crd")
+
+    @property
+    def values(self):
+        return packages.wrap(self._values, self._package)
+
+    @property
+    def pos_dtype(self):
+        return next((b.dtype for (k, n), b in self._buffers.items() if n == "pos"), None)
+
+    @property
+    def crd_dtype(self):
+        return next((b.dtype for (k, n), b in self._buffers.items() if n == "crd"), None)
+
+    @property
+    def buffers(self) -> dict:
+        """``{(level, "pos" | "crd"): array}`` in the tensor's package."""
+        return {key: packages.wrap(b, self._package) for key, b in self._buffers.items()}
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of all buffers and the stored values."""
+        return sum(b.nbytes for b in self._buffers.values()) + self._values[:self.nse].nbytes
+
+    # -- contents ---------------------------------------------------------------
+    def entries(self) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
+        """``(coords, values)`` of every stored in-bounds entry (NumPy; zeros and duplicates kept)."""
+        coords, index = storage.unpack(self._layout, self._buffers, len(self._values))
+        return coords, self._values[index]
+
+    def to_dense(self):
+        """The dense array (in the tensor's package); duplicates are summed."""
+        perm = _dense_permutation(self.format)
+        if perm is not None:
+            dense = self._values[:self.nse].reshape(self.level_shape).transpose(np.argsort(perm))
+            return packages.wrap(dense, self._package)
+        out = np.zeros(self.shape, dtype=self.dtype)
+        coords, values = self.entries()
+        if all(lv.type.unique for lv in self.format.levels):
+            out[coords] = values
+        else:
+            np.add.at(out, coords, values)
+        return packages.wrap(out, self._package)
+
+    def convert(self, tensor_format=None, *, prune: bool = False) -> "Tensor":
+        """The same tensor in another format (any to any); duplicates summed, zeros dropped
+        except where the target stores them. ``prune``: structured targets keep the n
+        largest magnitudes of an over-full block instead of raising."""
+        fmt = as_format(tensor_format)
+        if fmt.ndim != self.ndim:
+            raise FormatError(f"cannot convert a {self.ndim}-D tensor to the {fmt.ndim}-D format {fmt}")
+        perm = _dense_permutation(fmt)
+        if perm is not None:
+            return Tensor.from_dense(packages.wrap(self.to_dense(), self._package), fmt)
+        coords, values = self.entries()
+        return Tensor._assembled(fmt, self.shape, coords, values, self._package, prune=prune)
+
+    def get_value(self, *coords):
+        """The stored value at ``coords`` (summed over duplicates), or None if nothing is stored there."""
+        if len(coords) != self.ndim:
+            raise IndexError(f"expected {self.ndim} coordinates, got {len(coords)}")
+        for d, (c, n) in enumerate(zip(coords, self.shape)):
+            if not 0 <= c < n:
+                raise IndexError(f"coordinate {c} is outside dimension {d} of extent {n}")
+        found, values = self.entries()
+        mask = np.logical_and.reduce([f == c for f, c in zip(found, coords)]) if self.ndim else np.ones(1, bool)
+        if not mask.any():
+            return None
+        return values[mask].sum().item() if mask.sum() > 1 else values[mask][0].item()
+
+    def validate(self) -> "Tensor":
+        """The full check of every buffer against its level's promise; returns self."""
+        from .validate import validate
+
+        validate(self)
+        return self
+
+    def copy(self) -> "Tensor":
+        """A deep copy (same package and device)."""
+        buffers = {key: b.copy() for key, b in self._buffers.items()}
+        return Tensor(self.format, self.shape, buffers, self._values.copy(), device=self._device,
+                      package=self._package, origin=dict(self._origin))
+
+    def __repr__(self) -> str:
+        from .printing import describe
+
+        return describe(self)
+
+
+def _dense_format(rank: int) -> TensorFormat:
+    from ..formats import Dense
+
+    return Dense(rank)
+
+
+def _dense_permutation(fmt: TensorFormat) -> tuple[int, ...] | None:
+    """The dimension order of an all-dense format whose levels permute the dimensions, else None."""
+    if not all(lv.type.keyword == "dense" and isinstance(lv.expr, Dimension) for lv in fmt.levels):
+        return None
+    names = [d.name for d in fmt.dims]
+    return tuple(names.index(lv.expr.name) for lv in fmt.levels)
