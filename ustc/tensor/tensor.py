@@ -85,6 +85,29 @@ class Tensor:
         return cls._assembled(fmt, array.shape, coords, array[coords], package, prune=prune)
 
     @classmethod
+    def from_coo(cls, coords, values, shape, tensor_format=None, *, prune: bool = False) -> "Tensor":
+        """A tensor holding ``values[e]`` at ``coords[d][e]`` (duplicates summed, zeros dropped).
+
+        ``coords`` is a sequence of one integer array per dimension; the default
+        format is COO of that rank (a compressed vector for rank 1). Out-of-range coordinates raise StorageError.
+        """
+        package = packages.TORCH if packages.is_torch(values) else packages.NUMPY
+        values = packages.host_array(values)
+        coords = tuple(packages.host_array(c) for c in coords)
+        shape = tuple(int(n) for n in shape)
+        if len(coords) != len(shape) or any(len(c) != len(values) for c in coords):
+            raise StorageError(f"need {len(shape)} coordinate arrays of length {len(values)}, "
+                               f"got lengths {[len(c) for c in coords]}")
+        if tensor_format is None:
+            from ..formats import COO
+
+            tensor_format = COO(len(shape)) if len(shape) >= 2 else "(i) -> (i : compressed)"
+        fmt = as_format(tensor_format)
+        if fmt.ndim != len(shape):
+            raise FormatError(f"format {fmt} has {fmt.ndim} dimensions, the shape has {len(shape)}")
+        return cls._assembled(fmt, shape, coords, values, package, prune=prune)
+
+    @classmethod
     def _assembled(cls, fmt, shape, coords, values, package, **options) -> "Tensor":
         layout = Layout.of(fmt, shape)
         built = storage.assemble(layout, coords, np.asarray(values), **options)
