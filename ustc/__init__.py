@@ -11,8 +11,9 @@ from .errors import (DeviceError, FileFormatError, FormatError, FormatSemanticEr
                      UnsupportedOperation, UstcError)
 from .format import Dimension, LevelFormat, LevelProperty, TensorFormat, parse
 from .tensor import Tensor
+from .tensor.sparsify import sparse_relu, sparsify
 
-__all__ = ["__version__", "formats", "Dimension", "LevelFormat", "LevelProperty", "TensorFormat", "parse", "Tensor",
+__all__ = ["__version__", "formats", "Dimension", "LevelFormat", "LevelProperty", "TensorFormat", "parse", "Tensor", "sparsify", "sparse_relu",
            "UstcError", "FormatError", "FormatSyntaxError", "FormatSemanticError", "StorageError", "ShapeError",
            "DeviceError", "KernelError", "UnsupportedOperation", "FileFormatError", "SolveError",
            "MissingDependencyError"]

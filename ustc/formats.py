@@ -68,6 +68,8 @@ def BSC(bm: int, bn: int) -> TensorFormat:
 
 def DELTA(bits: int, packed: bool = False) -> TensorFormat:
     """Rows of b-bit coordinate gaps (``packed``: MACKO's bit-packed gaps)."""
+    if not isinstance(packed, bool):
+        raise FormatError(f"DELTA(b[, packed]): the second argument must be 'packed', got {packed!r}")
     spec = (LevelFormat.DELTA, bits, PACKED) if packed else (LevelFormat.DELTA, bits)
     name = f"DELTA({bits}, packed)" if packed else f"DELTA({bits})"
     return TensorFormat([i, j], {i: D, j: spec}, name=name)

@@ -23,23 +23,24 @@ def index_dtype(width: int, lo: int, hi: int, what: str) -> np.dtype:
 
 
 def narrow(fmt: TensorFormat, buffers: dict, level_shape, origins) -> dict:
-    """Cast int64 assembly buffers to the format's index dtypes (one for pos, one for crd).
+    """Cast assembly buffers to the format's index dtypes (one for pos, one for crd).
 
-    Buffers a level typed itself (delta gaps) are left alone.
+    Buffers whose level fixes its own dtype (delta gaps: ``crd_dtype``) are left
+    alone; a cast to the dtype a buffer already has is free.
     """
-    pos = [b for (k, name), b in buffers.items() if name == "pos"]
-    pos_hi = max((int(b[-1]) if len(b) else 0 for b in pos), default=0)
-    crd_levels = [k for (k, name), b in buffers.items() if name == "crd" and b.dtype == np.int64]
+    def typed(k: int) -> bool:
+        return getattr(fmt.levels[k].type, "crd_dtype", None) is not None
+
+    pos_hi = max((int(b[-1]) for (k, name), b in buffers.items() if name == "pos" and len(b)), default=0)
+    crd_levels = [k for (k, name) in buffers if name == "crd" and not typed(k)]
     crd_lo = min((origins[k] for k in crd_levels), default=0)
-    crd_hi = max((origins[k] + level_shape[k] for k in crd_levels), default=0)
-    pos_dtype = index_dtype(fmt.pos_width, 0, max(pos_hi, 0), "pos")
-    crd_dtype = index_dtype(fmt.crd_width, crd_lo, crd_hi - 1 if crd_hi else 0, "crd")
+    crd_hi = max((origins[k] + level_shape[k] - 1 for k in crd_levels), default=0)
+    pos_dtype = index_dtype(fmt.pos_width, 0, pos_hi, "pos")
+    crd_dtype = index_dtype(fmt.crd_width, min(crd_lo, 0), max(crd_hi, 0), "crd")
     out = {}
     for (k, name), b in buffers.items():
-        if name == "pos":
-            out[(k, name)] = b.astype(pos_dtype, copy=False)
-        elif b.dtype == np.int64:
-            out[(k, name)] = b.astype(crd_dtype, copy=False)
-        else:
+        if name == "crd" and typed(k):
             out[(k, name)] = b
+        else:
+            out[(k, name)] = b.astype(pos_dtype if name == "pos" else crd_dtype, copy=False)
     return out

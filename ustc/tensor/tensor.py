@@ -20,7 +20,7 @@ import numpy as np
 from ..errors import FormatError, StorageError
 from ..format.expr import Dimension
 from ..format.ir import TensorFormat
-from . import packages, storage
+from . import fastpaths, packages, storage
 from .dtypes import narrow
 from .storage import Layout
 
@@ -81,8 +81,7 @@ class Tensor:
         if perm is not None:
             values = np.ascontiguousarray(array.transpose(perm)).reshape(-1)
             return cls(fmt, array.shape, {}, values, package=package)
-        coords = np.nonzero(array)
-        return cls._assembled(fmt, array.shape, coords, array[coords], package, prune=prune)
+        return fastpaths.from_dense(array, fmt, package, prune=prune)
 
     @classmethod
     def from_coo(cls, coords, values, shape, tensor_format=None, *, prune: bool = False) -> "Tensor":
@@ -229,6 +228,9 @@ class Tensor:
         perm = _dense_permutation(fmt)
         if perm is not None:
             return Tensor.from_dense(packages.wrap(self.to_dense(), self._package), fmt)
+        fast = fastpaths.convert(self, fmt)
+        if fast is not None:
+            return fast
         coords, values = self.entries()
         return Tensor._assembled(fmt, self.shape, coords, values, self._package, prune=prune)
 

@@ -1,0 +1,130 @@
+"""Fast paths in front of the generic pack/unpack pipeline.
+
+* Conversions inside the 2-D compressed family (CSR, CSC, canonical COO)
+  run as one counting pass (``kernels.transpose_compressed``) or one
+  histogram, like SciPy's own, instead of unpack + sort + pack.
+* Dense -> sparse runs one parallel count pass and one parallel fill pass
+  over the dense array (``kernels.row_counts`` / ``row_fill``); CSR-like
+  targets take the counts as their positions directly, so no row-index array
+  is ever built. The same kernels implement ``sparsify`` and ``sparse_relu``
+  without materialising the filtered dense array.
+
+Each function returns None when its shortcut does not apply; the caller then
+takes the generic path, so results are identical either way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..format.expr import Dimension
+from ..format.ir import TensorFormat
+from . import kernels
+from .dtypes import narrow
+
+
+@dataclass(frozen=True)
+class Family:
+    """A 2-D format of the compressed family: ``kind`` is 'csr' (dense major,
+    ordered unique compressed minor) or 'coo' (canonical COO); ``major`` is the
+    dimension of the outer level."""
+
+    kind: str
+    major: int
+
+
+def family(fmt: TensorFormat) -> Family | None:
+    if fmt.ndim != 2 or fmt.nlevels != 2 or not all(isinstance(lv.expr, Dimension) for lv in fmt.levels):
+        return None
+    kinds = tuple(lv.type.keyword for lv in fmt.levels)
+    major = [d.name for d in fmt.dims].index(fmt.levels[0].expr.name)
+    if kinds == ("dense", "compressed") and fmt.is_ordered(1) and fmt.is_unique(1):
+        return Family("csr", major)
+    if kinds == ("compressed", "singleton") and fmt.is_ordered(0) and fmt.is_ordered(1) and fmt.is_unique(1):
+        return Family("coo", major)
+    return None
+
+
+def convert(t, fmt: TensorFormat):
+    """``t`` in ``fmt`` through a compressed-family shortcut, or None."""
+    src, dst = family(t.format), family(fmt)
+    if src is None or dst is None or dst.kind != "csr":
+        return None
+    values = t._values[:t.nse]
+    if kernels.count_zeros(values):
+        return None  # explicit zeros must be dropped: the generic path does it
+    b = t._buffers
+    if src.kind == "csr":
+        pos, crd = b[(1, "pos")], b[(1, "crd")]
+    else:
+        pos = _prefix(kernels.histogram(b[(0, "crd")], t.shape[src.major]))
+        crd = b[(1, "crd")]
+    if src.major == dst.major:
+        out = (pos.copy(), crd.copy(), values.copy())
+    else:
+        out = _transpose(pos, crd, values, t.shape[1 - src.major])
+    return _csr_tensor(t, fmt, *out)
+
+
+def _prefix(counts: np.ndarray) -> np.ndarray:
+    pos = np.zeros(len(counts) + 1, dtype=np.int64)
+    np.cumsum(counts, out=pos[1:])
+    return pos
+
+
+def _transpose(pos, crd, values, n_minor):
+    pos_out = _prefix(kernels.histogram(crd, n_minor))
+    crd_out = np.empty(len(values), dtype=np.int64 if len(pos) - 1 > np.iinfo(np.int32).max else np.int32)
+    values_out = np.empty_like(values)
+    kernels.transpose_compressed(pos, crd, values, n_minor, pos_out, crd_out, values_out)
+    return pos_out, crd_out, values_out
+
+
+def _csr_tensor(t, fmt, pos, crd, values):
+    from .tensor import Tensor
+
+    buffers = narrow(fmt, {(1, "pos"): pos, (1, "crd"): crd}, fmt.level_shape(t.shape), (0, 0))
+    return Tensor(fmt, t.shape, buffers, values, package=t.package)
+
+
+# -- dense -> sparse -------------------------------------------------------------------
+
+
+def select(x: np.ndarray, mode: int, mask: np.ndarray | None):
+    """Rows of ``x`` (all but the last axis flattened): ``(pos, crd, values)`` of the
+    selected entries in row-major order, in two passes over ``x``."""
+    rows = int(np.prod(x.shape[:-1], dtype=np.int64))
+    x2 = x.reshape(rows, x.shape[-1])
+    mask2 = np.zeros((1, 1), dtype=np.bool_) if mask is None else np.asarray(mask, dtype=np.bool_).reshape(x2.shape)
+    pos = _prefix(kernels.row_counts(x2, mode, mask2))
+    crd = np.empty(int(pos[-1]), dtype=np.int32 if x2.shape[1] <= np.iinfo(np.int32).max else np.int64)
+    values = np.empty(int(pos[-1]), dtype=x.dtype)
+    kernels.row_fill(x2, mode, mask2, pos, crd, values)
+    return pos, crd, values
+
+
+def csr_like(fmt: TensorFormat) -> bool:
+    """Leading dimensions dense in order, the last one an ordered unique compressed level."""
+    names = [d.name for d in fmt.dims]
+    return (fmt.nlevels == fmt.ndim and all(isinstance(lv.expr, Dimension) and lv.expr.name == names[k]
+                                            for k, lv in enumerate(fmt.levels))
+            and all(lv.type.keyword == "dense" for lv in fmt.levels[:-1])
+            and fmt.levels[-1].type.keyword == "compressed" and fmt.is_ordered(fmt.nlevels - 1)
+            and fmt.is_unique(fmt.nlevels - 1))
+
+
+def from_dense(x: np.ndarray, fmt: TensorFormat, package: str, mode: int = kernels.NONZERO, mask=None, **options):
+    """``x``'s selected entries in ``fmt``: CSR-like formats directly from the row counts,
+    every other format through the generic assembly of the selected coordinates."""
+    from .tensor import Tensor
+
+    pos, crd, values = select(x, mode, mask)
+    if csr_like(fmt):
+        buffers = narrow(fmt, {(fmt.nlevels - 1, "pos"): pos, (fmt.nlevels - 1, "crd"): crd},
+                         fmt.level_shape(x.shape), (0,) * fmt.nlevels)
+        return Tensor(fmt, x.shape, buffers, values, package=package)
+    rows = np.repeat(np.arange(len(pos) - 1, dtype=np.int64), np.diff(pos))
+    coords = (*np.unravel_index(rows, x.shape[:-1]), crd) if x.ndim > 1 else (crd,)
+    return Tensor._assembled(fmt, x.shape, coords, values, package, **options)

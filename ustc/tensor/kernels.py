@@ -1,0 +1,105 @@
+"""Compiled (Numba) kernels behind the conversion fast paths.
+
+All are ``cache=True`` so a second process loads them from disk. Each one
+makes a fixed number of passes over its input and allocates only its
+outputs (no hidden full-size index temporaries).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+# Selection modes for dense -> sparse.
+NONZERO, POSITIVE, MASKED = 0, 1, 2
+
+
+@njit(cache=True, inline="always")
+def _selected(mode, v, mask, r, j):
+    if mode == 0:
+        return v != 0
+    if mode == 1:
+        return v > 0
+    return mask[r, j] and v != 0
+
+
+@njit(cache=True, parallel=True)
+def row_counts(x2, mode, mask):
+    """Number of selected entries of every row of a 2-D array."""
+    rows, cols = x2.shape
+    counts = np.zeros(rows, dtype=np.int64)
+    for r in prange(rows):
+        c = 0
+        for j in range(cols):
+            if _selected(mode, x2[r, j], mask, r, j):
+                c += 1
+        counts[r] = c
+    return counts
+
+
+@njit(cache=True, parallel=True)
+def row_fill(x2, mode, mask, pos, crd, values):
+    """Column index and value of the selected entries, row by row at ``pos[r]``."""
+    rows, cols = x2.shape
+    for r in prange(rows):
+        o = pos[r]
+        for j in range(cols):
+            v = x2[r, j]
+            if _selected(mode, v, mask, r, j):
+                crd[o] = j
+                values[o] = v
+                o += 1
+
+
+@njit(cache=True)
+def histogram(keys, n):
+    """``counts[k]`` = occurrences of k in ``keys`` (all in ``[0, n)``)."""
+    counts = np.zeros(n, dtype=np.int64)
+    for k in keys:
+        counts[k] += 1
+    return counts
+
+
+@njit(cache=True)
+def is_nondecreasing(a):
+    for q in range(1, len(a)):
+        if a[q] < a[q - 1]:
+            return False
+    return True
+
+
+@njit(cache=True)
+def count_zeros(values):
+    z = 0
+    for v in values:
+        if v == 0:
+            z += 1
+    return z
+
+
+@njit(cache=True)
+def transpose_compressed(pos, crd, values, n_minor, pos_out, crd_out, values_out):
+    """Counting transpose of a compressed level (CSR <-> CSC), stable, O(nnz + n).
+
+    ``pos_out`` must hold the exclusive prefix sums of the minor counts
+    (length ``n_minor + 1``); on return it is unchanged.
+    """
+    nmajor = len(pos) - 1
+    fill = pos_out[:-1].copy()
+    for a in range(nmajor):
+        for q in range(pos[a], pos[a + 1]):
+            b = crd[q]
+            o = fill[b]
+            crd_out[o] = a
+            values_out[o] = values[q]
+            fill[b] = o + 1
+
+
+@njit(cache=True)
+def segment_ordered_unique(pos, crd):
+    """True when every segment's coordinates strictly increase."""
+    for a in range(len(pos) - 1):
+        for q in range(pos[a] + 1, pos[a + 1]):
+            if crd[q] <= crd[q - 1]:
+                return False
+    return True
