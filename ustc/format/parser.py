@@ -234,11 +234,20 @@ def _describe(parser: Lark, names) -> tuple[str, ...]:
     return tuple(sorted(out))
 
 
+def _expected(parser: Lark, names, text: str) -> tuple[str, ...]:
+    """Readable expected terminals; outside the MLIR wrapper its closing '}' means end of input."""
+    out = set(_describe(parser, names))
+    if not text.lstrip().startswith("#sparse_tensor") and {"'}'", "'>'"} & out:
+        out -= {"'}'", "'>'"}
+        out.add("end of input")
+    return tuple(sorted(out))
+
+
 def _syntax_error(exc: UnexpectedInput, text: str, parser: Lark) -> FormatSyntaxError:
     if isinstance(exc, UnexpectedCharacters):
         got = repr(text[exc.pos_in_stream]) if exc.pos_in_stream < len(text) else "end of input"
         return FormatSyntaxError(f"unexpected character {got}", text=text, line=exc.line, column=exc.column,
-                                 expected=_describe(parser, exc.allowed or ()))
+                                 expected=_expected(parser, exc.allowed or (), text))
     token = getattr(exc, "token", None)
     if isinstance(exc, UnexpectedEOF) or token is None or token.type == "$END":
         lines = text.splitlines() or [""]
@@ -246,9 +255,9 @@ def _syntax_error(exc: UnexpectedInput, text: str, parser: Lark) -> FormatSyntax
         if text.endswith("\n"):
             line, column = len(lines) + 1, 1
         return FormatSyntaxError("unexpected end of input", text=text, line=line, column=column,
-                                 expected=_describe(parser, exc.expected or ()))
+                                 expected=_expected(parser, exc.expected or (), text))
     return FormatSyntaxError(f"unexpected {str(token)!r}", text=text, line=token.line, column=token.column,
-                             expected=_describe(parser, getattr(exc, "expected", ()) or ()))
+                             expected=_expected(parser, getattr(exc, "expected", ()) or (), text))
 
 
 @functools.lru_cache(maxsize=None)
@@ -372,8 +381,9 @@ class _Builder:
         except FormatSemanticError as exc:
             raise self.located(exc, n.span) from None
         except FormatError as exc:
+            known = n.name.lower() in (name.lower() for name in formats.names())
             raise FormatSyntaxError(str(exc), text=self.text, line=n.span.line, column=n.span.column,
-                                    expected=formats.names()) from None
+                                    expected=() if known else formats.names()) from None
 
 
 @functools.lru_cache(maxsize=MAX_CACHED)

@@ -74,10 +74,15 @@ def check_diagonal_maps(levels: Sequence[Level]) -> None:
     for k, level in enumerate(levels):
         if isinstance(level.expr, (Add, Sub)):
             names = level.expr.variables()
-            if not any(later.type.keyword == "range" and later.expr.variables()[0] in names
-                       for later in levels[k + 1:]):
+            ranges = [r for r in range(k + 1, len(levels)) if levels[r].type.keyword == "range"
+                      and levels[r].expr.variables()[0] in names]
+            if not ranges:
                 raise _fail(f"'{level.expr}' needs a later range level over one of {', '.join(names)}",
                             levels, k)
+            for other in range(len(levels)):
+                if other not in (k, ranges[0]) and set(levels[other].expr.variables()) & set(names):
+                    raise _fail(f"'{levels[other].expr}' stores a dimension that '{level.expr}' and its range "
+                                f"level already determine", levels, other)
 
 
 def check_uses(dims: Sequence[Dimension], levels: Sequence[Level]) -> None:
@@ -88,7 +93,7 @@ def check_uses(dims: Sequence[Dimension], levels: Sequence[Level]) -> None:
             raise FormatSemanticError(f"dimension '{name}' is declared twice")
         declared.add(name)
     if len(levels) < len(dims):
-        raise FormatSemanticError(f"{len(levels)} levels cannot store {len(dims)} dimensions")
+        raise FormatSemanticError(f"{len(dims)} dimensions need at least {len(dims)} levels, got {len(levels)}")
     used = {name for level in levels for name in level.expr.variables()}
     for name in names:
         if name not in used:

@@ -3,7 +3,7 @@
 CPU buffers are NumPy views of the torch storage (``Tensor.numpy()``), and go
 back out through ``torch.from_numpy``, so ``data_ptr`` is preserved both ways.
 Hybrid tensors (trailing dense dimensions in ``values``) get trailing dense
-levels. Batched compressed layouts are not viewable yet (UnsupportedOperation).
+levels; batched compressed layouts get leading batch levels.
 """
 
 from __future__ import annotations
@@ -57,24 +57,22 @@ def _from_compressed(x) -> Tensor:
     import torch
 
     outer, inner, major = _compressed_buffers(x)
-    if outer.ndim > 1:
-        raise UnsupportedOperation("batched torch compressed layouts are not viewable yet; "
-                                   "unbind the batch dimension first")
+    nb = outer.ndim - 1  # leading batch dimensions
     values = x.values()
     blocked = x.layout in (torch.sparse_bsr, torch.sparse_bsc)
-    block = tuple(values.shape[1:3]) if blocked else ()
-    dense_shape = tuple(values.shape[1 + len(block):])
-    dims = _dims(2 + len(dense_shape))
-    i, j = dims[:2]
+    block = tuple(values.shape[nb + 1:nb + 3]) if blocked else ()
+    dense_shape = tuple(values.shape[nb + 1 + len(block):])
+    dims = _dims(nb + 2 + len(dense_shape))
+    i, j = dims[nb:nb + 2]
     if blocked:
         bm, bn = block
         first, second = (i // bm, j // bn) if major == "row" else (j // bn, i // bm)
         levels = {first: D, second: C, i % bm: D, j % bn: D}
     else:
         levels = {i: D, j: C} if major == "row" else {j: D, i: C}
-    levels.update({d: D for d in dims[2:]})
-    buffers = {(1, "pos"): packages.host_array(outer), (1, "crd"): packages.host_array(inner)}
-    flat = packages.host_array(values).reshape(-1)
+    levels = {**{d: LevelFormat.BATCH for d in dims[:nb]}, **levels, **{d: D for d in dims[nb + 2:]}}
+    buffers = {(nb + 1, "pos"): packages.host_array(outer), (nb + 1, "crd"): packages.host_array(inner)}
+    flat = packages.host_array(values).reshape(*values.shape[:nb], -1)
     return Tensor(TensorFormat(dims, levels), tuple(x.shape), buffers, flat, package=packages.TORCH,
                   origin={"layout": x.layout})
 
@@ -87,10 +85,13 @@ def to_torch(t: Tensor):
 
     if _dense_permutation(t.format) is not None:
         return t.to_dense()
-    kind, nsparse = _torch_kind(t.format)
+    nb = t.format.batch_levels
+    kind, nsparse = _torch_kind(_unbatched(t.format))
     wrap = lambda a: packages.wrap(a, packages.TORCH)  # noqa: E731
     b, shape = t._buffers, t.shape
-    dense_shape = shape[nsparse:]
+    dense_shape = shape[nb + nsparse:]
+    if nb and kind == "coo":
+        raise UnsupportedOperation("torch has no batched COO layout; use a batched CSR/CSC/BSR/BSC format")
     if kind == "coo":
         indices = t._origin.get("indices")
         if indices is None or indices.data_ptr() != wrap(b[(0, "crd")]).data_ptr():
@@ -98,12 +99,23 @@ def to_torch(t: Tensor):
         values = wrap(t._values[: t.nse * math.prod(dense_shape)]).reshape(-1, *dense_shape)
         coalesced = all(t.format.is_unique(k) and t.format.is_ordered(k) for k in range(nsparse))
         return torch.sparse_coo_tensor(indices, values, shape, is_coalesced=coalesced)
-    pos, crd = wrap(b[(1, "pos")]), wrap(b[(1, "crd")])
-    block = tuple(t.level_shape[2:4]) if kind in ("bsr", "bsc") else ()
-    nvalues = int(pos[-1]) if len(pos) else 0
-    values = wrap(t._values[: nvalues * math.prod(block + dense_shape)]).reshape(-1, *block, *dense_shape)
+    pos, crd = wrap(b[(nb + 1, "pos")]), wrap(b[(nb + 1, "crd")])
+    block = tuple(t.level_shape[nb + 2:nb + 4]) if kind in ("bsr", "bsc") else ()
+    ends = pos[..., -1].reshape(-1)
+    if len(ends) and not bool((ends == ends[0]).all()):
+        raise UnsupportedOperation("torch needs the same number of entries in every batch")
+    nvalues = int(ends[0]) if len(ends) else 0
+    per = nvalues * math.prod(block + dense_shape)
+    values = wrap(t._values[..., :per]).reshape(*t._values.shape[:-1], nvalues, *block, *dense_shape)
+    crd = crd[..., :nvalues]
     layout = {"csr": torch.sparse_csr, "csc": torch.sparse_csc, "bsr": torch.sparse_bsr, "bsc": torch.sparse_bsc}
     return torch.sparse_compressed_tensor(pos, crd, values, shape, layout=layout[kind])
+
+
+def _unbatched(fmt: TensorFormat) -> TensorFormat:
+    """``fmt`` without its leading batch levels (and their dimensions)."""
+    nb = fmt.batch_levels
+    return TensorFormat(fmt.dims[nb:], [(lv.expr, lv.type) for lv in fmt.levels[nb:]]) if nb else fmt
 
 
 def _torch_kind(fmt: TensorFormat) -> tuple[str, int]:

@@ -20,7 +20,7 @@ import numpy as np
 from ..errors import FormatError, StorageError
 from ..format.expr import Dimension
 from ..format.ir import TensorFormat
-from . import fastpaths, packages, storage
+from . import batch, fastpaths, packages, storage
 from .dtypes import narrow
 from .storage import Layout
 
@@ -44,9 +44,11 @@ class Tensor:
         self._device = device
         self._package = package
         self._origin = origin or {}
-        self._counts = self._layout.positions(self._buffers)
-        if self._counts and self._counts[-1] > len(values):
-            raise StorageError(f"values holds {len(values)} entries, the last level has {self._counts[-1]} positions")
+        self._flat_buffers, self._flat_values = self._flatten()
+        self._counts = self._layout.positions(self._flat_buffers)
+        if self._counts and self._counts[-1] > len(self._flat_values):
+            raise StorageError(f"values holds {len(self._flat_values)} entries, the last level has "
+                               f"{self._counts[-1]} positions")
         if validate:
             self.validate()
 
@@ -58,10 +60,24 @@ class Tensor:
         if missing or extra:
             raise StorageError(f"format {fmt} needs buffers {sorted(wanted)}; missing {sorted(missing)}, "
                                f"unexpected {sorted(extra)}")
+        lead = batch.batch_shape(fmt, self._layout.level_shape)
         for key, b in given.items():
-            if getattr(b, "ndim", 1) != 1 or not np.issubdtype(b.dtype, np.integer):
-                raise StorageError(f"{key[1]}[{key[0]}] must be a 1-D integer array, got {b.dtype} {b.shape}")
+            if tuple(b.shape[:-1]) != lead or not np.issubdtype(b.dtype, np.integer):
+                raise StorageError(f"{key[1]}[{key[0]}] must be an integer array of shape {lead + ('n',)}, "
+                                   f"got {b.dtype} {tuple(b.shape)}")
         return given
+
+    def _flatten(self):
+        """The storage with batch levels acting as dense levels (the originals when unbatched)."""
+        fmt = self._layout.fmt
+        if not fmt.batch_levels:
+            if self._values.ndim != 1:
+                raise StorageError(f"values must be 1-D, got shape {self._values.shape}")
+            return self._buffers, self._values
+        lead = batch.batch_shape(fmt, self._layout.level_shape)
+        if tuple(self._values.shape[:-1]) != lead:
+            raise StorageError(f"values must have shape {lead + ('nse',)}, got {self._values.shape}")
+        return batch.flatten(fmt, self._layout.level_shape, self._buffers, self._values)
 
     # -- construction -----------------------------------------------------------
     @classmethod
@@ -110,8 +126,10 @@ class Tensor:
     def _assembled(cls, fmt, shape, coords, values, package, **options) -> "Tensor":
         layout = Layout.of(fmt, shape)
         built = storage.assemble(layout, coords, np.asarray(values), **options)
-        buffers = narrow(fmt, built.buffers, layout.level_shape, layout.origins)
-        return cls(fmt, shape, buffers, built.values, package=package)
+        buffers, values = narrow(fmt, built.buffers, layout.level_shape, layout.origins), built.values
+        if fmt.batch_levels:
+            buffers, values = batch.split(fmt, layout.level_shape, buffers, values)
+        return cls(fmt, shape, buffers, values, package=package)
 
     @classmethod
     def from_package(cls, x, *, validate: bool = False) -> "Tensor":
@@ -196,13 +214,14 @@ class Tensor:
     @property
     def nbytes(self) -> int:
         """Bytes of all buffers and the stored values."""
-        return sum(b.nbytes for b in self._buffers.values()) + self._values[:self.nse].nbytes
+        values = self._values if self.format.batch_levels else self._values[:self.nse]
+        return sum(b.nbytes for b in self._buffers.values()) + values.nbytes
 
     # -- contents ---------------------------------------------------------------
     def entries(self) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
         """``(coords, values)`` of every stored in-bounds entry (NumPy; zeros and duplicates kept)."""
-        coords, index = storage.unpack(self._layout, self._buffers, len(self._values))
-        return coords, self._values[index]
+        coords, index = storage.unpack(self._layout, self._flat_buffers, len(self._flat_values))
+        return coords, self._flat_values[index]
 
     def to_dense(self):
         """The dense array (in the tensor's package); duplicates are summed."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...errors import FormatSemanticError
+from ..expr import Dimension
 from .base import LevelType, dense_pack, dense_unpack
 
 
@@ -20,6 +21,10 @@ class Batch(LevelType):
     def check(self, levels, k):
         if any(level.type.keyword != self.keyword for level in levels[:k]):
             raise FormatSemanticError("batch levels must come before every other level")
+        if not isinstance(levels[k].expr, Dimension):
+            raise FormatSemanticError("a batch level's expression must be a single dimension")
+        if any(levels[k].expr.name in level.expr.variables() for level in levels[k + 1:]):
+            raise FormatSemanticError(f"batch dimension '{levels[k].expr}' may not be used by a later level")
 
     def unpack(self, nparents, extent, lo, buffers):
         return dense_unpack(nparents, extent, lo)

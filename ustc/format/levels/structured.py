@@ -86,7 +86,7 @@ class Structured(LevelType):
 
     # -- storage -----------------------------------------------------------------
     def positions(self, nparents, extent, buffers):
-        if len(buffers["crd"]) != nparents * self.n:
+        if len(buffers["crd"]) < nparents * self.n:
             raise StorageError(f"crd holds {len(buffers['crd'])} coordinates, expected {self.n} per block "
                                f"x {nparents} blocks = {nparents * self.n}")
         return nparents * self.n
@@ -125,6 +125,8 @@ class Structured(LevelType):
 
     def check_buffers(self, nparents, extent, lo, buffers):
         crd = buffers["crd"]
-        self.positions(nparents, extent, buffers)
+        if len(crd) != nparents * self.n:
+            raise StorageError(f"crd holds {len(crd)} coordinates, expected {self.n} per block "
+                               f"x {nparents} blocks = {nparents * self.n}")
         check_range("crd", crd, 0, self.m)
         check_segments(np.asarray(crd), np.repeat(np.arange(nparents), self.n), True, True)

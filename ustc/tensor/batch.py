@@ -1,0 +1,132 @@
+"""Batched storage: buffers below batch levels carry leading batch axes.
+
+A format with ``nb`` leading batch levels over extents ``(B1, ..., Bnb)``
+stores every later buffer as an array of shape ``(B1, ..., Bnb, n)`` whose
+positions restart at 0 in each batch (PyTorch's batched CSR layout);
+``values`` has shape ``(B1, ..., Bnb, nse)``. Batches may use fewer entries
+than ``n``: the tail of a row is unused padding.
+
+The algorithms work on one flat storage in which the batch levels behave as
+dense levels. ``flatten`` and ``split`` convert between the two; batches are
+walked one by one (a loop over batches, never over entries).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..errors import StorageError
+from ..format.ir import TensorFormat
+from ..format.levels.delta import pack_bits
+
+
+def batch_shape(fmt: TensorFormat, level_shape) -> tuple[int, ...]:
+    return tuple(level_shape[:fmt.batch_levels])
+
+
+def flatten(fmt: TensorFormat, level_shape, buffers: dict, values: np.ndarray) -> tuple[dict, np.ndarray]:
+    """Batched buffers -> one flat storage (positions offset per batch)."""
+    nb, shape = fmt.batch_levels, batch_shape(fmt, level_shape)
+    nbatch = math.prod(shape)
+    rows = {key: np.asarray(b).reshape(nbatch, -1) for key, b in buffers.items()}
+    vals = np.asarray(values).reshape(nbatch, -1)
+    parts: dict = {key: [] for key in buffers}
+    value_parts, offsets = [], [0] * fmt.nlevels
+    for b in range(nbatch):
+        parents = 1
+        for k in range(nb, fmt.nlevels):
+            level = fmt.levels[k].type
+            own = {name: _used(rows[(k, name)][b], name, level, parents) for name in level.buffers}
+            try:
+                count = level.positions(parents, level_shape[k], own)
+            except StorageError as exc:
+                raise StorageError(f"batch {b}, level {k} ({fmt.levels[k]}): {exc}") from None
+            for name, buf in own.items():
+                parts[(k, name)].append(_shifted(buf, name, level, count, offsets[k], b == nbatch - 1))
+            offsets[k] += count
+            parents = count
+        if parents > vals.shape[1]:
+            raise StorageError(f"batch {b}: values holds {vals.shape[1]} entries, needs {parents}")
+        value_parts.append(vals[b, :parents])
+    flat = {key: _join(fmt.levels[key[0]].type, key[1], chunks) for key, chunks in parts.items()}
+    return flat, (np.concatenate(value_parts) if value_parts else vals.reshape(-1))
+
+
+def _used(row: np.ndarray, name: str, level, parents: int) -> np.ndarray:
+    if name == "pos":
+        return row[:level.pos_length(parents)] if hasattr(level, "pos_length") else row[:parents + 1]
+    return row
+
+
+def _shifted(buf, name, level, count, offset, last):
+    """One batch's part of the flat buffer: positions shifted, unused tails dropped."""
+    if name == "pos":
+        if level.keyword == "loose_compressed":
+            return buf + offset
+        return (buf if last else buf[:-1]) + offset
+    if getattr(level, "packed", False):
+        return level.gaps(buf, count)
+    return buf[:count] if level.keyword != "loose_compressed" else buf
+
+
+def _join(level, name, chunks):
+    if not chunks:
+        return np.zeros(0, dtype=np.int64)
+    joined = np.concatenate(chunks)
+    if name == "crd" and getattr(level, "packed", False):
+        return pack_bits(joined, level.bits)
+    return joined
+
+
+def split(fmt: TensorFormat, level_shape, flat: dict, values: np.ndarray) -> tuple[dict, np.ndarray]:
+    """One flat storage -> batched buffers (rebased per batch, tails padded with zeros)."""
+    nb, shape = fmt.batch_levels, batch_shape(fmt, level_shape)
+    nbatch = math.prod(shape)
+    starts = np.arange(nbatch + 1, dtype=np.int64)  # positions of the last batch level, per batch
+    pieces: dict = {key: [] for key in flat}
+    for k in range(nb, fmt.nlevels):
+        level = fmt.levels[k].type
+        child = _child_starts(level, level_shape[k], flat.get((k, "pos")), starts)
+        for b in range(nbatch):
+            if (k, "pos") in flat:
+                pos = flat[(k, "pos")]
+                if level.keyword == "loose_compressed":
+                    piece = pos[2 * starts[b]:2 * starts[b + 1]] - child[b]
+                else:
+                    piece = pos[starts[b]:starts[b + 1] + 1] - child[b]
+                pieces[(k, "pos")].append(piece)
+            if (k, "crd") in flat:
+                crd = level.gaps(flat[(k, "crd")], int(child[-1])) if getattr(level, "packed", False) \
+                    else flat[(k, "crd")]
+                piece = crd[child[b]:child[b + 1]]
+                pieces[(k, "crd")].append(pack_bits(piece, level.bits) if getattr(level, "packed", False)
+                                          else piece)
+        starts = child
+    out = {key: _stack(chunks, shape, flat[key].dtype) for key, chunks in pieces.items()}
+    return out, _stack([values[starts[b]:starts[b + 1]] for b in range(nbatch)], shape, values.dtype)
+
+
+def _child_starts(level, extent: int, pos, starts: np.ndarray) -> np.ndarray:
+    """First child position of every parent position in ``starts``."""
+    kw = level.keyword
+    if kw in ("compressed", "delta"):
+        return np.asarray(pos, dtype=np.int64)[starts]
+    if kw == "loose_compressed":  # segments ustc packs are back to back: parent p starts at pos[2p]
+        pos = np.asarray(pos, dtype=np.int64)
+        lo = np.append(pos[0::2], pos[-1] if len(pos) else 0)
+        return lo[starts]
+    if kw == "singleton":
+        return starts
+    if kw == "structured":
+        return starts * level.n
+    return starts * extent
+
+
+def _stack(chunks, shape, dtype) -> np.ndarray:
+    width = max((len(c) for c in chunks), default=0)
+    out = np.zeros((len(chunks), width), dtype=dtype)
+    for b, c in enumerate(chunks):
+        out[b, :len(c)] = c
+    return out.reshape(*shape, width)
