@@ -273,6 +273,22 @@ class Tensor:
         validate(self)
         return self
 
+    def apply(self, fn) -> "Tensor":
+        """Map a Numba-compilable ``fn(v)`` or ``fn(v, i, j, ...)`` over the stored values in place.
+
+        Only values change (the sparsity structure does not); returns self.
+        """
+        from .apply import apply
+
+        apply(self, fn)
+        return self
+
+    def to(self, device: str) -> "Tensor":
+        """The tensor on ``device`` ('cpu' or 'cuda'); the same object when already there."""
+        from .devices import to_device
+
+        return to_device(self, device)
+
     def copy(self) -> "Tensor":
         """A deep copy (same package and device)."""
         buffers = {key: b.copy() for key, b in self._buffers.items()}
