@@ -67,7 +67,7 @@ def apply(t, fn) -> None:
     kernel = fn if isinstance(fn, CPUDispatcher) else njit(fn)
     if nargs == 1:
         # batched storage: every batch row in place (unused tails are harmless)
-        values = t._values.reshape(-1) if t.format.batch_levels else t._flat_values
+        values = t._values.reshape(-1) if t.format.batch_levels else t._values
         _map0(kernel, values, np.arange(len(values) if t.format.batch_levels else t.nse, dtype=np.int64))
         return
     if t.format.batch_levels:
@@ -79,5 +79,5 @@ def apply(t, fn) -> None:
         raise UnsupportedOperation("apply with coordinates supports tensors up to rank 4")
     from . import storage
 
-    coords, index = storage.unpack(t._layout, t._flat_buffers, len(t._flat_values))
-    _MAPS[t.ndim](kernel, t._flat_values, index, *coords)
+    coords, index = storage.unpack(t._layout, t._buffers, len(t._values))
+    _MAPS[t.ndim](kernel, t._values, index, *coords)

@@ -44,13 +44,11 @@ class Tensor:
         self._device = device
         self._package = package
         self._origin = origin or {}
-        self._flat_buffers, self._flat_values = self._flatten()
-        self._counts = self._layout.positions(self._flat_buffers)
-        if self._counts and self._counts[-1] > len(self._flat_values):
-            raise StorageError(f"values holds {len(self._flat_values)} entries, the last level has "
+        flat_buffers, flat_values = self._flatten()
+        self._counts = self._layout.positions(flat_buffers)
+        if self._counts and self._counts[-1] > len(flat_values):
+            raise StorageError(f"values holds {len(flat_values)} entries, the last level has "
                                f"{self._counts[-1]} positions")
-        if validate:
-            self.validate()
 
     def _checked_buffers(self, buffers: Mapping) -> dict:
         fmt = self._layout.fmt
@@ -220,8 +218,9 @@ class Tensor:
     # -- contents ---------------------------------------------------------------
     def entries(self) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
         """``(coords, values)`` of every stored in-bounds entry (NumPy; zeros and duplicates kept)."""
-        coords, index = storage.unpack(self._layout, self._flat_buffers, len(self._flat_values))
-        return coords, self._flat_values[index]
+        buffers, values = self._flatten()
+        coords, index = storage.unpack(self._layout, buffers, len(values))
+        return coords, values[index]
 
     def to_dense(self):
         """The dense array (in the tensor's package); duplicates are summed."""

@@ -18,7 +18,7 @@ from ..format.levels.base import check_segments
 
 def validate(t) -> None:
     """Raise StorageError naming level, buffer and first bad index; return None if all is well."""
-    layout, buffers = t._layout, t._flat_buffers
+    layout, (buffers, flat_values) = t._layout, t._flatten()
     fmt = layout.fmt
     parents = 1
     chain = []
@@ -34,8 +34,8 @@ def validate(t) -> None:
         if level.type.keyword == "singleton":
             _check_coo_run(fmt, chain, k)
         parents = len(crd)
-    if parents > len(t._flat_values):
-        raise StorageError(f"values: holds {len(t._flat_values)} entries, the last level has {parents} positions")
+    if parents > len(flat_values):
+        raise StorageError(f"values: holds {len(flat_values)} entries, the last level has {parents} positions")
 
 
 def _check_coo_run(fmt, chain, k: int) -> None:
