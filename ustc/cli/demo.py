@@ -14,6 +14,7 @@ from typing import Callable
 from .. import formats
 from ..errors import FormatError
 from ..format import Dimension, LevelFormat, LevelProperty, TensorFormat
+from . import demo_tensors
 from .table import render
 
 RULE = "=" * 78
@@ -122,6 +123,10 @@ SECTIONS: list[tuple[str, Callable[[], list[str]]]] = [
     ("Named formats", named_formats),
     ("Derived facts on a 5 x 7 matrix", derived_facts),
     ("Errors name the place and the rule", errors),
+    ("Tensor storage in several formats", demo_tensors.storage),
+    ("Converting between any two formats", demo_tensors.conversion),
+    ("Zero-copy interop", demo_tensors.interop),
+    ("Fused sparsification", demo_tensors.sparsification),
 ]
 
 
