@@ -32,7 +32,8 @@ def cuda_target() -> str:
         return f"cuda: unavailable ({type(exc).__name__}: {exc})"
     try:
         if cuda.is_available():
-            return f"cuda: {cuda.get_current_device().name.decode() if hasattr(cuda.get_current_device().name, 'decode') else cuda.get_current_device().name}"
+            name = cuda.get_current_device().name
+            return f"cuda: {name.decode() if isinstance(name, bytes) else name}"
     except Exception:  # noqa: BLE001 - a broken driver means "no device"
         pass
     return "cuda: no device, PTX only"
