@@ -36,7 +36,13 @@ def cuda_target() -> str:
             return f"cuda: {name.decode() if isinstance(name, bytes) else name}"
     except Exception:  # noqa: BLE001 - a broken driver means "no device"
         pass
-    return "cuda: no device, PTX only"
+    try:
+        from numba.cuda.cudadrv import nvvm
+
+        ptx = nvvm.is_available()
+    except Exception:  # noqa: BLE001 - missing or broken NVVM wheels
+        ptx = False
+    return "cuda: no device, PTX only" if ptx else "cuda: no device and no NVVM (pip install 'ustc[cuda]')"
 
 
 def run(args=None) -> int:
