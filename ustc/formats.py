@@ -29,9 +29,12 @@ def _names(rank: int) -> list[Dimension]:
     return [Dimension(letters[r] if rank <= len(letters) else f"d{r}") for r in range(rank)]
 
 
+MAX_RANK = 64  # NumPy's limit on array dimensions; also keeps "CSF(99999999999)" from exhausting memory
+
+
 def _rank(rank, least: int = 1) -> int:
-    if isinstance(rank, bool) or not isinstance(rank, int) or rank < least:
-        raise FormatError(f"rank must be an integer >= {least}, got {rank!r}")
+    if isinstance(rank, bool) or not isinstance(rank, int) or not least <= rank <= MAX_RANK:
+        raise FormatError(f"rank must be an integer in [{least}, {MAX_RANK}], got {rank!r}")
     return rank
 
 

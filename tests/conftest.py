@@ -1,0 +1,22 @@
+"""Shared test configuration.
+
+* ``tests/`` is put on ``sys.path`` so test modules can ``from strategies import formats``.
+* Hypothesis profile ``ci`` (the default here): no deadline, since the first parse in a
+  worker builds the Lark parser. Select another with ``--hypothesis-profile``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from hypothesis import HealthCheck, settings
+
+TESTS = os.path.dirname(os.path.abspath(__file__))
+if TESTS not in sys.path:
+    sys.path.insert(0, TESTS)
+
+settings.register_profile("ci", deadline=None, print_blob=True,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("dev", deadline=None, max_examples=20)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
