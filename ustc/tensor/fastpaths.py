@@ -97,12 +97,29 @@ def select(x: np.ndarray, mode: int, mask: np.ndarray | None):
     selected entries in row-major order, in two passes over ``x``."""
     rows = int(np.prod(x.shape[:-1], dtype=np.int64))
     x2 = x.reshape(rows, x.shape[-1])
+    if not _compiled_dtype(x.dtype):
+        return _select_numpy(x2, mode, mask)
     mask2 = np.zeros((1, 1), dtype=np.bool_) if mask is None else np.asarray(mask, dtype=np.bool_).reshape(x2.shape)
     pos = _prefix(kernels.row_counts(x2, mode, mask2))
     crd = np.empty(int(pos[-1]), dtype=np.int32 if x2.shape[1] <= np.iinfo(np.int32).max else np.int64)
     values = np.empty(int(pos[-1]), dtype=x.dtype)
     kernels.row_fill(x2, mode, mask2, pos, crd, values)
     return pos, crd, values
+
+
+def _compiled_dtype(dtype: np.dtype) -> bool:
+    """Dtypes the Numba kernels handle (Numba has no CPU float16)."""
+    return dtype.kind in "biuc" or (dtype.kind == "f" and dtype.itemsize >= 4)
+
+
+def _select_numpy(x2: np.ndarray, mode: int, mask):
+    """The same selection with NumPy: builds a boolean mask of x's size (1 byte per element)."""
+    keep = x2 > 0 if mode == kernels.POSITIVE else x2 != 0
+    if mode == kernels.MASKED:
+        keep &= np.asarray(mask, dtype=np.bool_).reshape(x2.shape)
+    rows, cols = np.nonzero(keep)
+    pos = _prefix(np.bincount(rows, minlength=x2.shape[0]))
+    return pos, cols.astype(np.int32 if x2.shape[1] <= np.iinfo(np.int32).max else np.int64), x2[rows, cols]
 
 
 def csr_like(fmt: TensorFormat) -> bool:

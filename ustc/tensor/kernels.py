@@ -8,10 +8,24 @@ outputs (no hidden full-size index temporaries).
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from numba import njit, prange, types
+from numba.extending import overload
 
 # Selection modes for dense -> sparse.
 NONZERO, POSITIVE, MASKED = 0, 1, 2
+
+
+def _positive(v):
+    return v > 0
+
+
+@overload(_positive)
+def _positive_impl(v):
+    """``v > 0``; complex values compare their real part so every selection kernel
+    compiles for complex data (``sparse_relu`` rejects complex input before this)."""
+    if isinstance(v, types.Complex):
+        return lambda v: v.real > 0
+    return lambda v: v > 0
 
 
 @njit(cache=True, inline="always")
@@ -19,7 +33,7 @@ def _selected(mode, v, mask, r, j):
     if mode == 0:
         return v != 0
     if mode == 1:
-        return v > 0
+        return _positive(v)
     return mask[r, j] and v != 0
 
 
