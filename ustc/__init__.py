@@ -11,9 +11,10 @@ from .errors import (DeviceError, FileFormatError, FormatError, FormatSemanticEr
                      UnsupportedOperation, UstcError)
 from .format import Dimension, LevelFormat, LevelProperty, TensorFormat, parse
 from .tensor import Tensor
+from .tensor.io import from_file, to_file
 from .tensor.sparsify import sparse_relu, sparsify
 
-__all__ = ["__version__", "formats", "Dimension", "LevelFormat", "LevelProperty", "TensorFormat", "parse", "Tensor", "sparsify", "sparse_relu",
+__all__ = ["__version__", "formats", "Dimension", "LevelFormat", "LevelProperty", "TensorFormat", "parse", "Tensor", "sparsify", "sparse_relu", "from_file", "to_file",
            "UstcError", "FormatError", "FormatSyntaxError", "FormatSemanticError", "StorageError", "ShapeError",
            "DeviceError", "KernelError", "UnsupportedOperation", "FileFormatError", "SolveError",
            "MissingDependencyError"]

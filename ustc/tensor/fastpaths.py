@@ -21,8 +21,11 @@ import numpy as np
 
 from ..format.expr import Dimension
 from ..format.ir import TensorFormat
-from . import kernels
 from .dtypes import narrow
+
+# Selection modes of the dense -> sparse kernels (ustc.tensor.kernels, imported on first use:
+# Numba costs ~0.15 s to import and formats-only users never need it).
+NONZERO, POSITIVE, MASKED = 0, 1, 2
 
 
 @dataclass(frozen=True)
@@ -49,6 +52,8 @@ def family(fmt: TensorFormat) -> Family | None:
 
 def convert(t, fmt: TensorFormat):
     """``t`` in ``fmt`` through a compressed-family shortcut, or None."""
+    from . import kernels
+
     src, dst = family(t.format), family(fmt)
     if src is None or dst is None or dst.kind != "csr":
         return None
@@ -75,6 +80,8 @@ def _prefix(counts: np.ndarray) -> np.ndarray:
 
 
 def _transpose(pos, crd, values, n_minor):
+    from . import kernels
+
     pos_out = _prefix(kernels.histogram(crd, n_minor))
     crd_out = np.empty(len(values), dtype=np.int64 if len(pos) - 1 > np.iinfo(np.int32).max else np.int32)
     values_out = np.empty_like(values)
@@ -95,6 +102,8 @@ def _csr_tensor(t, fmt, pos, crd, values):
 def select(x: np.ndarray, mode: int, mask: np.ndarray | None):
     """Rows of ``x`` (all but the last axis flattened): ``(pos, crd, values)`` of the
     selected entries in row-major order, in two passes over ``x``."""
+    from . import kernels
+
     rows = int(np.prod(x.shape[:-1], dtype=np.int64))
     x2 = x.reshape(rows, x.shape[-1])
     if not _compiled_dtype(x.dtype):
@@ -114,8 +123,8 @@ def _compiled_dtype(dtype: np.dtype) -> bool:
 
 def _select_numpy(x2: np.ndarray, mode: int, mask):
     """The same selection with NumPy: builds a boolean mask of x's size (1 byte per element)."""
-    keep = x2 > 0 if mode == kernels.POSITIVE else x2 != 0
-    if mode == kernels.MASKED:
+    keep = x2 > 0 if mode == POSITIVE else x2 != 0
+    if mode == MASKED:
         keep &= np.asarray(mask, dtype=np.bool_).reshape(x2.shape)
     rows, cols = np.nonzero(keep)
     pos = _prefix(np.bincount(rows, minlength=x2.shape[0]))
@@ -132,7 +141,7 @@ def csr_like(fmt: TensorFormat) -> bool:
             and fmt.is_unique(fmt.nlevels - 1))
 
 
-def from_dense(x: np.ndarray, fmt: TensorFormat, package: str, mode: int = kernels.NONZERO, mask=None, **options):
+def from_dense(x: np.ndarray, fmt: TensorFormat, package: str, mode: int = NONZERO, mask=None, **options):
     """``x``'s selected entries in ``fmt``: CSR-like formats directly from the row counts,
     every other format through the generic assembly of the selected coordinates."""
     from .tensor import Tensor

@@ -11,8 +11,7 @@ import numpy as np
 from numba import njit, prange, types
 from numba.extending import overload
 
-# Selection modes for dense -> sparse.
-NONZERO, POSITIVE, MASKED = 0, 1, 2
+from .fastpaths import MASKED, NONZERO, POSITIVE  # noqa: F401  (modes 0, 1, 2 below)
 
 
 def _positive(v):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ShapeError
-from . import fastpaths, kernels, packages
+from . import fastpaths, packages
 from .tensor import Tensor, as_format
 
 
@@ -30,7 +30,7 @@ def sparsify(x, tensor_format="CSR", where=None) -> Tensor:
     mask = packages.host_array(where)
     if mask.shape != array.shape:
         raise ShapeError(f"where has shape {mask.shape}, x has shape {array.shape}")
-    return fastpaths.from_dense(array, as_format(tensor_format), package, kernels.MASKED, mask)
+    return fastpaths.from_dense(array, as_format(tensor_format), package, fastpaths.MASKED, mask)
 
 
 def sparse_relu(x, tensor_format="CSR") -> Tensor:
@@ -39,4 +39,4 @@ def sparse_relu(x, tensor_format="CSR") -> Tensor:
     array = packages.host_array(x)
     if np.iscomplexobj(array):
         raise TypeError("relu is not defined for complex values")
-    return fastpaths.from_dense(array, as_format(tensor_format), package, kernels.POSITIVE)
+    return fastpaths.from_dense(array, as_format(tensor_format), package, fastpaths.POSITIVE)

@@ -294,6 +294,31 @@ class Tensor:
         return Tensor(self.format, self.shape, buffers, self._values.copy(), device=self._device,
                       package=self._package, origin=dict(self._origin))
 
+    # -- files and pictures (ustc.tensor.io / ustc.tensor.draw) ----------------------
+    def to_file(self, path) -> None:
+        """Write ``.mtx`` (2-D) or ``.tns`` (any rank); see ``ustc.to_file``."""
+        from .io import to_file
+
+        to_file(self, path)
+
+    def draw(self, path):
+        """PNG of the contents (up to 3-D), stored entries shaded; returns ``path``."""
+        from .draw import draw
+
+        return draw(self, path)
+
+    def draw_storage(self, path, **options):
+        """PNG of every level's buffers and the values, padding in its own colour; returns ``path``."""
+        from .draw import draw_storage
+
+        return draw_storage(self, path, **options)
+
+    def draw_raw(self, path, **options):
+        """PNG of the binned nonzero structure of a large 2-D/3-D tensor; returns ``path``."""
+        from .draw import draw_raw
+
+        return draw_raw(self, path, **options)
+
     def __repr__(self) -> str:
         from .printing import describe
 

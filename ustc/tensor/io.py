@@ -1,0 +1,397 @@
+"""Reading and writing tensors: Matrix Market (``.mtx``) and FROSTT (``.tns``).
+
+    >>> from ustc.tensor.io import from_file, to_file
+    >>> t = from_file("bcsstk01.mtx", tensor_format="CSR")         # doctest: +SKIP
+    >>> to_file(t, "copy.tns")                                     # doctest: +SKIP
+
+Matrix Market goes through SciPy (``scipy.io.mmread`` / ``mmwrite``, backed by
+the multithreaded fast_matrix_market): coordinate and array files; real,
+integer, pattern and complex fields; general, symmetric, skew-symmetric and
+hermitian symmetry (expanded to every entry on reading). Pattern entries read
+as 1.0.
+
+FROSTT ``.tns`` files hold one entry per line, ``i1 i2 ... iN value`` with
+1-based indices, separated by any whitespace; ``#`` starts a comment that runs
+to the end of its line. The reader is NumPy's C text reader (``np.loadtxt``,
+rewritten in C for NumPy 1.23 and faster than ``np.fromstring`` here); a
+rejected file is re-read by a chunked byte-level pass that finds the offending
+line. FROSTT has no header, so the extents are, in order of preference: the ``shape`` argument, a
+``# shape: n1 n2 ... nN`` comment in the first 64 KiB (``to_file`` writes it
+as the first line), the largest index in each dimension. Values read as int64
+when no token of the file looks like a float (no ``.``, exponent, ``nan`` or
+``inf``), else float64; tokens are parsed as float64 either way, so integers
+beyond 2**53 lose precision.
+
+Malformed files raise :class:`ustc.FileFormatError`, whose message names the
+file and, where known, the line; the error carries ``path`` and ``line``
+(1-based, or None) attributes.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import warnings
+from io import BytesIO
+
+import numpy as np
+
+from ..errors import FileFormatError, ShapeError, StorageError, UnsupportedOperation
+
+SUPPORTED = (".mtx", ".tns")
+SHAPE_WINDOW = 1 << 16  # a '# shape:' comment is looked for in the first 64 KiB
+CHUNK_BYTES = 8 << 20   # the careful .tns pass works on pieces this big (np.fromstring slows on huge inputs)
+_SPACE_TABLE = np.zeros(256, dtype=bool)
+_SPACE_TABLE[[9, 10, 11, 12, 13, 32]] = True   # the bytes C's isspace accepts
+_FLOAT_MARKS = (b".", b"e", b"E", b"n", b"N", b"i", b"I")
+_COMMENT = re.compile(rb"#[^\n]*")
+_SHAPE_COMMENT = re.compile(rb"#[ \t]*shape[ \t]*:?[ \t]*(\d+(?:[ \t]+\d+)*)[ \t]*\r?$", re.MULTILINE)
+
+
+def _error(path, message: str, line: int | None = None) -> FileFormatError:
+    where = f"{os.fspath(path)}, line {line}" if line is not None else os.fspath(path)
+    exc = FileFormatError(f"{where}: {message}")
+    exc.path, exc.line = os.fspath(path), line
+    return exc
+
+
+def _kind(path) -> str:
+    suffix = os.path.splitext(os.fspath(path))[1].lower()
+    if suffix not in SUPPORTED:
+        raise _error(path, f"unknown file extension {suffix or '(none)'!r}; supported: {', '.join(SUPPORTED)}")
+    return suffix
+
+
+def _host(t):
+    """``t`` with its buffers on the host (a copy only for CUDA tensors)."""
+    return t.to("cpu") if t.device != "cpu" else t
+
+
+# -- public entry points ---------------------------------------------------------------
+def from_file(path, tensor_format=None, *, shape=None):
+    """The tensor stored in ``path`` (``.mtx`` or ``.tns``, chosen by extension).
+
+    ``tensor_format`` (a ``TensorFormat`` or DSL text / name) is the format of
+    the result; by default COO for coordinate data (a compressed vector for a
+    rank-1 ``.tns``) and dense for Matrix Market array files. ``shape``
+    overrides the extents (entries outside it raise FileFormatError).
+    Duplicate entries are summed and zero values dropped unless the format
+    stores them. Raises FileFormatError (unknown extension, malformed file)
+    and FileNotFoundError.
+    """
+    kind = _kind(path)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"no such tensor file: {os.fspath(path)}")
+    if kind == ".mtx":
+        return _read_mtx(path, tensor_format, shape)
+    return _read_tns(path, tensor_format, shape)
+
+
+def to_file(t, path):
+    """Write tensor ``t`` to ``path`` (``.mtx`` for matrices, ``.tns`` for any rank); returns ``path``.
+
+    The file holds the nonzero stored entries: padding and explicit zeros are
+    left out, duplicates are written as stored (readers sum them). A Matrix
+    Market file of an all-dense tensor is an array file, else a general
+    coordinate file. ``.tns`` indices are 1-based and a ``# shape:`` comment
+    records the extents. Never mutates ``t``. Raises UnsupportedOperation for
+    ``.mtx`` of rank != 2 and ``.tns`` of complex values.
+    """
+    kind = _kind(path)
+    t = _host(t)
+    if kind == ".mtx":
+        _write_mtx(t, path)
+    else:
+        _write_tns(t, path)
+    return path
+
+
+# -- Matrix Market -------------------------------------------------------------------------
+def _read_mtx(path, tensor_format, shape):
+    from scipy import io as sio
+    from scipy import sparse
+
+    from .tensor import Tensor
+
+    try:
+        m = sio.mmread(os.fspath(path), spmatrix=False)
+    except (ValueError, OverflowError, UnicodeDecodeError, IndexError, RuntimeError) as exc:
+        text = str(exc)
+        found = re.match(r"Line (\d+):\s*(.*)", text, re.DOTALL)
+        if found:
+            raise _error(path, found.group(2), int(found.group(1))) from exc
+        raise _error(path, text or type(exc).__name__) from exc
+    shape = tuple(m.shape) if shape is None else tuple(int(n) for n in shape)
+    if len(shape) != 2:
+        raise _error(path, f"a Matrix Market file holds a matrix; shape {shape} is not 2-D")
+    try:
+        if sparse.issparse(m):
+            return Tensor.from_coo((m.row, m.col), m.data, shape, tensor_format)
+        if shape != m.shape:
+            raise _error(path, f"array file of shape {m.shape} does not fit shape {shape}")
+        if tensor_format is None:
+            return Tensor.from_dense(np.ascontiguousarray(m))
+        coords = np.nonzero(m)          # assemble the target directly (any format, any dtype)
+        return Tensor.from_coo(coords, m[coords], shape, tensor_format)
+    except (StorageError, ShapeError) as exc:
+        raise _error(path, str(exc)) from exc
+
+
+def _write_mtx(t, path) -> None:
+    from scipy import io as sio
+    from scipy import sparse
+
+    from .._version import __version__
+
+    if t.ndim != 2:
+        raise UnsupportedOperation(f"Matrix Market holds matrices; this tensor has rank {t.ndim} "
+                                   f"(write it as .tns instead)")
+    comment = f" written by ustc {__version__} from format {t.format}"
+    if all(lv.type.keyword == "dense" for lv in t.format.levels):
+        dense = np.asarray(_mtx_values(np.asarray(t.to_dense())))
+        sio.mmwrite(os.fspath(path), dense, comment=comment, symmetry="general")
+        return
+    coords, values = _nonzero_entries(t)
+    a = sparse.coo_array((_mtx_values(values), coords), shape=t.shape)
+    sio.mmwrite(os.fspath(path), a, comment=comment, symmetry="general")
+
+
+def _mtx_values(values: np.ndarray) -> np.ndarray:
+    """Values in a dtype Matrix Market writes losslessly (bool and small ints widened)."""
+    if values.dtype == np.bool_ or np.issubdtype(values.dtype, np.integer):
+        return values.astype(np.int64)
+    if np.issubdtype(values.dtype, np.complexfloating):
+        return values.astype(np.complex128)
+    return values.astype(np.float64)
+
+
+def _nonzero_entries(t):
+    coords, values = t.entries()
+    keep = values != 0
+    if not keep.all():
+        coords, values = tuple(c[keep] for c in coords), values[keep]
+    return coords, values
+
+
+# -- FROSTT ----------------------------------------------------------------------------------
+def _read_tns(path, tensor_format, shape):
+    from ..formats import COO
+    from .tensor import Tensor
+
+    with open(path, "rb") as f:
+        data = f.read()
+    index, values, hinted = parse_tns(data, path, None if shape is None else len(shape))
+    rank = index.shape[1] if index.ndim == 2 and index.shape[1] else (len(hinted) if hinted else 0)
+    if shape is None:
+        shape = hinted
+    if shape is None:
+        if not len(values):
+            raise _error(path, "no entries and no '# shape:' comment: pass shape= to give the extents")
+        shape = tuple(int(n) for n in index.max(axis=0))
+    shape = tuple(int(n) for n in shape)
+    if len(shape) != rank:
+        raise _error(path, f"entries have {rank} indices, the shape {shape} has {len(shape)}")
+    if len(values):
+        over = index > np.asarray(shape, dtype=np.int64)
+        if over.any():
+            row, dim = np.argwhere(over)[0]
+            raise _error(path, f"index {index[row, dim]} in dimension {dim} exceeds the extent {shape[dim]}",
+                         _line_of_entry(data, int(row)))
+    if tensor_format is None and rank >= 2:
+        tensor_format = COO(rank)
+    coords = tuple(index[:, d] - 1 for d in range(rank))
+    return Tensor.from_coo(coords, values, shape, tensor_format)
+
+
+def parse_tns(data: bytes, path="<bytes>", rank: int | None = None):
+    """Parse the bytes of a ``.tns`` file.
+
+    Returns ``(index, values, shape)``: ``index`` an (entries x rank) int64
+    array of the 1-based indices as written, ``values`` int64 or float64, and
+    ``shape`` the extents of a ``# shape:`` comment (or None). ``rank``, when
+    given, is the number of indices every line must have. Raises
+    FileFormatError naming ``path`` and the line for: lines with differing
+    field counts, non-numeric tokens, fractional indices, indices < 1.
+
+    NumPy's C reader (``np.loadtxt``) does the work; when it rejects the text,
+    a chunked byte-level pass finds the offending line for the message.
+    """
+    hinted = _shape_comment(data)
+    table = _loadtxt(data)
+    if table is None:
+        return _parse_careful(data, path, rank, hinted)
+    if not table.size:
+        empty = np.zeros((0, rank if rank is not None else len(hinted or ())), dtype=np.int64)
+        return empty, np.zeros(0, dtype=np.float64), hinted
+    nfields = table.shape[1]
+    if rank is not None and nfields != rank + 1:
+        raise _error(path, f"expected {rank + 1} fields ({rank} indices and a value), found {nfields}",
+                     _line_of_entry(data, 0))
+    if nfields < 2:
+        raise _error(path, "a line needs at least one index and a value", _line_of_entry(data, 0))
+    index = table[:, :-1]
+    wrong = ~((index >= 1) & (index < 2.0 ** 62)) | (index != np.floor(index))   # NaN and inf too
+    if wrong.any():
+        row, dim = np.argwhere(wrong)[0]
+        raise _error(path, f"index {index[row, dim]:g} in dimension {dim} is not an integer >= 1 "
+                           f"(indices are 1-based)", _line_of_entry(data, int(row)))
+    values = table[:, -1]
+    return index.astype(np.int64), values.astype(np.int64 if _integral_text(data) else np.float64), hinted
+
+
+def _loadtxt(data: bytes) -> np.ndarray | None:
+    """The (entries x fields) float64 table of ``data``, or None where NumPy's reader rejects it."""
+    stream = BytesIO(data)
+    if data.startswith(b"\xef\xbb\xbf"):                # a UTF-8 byte order mark
+        stream.seek(3)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)   # "input contained no data"
+            return np.loadtxt(stream, dtype=np.float64, comments="#", ndmin=2)
+    except (ValueError, UnicodeError):
+        return None
+
+
+def _integral_text(data: bytes) -> bool:
+    """True when no token outside comments looks like a float (``.``, exponent, nan, inf)."""
+    last = data.rfind(b"#")
+    end = 0 if last < 0 else (data.find(b"\n", last) + 1 or len(data))
+    head = _blank_comments(data[:end])
+    return not any(mark in head or data.find(mark, end) >= 0 for mark in _FLOAT_MARKS)
+
+
+def _parse_careful(data: bytes, path, rank: int | None, hinted):
+    """``parse_tns`` by a chunked byte-level pass that knows the line of every token."""
+    if data.startswith(b"\xef\xbb\xbf"):
+        data = b"   " + data[3:]
+    nfields = None if rank is None else rank + 1
+    tables, line0, integral = [], 0, True
+    for lo, hi in _chunks(data, CHUNK_BYTES):
+        chunk = _blank_comments(data[lo:hi])
+        fields = _fields_per_line(np.frombuffer(chunk, dtype=np.uint8))
+        lines = np.flatnonzero(fields)
+        if len(lines):
+            nfields = nfields or int(fields[lines[0]])
+            tables.append(_parse_chunk(chunk, fields, lines, nfields, line0, path))
+            integral = integral and not any(mark in chunk for mark in _FLOAT_MARKS)
+        line0 += len(fields)
+    if not tables:
+        empty = np.zeros((0, rank if rank is not None else len(hinted or ())), dtype=np.int64)
+        return empty, np.zeros(0, dtype=np.float64), hinted
+    index = np.concatenate([ix for ix, _ in tables])
+    values = np.concatenate([v for _, v in tables])
+    return index, values.astype(np.int64) if integral else values, hinted
+
+
+def _chunks(data: bytes, size: int):
+    """``(lo, hi)`` byte ranges of about ``size`` bytes, each ending after a newline (or at the end)."""
+    lo = 0
+    while lo < len(data):
+        hi = data.find(b"\n", min(lo + size, len(data)) - 1)
+        hi = len(data) if hi < 0 else hi + 1
+        yield lo, hi
+        lo = hi
+
+
+def _parse_chunk(chunk: bytes, fields, lines, nfields: int, line0: int, path):
+    """``(index, values)`` of one chunk: (entries x rank) int64 and float64; ``line0`` lines precede it."""
+    bad = fields[lines] != nfields
+    if bad.any():
+        line = int(lines[np.argmax(bad)])
+        raise _error(path, f"expected {nfields} fields ({nfields - 1} indices and a value), "
+                           f"found {fields[line]}", line0 + line + 1)
+    if nfields < 2:
+        raise _error(path, "a line needs at least one index and a value", line0 + int(lines[0]) + 1)
+    table = _numbers(chunk, int(fields.sum()), path, line0).reshape(len(lines), nfields)
+    index = table[:, :-1]
+    wrong = ~((index >= 1) & (index < 2.0 ** 62)) | (index != np.floor(index))   # NaN and inf too
+    if wrong.any():
+        row, dim = np.argwhere(wrong)[0]
+        raise _error(path, f"index {index[row, dim]:g} in dimension {dim} is not an integer >= 1 "
+                           f"(indices are 1-based)", line0 + int(lines[row]) + 1)
+    return index.astype(np.int64), table[:, -1].copy()
+
+
+def _shape_comment(data: bytes) -> tuple[int, ...] | None:
+    """The extents of a ``# shape: n1 n2 ...`` comment in the first SHAPE_WINDOW bytes, else None."""
+    found = _SHAPE_COMMENT.search(data, 0, SHAPE_WINDOW)
+    return tuple(int(n) for n in found.group(1).split()) if found else None
+
+
+def _blank_comments(data: bytes) -> bytes:
+    """``data`` with every ``#`` ... end-of-line run replaced by spaces (line numbers and offsets kept)."""
+    if b"#" not in data:
+        return data
+    return _COMMENT.sub(lambda m: b" " * len(m[0]), data)
+
+
+def _fields_per_line(raw: np.ndarray) -> np.ndarray:
+    """Number of whitespace-separated tokens on every line (index = line number - 1)."""
+    if not len(raw):
+        return np.zeros(0, dtype=np.int64)
+    space = _SPACE_TABLE[raw]
+    start = ~space
+    start[1:] &= space[:-1]
+    line_starts = np.flatnonzero(raw == ord("\n")) + 1
+    line_starts = np.concatenate(([0], line_starts[line_starts < len(raw)]))
+    longest = int(np.diff(line_starts, append=len(raw)).max())
+    # a line of n bytes holds at most (n + 1) // 2 tokens: count in uint16 when that cannot overflow
+    wide = np.int64 if longest >= 2 * np.iinfo(np.uint16).max else np.uint16
+    return np.add.reduceat(start.view(np.uint8), line_starts, dtype=wide).astype(np.int64)
+
+
+def _numbers(data: bytes, tokens: int, path, line0: int = 0) -> np.ndarray:
+    """Every token as float64, or FileFormatError at the line of the first non-number."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DeprecationWarning)
+        try:
+            numbers = np.fromstring(data, dtype=np.float64, sep=" ")
+            failed = None
+        except (ValueError, DeprecationWarning):
+            numbers, failed = None, True
+    if failed is None and len(numbers) == tokens:
+        return numbers
+    line, token = _first_bad_token(data)
+    raise _error(path, f"{token!r} is not a number", None if line is None else line0 + line)
+
+
+def _first_bad_token(data: bytes) -> tuple[int | None, str]:
+    """Line (1-based) and text of the first token NumPy's parser rejects (error path only)."""
+    def parses(text: bytes) -> bool:
+        try:
+            return len(np.fromstring(text, dtype=np.float64, sep=" ")) == len(text.split())
+        except ValueError:
+            return False
+
+    for number, line in enumerate(data.split(b"\n"), start=1):
+        if not parses(line):
+            bad = next((tok for tok in line.split() if not parses(tok)), line.strip())
+            return number, bad.decode("utf-8", "replace")
+    return None, "?"
+
+
+def _line_of_entry(data: bytes, row: int) -> int | None:
+    """File line (1-based) of the ``row``-th entry line (error path only)."""
+    data = _blank_comments(data)
+    fields = _fields_per_line(np.frombuffer(data, dtype=np.uint8))
+    lines = np.flatnonzero(fields)
+    return int(lines[row]) + 1 if row < len(lines) else None
+
+
+def _write_tns(t, path, chunk: int = 1 << 16) -> None:
+    if np.issubdtype(t.dtype, np.complexfloating):
+        raise UnsupportedOperation("FROSTT .tns files hold real values; this tensor is complex "
+                                   "(write it as .mtx instead)")
+    coords, values = _nonzero_entries(t)
+    integral = values.dtype == np.bool_ or np.issubdtype(values.dtype, np.integer)
+    values = values.astype(np.int64 if integral else np.float64)
+    index = np.stack([np.asarray(c, dtype=np.int64) + 1 for c in coords], axis=1) if coords \
+        else np.zeros((len(values), 0), dtype=np.int64)
+    row = " ".join(["%d"] * t.ndim + ["%d" if integral else "%r"]) + "\n"
+    with open(path, "w", encoding="ascii") as f:
+        f.write(f"# shape: {' '.join(str(n) for n in t.shape)}\n")
+        for lo in range(0, len(values), chunk):
+            table = np.empty((min(chunk, len(values) - lo), t.ndim + 1), dtype=object)
+            table[:, :-1] = index[lo:lo + chunk]
+            table[:, -1] = values[lo:lo + chunk].tolist()
+            f.write((row * len(table)) % tuple(table.ravel().tolist()))
