@@ -56,7 +56,9 @@ INVALID = [
     ("(i, j) -> (i : dense, i : compressed, j : dense)", SEM, 1, 23, 1, "'i' is already stored by level 0"),
     ("(i, j) -> (1 * i : dense, i : dense, j : compressed)", SEM, 1, 27, 1, "already stored by level 0"),
     ("(i, j) -> (i + j : compressed, j + i : compressed, j : range)", SEM, 1, 32, 1, "already stored by level 0"),
-    ("(i, j) -> (i floordiv 2 : dense, j : compressed)", SEM, 1, 1, None, "dimension 'i' cannot be recovered"),
+    ("(i, j) -> (i floordiv 2 : dense, j : compressed)", SEM, 1, 12, 0, "dimension 'i' is stored more than once or incompletely"),
+    ("(i, j) -> (i floordiv 2 : dense, i : dense, j : compressed)", SEM, 1, 34, 1, "stored more than once"),
+    ("(i, j) -> (2 * i : dense, i : dense, j : compressed)", SEM, 1, 27, 1, "stored more than once"),
     # --- expressions ------------------------------------------------------------------------------
     ("(i, j) -> (i * j : dense, j : compressed)", SEM, 1, 12, None, "'i * j' is not affine"),
     ("(i, j) -> (i floordiv j : dense, j : compressed)", SEM, 1, 12, None,

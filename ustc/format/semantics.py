@@ -108,6 +108,23 @@ def check_uses(dims: Sequence[Dimension], levels: Sequence[Level]) -> None:
         seen[expr] = k
 
 
+def check_single_storage(dims: Sequence[Dimension], levels: Sequence[Level]) -> None:
+    """Each dimension is stored once: plainly, as ``c * d``, or as one floordiv/mod pair.
+
+    Dimensions of ``d - e`` / ``d + e`` levels are governed by ``check_diagonal_maps``.
+    """
+    diagonal = {name for lv in levels if isinstance(lv.expr, (Add, Sub)) for name in lv.expr.variables()}
+    for d in dims:
+        if d.name in diagonal:
+            continue
+        uses = [(k, type(lv.expr)) for k, lv in enumerate(levels) if d.name in lv.expr.variables()]
+        kinds = sorted(kind.__name__ for _, kind in uses)
+        if kinds not in (["Dimension"], ["Mul"], ["FloorDiv", "Mod"]):
+            k = uses[-1][0]
+            raise _fail(f"dimension '{d}' is stored more than once or incompletely "
+                        f"(store it as '{d}', 'c * {d}', or one '{d} floordiv c' / '{d} mod c' pair)", levels, k)
+
+
 def inverse(dims: Sequence[Dimension], levels: Sequence[Level]) -> tuple[Expr, ...]:
     """Each dimension as an expression over level coordinates ``l0, l1, ...``."""
     lv = [Dimension(f"l{k}") for k in range(len(levels))]
@@ -184,4 +201,5 @@ def analyze(dims: Sequence[Dimension], levels: Sequence[Level], pos_width: int, 
             raise _fail(exc.rule, levels, k) from None
     check_block_maps(levels)
     check_diagonal_maps(levels)
+    check_single_storage(dims, levels)
     return inverse(dims, levels)
