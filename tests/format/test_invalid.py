@@ -132,7 +132,7 @@ INVALID = [
     ("(i, j) -> (i : dense, j : delta(33))", SEM, 1, 23, 1, "delta(b) needs 1 <= b <= 32, got 33"),
     ("(i, j) -> (i : dense, j : delta(3, packed))", SEM, 1, 23, 1, "delta(3, packed) needs b in {1, 2, 4, 8}"),
     ("(i, j) -> (i : dense, j : delta(4, nonunique))", SEM, 1, 23, 1, "'delta' takes (b) or (b, packed)"),
-    ("(i, j) -> (i : dense, j : delta(4)(nonunique))", SEM, 1, 23, 1, "'delta' takes its width in parentheses"),
+    ("(i, j) -> (i : dense, j : delta(4)(nonunique))", SEM, 1, 23, 1, "'delta' levels take no properties"),
     ("(i, j) -> (i : dense, j : delta)", SEM, 1, 23, 1, "'delta' takes its width in parentheses"),
     # --- level variables and dimension bindings ---------------------------------------------------
     ("{l0, l1} (i = l1, j = l1) -> (i : dense, j : compressed)", SEM, 1, 11, None,
@@ -306,7 +306,7 @@ def test_invalid_expressions_in_the_object_api():
         i // j
     with pytest.raises(TypeError, match="'mod' takes an integer constant"):
         i % 2.5
-    with pytest.raises(TypeError, match="identifier"):
+    with pytest.raises(FormatError, match="identifier"):
         Dimension(dimension_name="1a")
     with pytest.raises(TypeError):
         Dimension(dimension_name=3)

@@ -86,8 +86,12 @@ class Dimension(Expr):
     dimension_name: str
 
     def __post_init__(self):
-        if not isinstance(self.dimension_name, str) or not self.dimension_name.isidentifier():
-            raise TypeError(f"a dimension name must be an identifier, not {self.dimension_name!r}")
+        if not isinstance(self.dimension_name, str):
+            raise TypeError(f"a dimension name must be a str, not {type(self.dimension_name).__name__}")
+        if not self.dimension_name.isidentifier():
+            from ..errors import FormatError
+
+            raise FormatError(f"a dimension name must be an identifier, not {self.dimension_name!r}")
 
     @property
     def name(self) -> str:

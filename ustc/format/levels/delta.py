@@ -47,7 +47,10 @@ class Delta(LevelType):
 
     @classmethod
     def from_syntax(cls, groups):
-        if not groups or groups[0][0] != "(" or len(groups) > 1:
+        if len(groups) > 1:
+            raise FormatSemanticError("'delta' levels take no properties: their coordinates are ordered and "
+                                      "unique by construction")
+        if not groups or groups[0][0] != "(":
             raise FormatSemanticError("'delta' takes its width in parentheses: delta(b) or delta(b, packed)")
         items = groups[0][1]
         packed = len(items) == 2 and items[1] == PACKED
@@ -58,7 +61,7 @@ class Delta(LevelType):
     @classmethod
     def from_spec(cls, args):
         params, props = split_spec(args)
-        packed = PACKED in params or True in params[1:]
+        packed = any(p is True or p == PACKED for p in params[1:])
         ints = [p for p in params if _is_int(p)]
         if len(ints) != 1 or len(params) - len(ints) > int(packed):
             raise FormatSemanticError(f"(LevelFormat.DELTA, b[, 'packed']) expected, got {tuple(args)!r}")
