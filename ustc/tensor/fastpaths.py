@@ -58,8 +58,6 @@ def convert(t, fmt: TensorFormat):
     if src is None or dst is None or dst.kind != "csr":
         return None
     values = t._values[:t.nse]
-    if kernels.count_zeros(values):
-        return None  # explicit zeros must be dropped: the generic path does it
     b = t._buffers
     if src.kind == "csr":
         pos, crd = b[(1, "pos")], b[(1, "crd")]
@@ -67,9 +65,13 @@ def convert(t, fmt: TensorFormat):
         pos = _prefix(kernels.histogram(b[(0, "crd")], t.shape[src.major]))
         crd = b[(1, "crd")]
     if src.major == dst.major:
+        if kernels.count_zeros(values):
+            return None  # explicit zeros must be dropped: the generic path does it
         out = (pos.copy(), crd.copy(), values.copy())
     else:
         out = _transpose(pos, crd, values, t.shape[1 - src.major])
+        if out is None:
+            return None
     return _csr_tensor(t, fmt, *out)
 
 
@@ -85,7 +87,8 @@ def _transpose(pos, crd, values, n_minor):
     pos_out = _prefix(kernels.histogram(crd, n_minor))
     crd_out = np.empty(len(values), dtype=np.int64 if len(pos) - 1 > np.iinfo(np.int32).max else np.int32)
     values_out = np.empty_like(values)
-    kernels.transpose_compressed(pos, crd, values, n_minor, pos_out, crd_out, values_out)
+    if kernels.transpose_compressed(pos, crd, values, n_minor, pos_out, crd_out, values_out):
+        return None  # explicit zeros: the generic path drops them
     return pos_out, crd_out, values_out
 
 
@@ -151,6 +154,35 @@ def from_dense(x: np.ndarray, fmt: TensorFormat, package: str, mode: int = NONZE
         buffers = narrow(fmt, {(fmt.nlevels - 1, "pos"): pos, (fmt.nlevels - 1, "crd"): crd},
                          fmt.level_shape(x.shape), (0,) * fmt.nlevels)
         return Tensor(fmt, x.shape, buffers, values, package=package)
+    if x.ndim > 1 and coo_like(fmt):
+        return _coo_tensor(x.shape, fmt, pos, crd, values, package)
     rows = np.repeat(np.arange(len(pos) - 1, dtype=np.int64), np.diff(pos))
     coords = (*np.unravel_index(rows, x.shape[:-1]), crd) if x.ndim > 1 else (crd,)
     return Tensor._assembled(fmt, x.shape, coords, values, package, **options)
+
+
+def coo_like(fmt: TensorFormat) -> bool:
+    """Canonical COO in dimension order: compressed(nonunique) then singletons."""
+    names = [d.name for d in fmt.dims]
+    kinds = [lv.type.keyword for lv in fmt.levels]
+    return (fmt.nlevels == fmt.ndim >= 2 and kinds == ["compressed"] + ["singleton"] * (fmt.ndim - 1)
+            and all(isinstance(lv.expr, Dimension) and lv.expr.name == names[k] for k, lv in enumerate(fmt.levels))
+            and all(fmt.is_ordered(k) for k in range(fmt.nlevels)) and fmt.is_unique(fmt.nlevels - 1)
+            and not fmt.pos_width and not fmt.crd_width)
+
+
+def _coo_tensor(shape, fmt, pos, crd, values, package):
+    """COO buffers straight from row counts: each leading coordinate is built once, in int32
+    when the extents allow, so the extra memory is the output itself."""
+    from .tensor import Tensor
+
+    lead = shape[:-1]
+    dtype = np.int32 if max(shape) <= np.iinfo(np.int32).max else np.int64
+    rows = np.repeat(np.arange(len(pos) - 1, dtype=dtype), np.diff(pos))
+    buffers = {(0, "pos"): np.array([0, len(values)], dtype=dtype)}
+    for k in range(len(lead) - 1, -1, -1):  # peel dimensions from the fastest-varying one
+        buffers[(k, "crd")] = rows % lead[k] if k else rows
+        if k:
+            rows //= lead[k]
+    buffers[(len(lead), "crd")] = crd.astype(dtype, copy=False)
+    return Tensor(fmt, shape, buffers, values, package=package)

@@ -95,17 +95,22 @@ def transpose_compressed(pos, crd, values, n_minor, pos_out, crd_out, values_out
     """Counting transpose of a compressed level (CSR <-> CSC), stable, O(nnz + n).
 
     ``pos_out`` must hold the exclusive prefix sums of the minor counts
-    (length ``n_minor + 1``); on return it is unchanged.
+    (length ``n_minor + 1``); on return it is unchanged. Returns the number of
+    explicit zeros met (the caller falls back when there are any).
     """
     nmajor = len(pos) - 1
     fill = pos_out[:-1].copy()
+    zeros = 0
     for a in range(nmajor):
         for q in range(pos[a], pos[a + 1]):
             b = crd[q]
             o = fill[b]
+            v = values[q]
+            zeros += v == 0
             crd_out[o] = a
-            values_out[o] = values[q]
+            values_out[o] = v
             fill[b] = o + 1
+    return zeros
 
 
 @njit(cache=True)
