@@ -343,8 +343,6 @@ def test_structured_n_m(nm):
     assert_same(Tensor.from_dense(x, fmt, prune=True).to_dense(), prune_oracle(x, n, m))
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: structured prune on bool values: -np.abs(values) in "
-                   "Structured._largest raises TypeError for numpy bool")
 def test_structured_prune_bool():
     x = np.array([[True, True, True, False]])
     t = Tensor.from_dense(x, F.Structured(2, 4), prune=True)
@@ -595,9 +593,6 @@ def test_default_index_dtype_int32_and_int64_when_needed():
 # --------------------------------------------------------------------------- known bugs (strict xfail)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: fastpaths.coo_like (dense->COO shortcut) accepts a unique "
-                   "compressed level before a singleton: from_dense stores repeated rows on a level that claims "
-                   "unique (validate() rejects it) instead of raising StorageError like the generic path")
 def test_unique_compressed_before_singleton_from_dense_refuses():
     fmt = TensorFormat.parse("(i, j) -> (i : compressed, j : singleton)")
     x = np.array([[1.0, 2.0], [0.0, 3.0]])
@@ -608,8 +603,6 @@ def test_unique_compressed_before_singleton_from_dense_refuses():
     t.validate()
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: storage.unpack keeps dense 'c * d' level positions whose level "
-                   "coordinate is not a multiple of c; their zeros overwrite real values in to_dense")
 def test_dense_scaled_level_round_trip():
     x = np.arange(1, 31, dtype=np.float64).reshape(6, 5)
     fmt = TensorFormat.parse("(a, b) -> (4 * b : dense, a : dense)")
@@ -617,8 +610,6 @@ def test_dense_scaled_level_round_trip():
     assert_same(t.to_dense(), x)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: storage.unpack maps delta padding entries of a 'c * d' level "
-                   "(coordinates between multiples of c) onto real rows; their zeros overwrite values")
 def test_delta_scaled_level_padding():
     x = np.zeros((2, 3))
     x[0, 2], x[1, 0] = -0.5, -1.25

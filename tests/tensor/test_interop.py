@@ -290,8 +290,6 @@ def test_crow_is_torch_hybrid_coo():
     np.testing.assert_array_equal(p.to_dense().numpy(), x)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: interop.to_scipy passes a BSR whose shape is not a multiple of "
-                   "the block size to SciPy, which raises ValueError (expected UnsupportedOperation)")
 def test_to_scipy_nondividing_bsr_raises_unsupported():
     x = np.zeros((5, 6))
     x[0, 1], x[4, 5] = 1, 2
@@ -299,9 +297,6 @@ def test_to_scipy_nondividing_bsr_raises_unsupported():
         Tensor.from_dense(x, F.BSR(2, 3)).to_package()
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: interop_torch.to_torch builds a torch BSR whose shape is not a "
-                   "multiple of the block size (an invalid tensor: to_dense raises RuntimeError) instead of "
-                   "raising UnsupportedOperation")
 def test_to_torch_nondividing_bsr_raises_unsupported():
     x = np.zeros((5, 6))
     x[0, 1], x[4, 5] = 1, 2
@@ -388,8 +383,6 @@ def test_torch_derived_formats():
     assert Tensor.from_package(srcs["bsc"]).format == F.BSC(3, 2)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: interop_torch.to_torch marks every COO result uncoalesced: it "
-                   "requires level 0 to be unique, but COO's level 0 is compressed(nonunique) by definition")
 def test_torch_coalesced_coo_round_trip_stays_coalesced():
     s = _sparse_sources()["coo"]
     assert s.is_coalesced()

@@ -168,6 +168,7 @@ def coo_like(fmt: TensorFormat) -> bool:
     return (fmt.nlevels == fmt.ndim >= 2 and kinds == ["compressed"] + ["singleton"] * (fmt.ndim - 1)
             and all(isinstance(lv.expr, Dimension) and lv.expr.name == names[k] for k, lv in enumerate(fmt.levels))
             and all(fmt.is_ordered(k) for k in range(fmt.nlevels)) and fmt.is_unique(fmt.nlevels - 1)
+            and not any(fmt.is_unique(k) for k in range(fmt.nlevels - 1))
             and not fmt.pos_width and not fmt.crd_width)
 
 

@@ -141,6 +141,9 @@ def to_scipy(t: Tensor):
         return cls((v, (b[(0, "crd")], b[(1, "crd")])), shape=t.shape, copy=False)
     if kind == "bsr":
         bm, bn = t.level_shape[2], t.level_shape[3]
+        if t.shape[0] % bm or t.shape[1] % bn:
+            raise UnsupportedOperation(f"SciPy BSR needs the shape {t.shape} to be a multiple of the block "
+                                       f"({bm}, {bn}); convert to CSR or pad the matrix")
         cls = cls or sp.bsr_array
         return cls((v.reshape(-1, bm, bn), b[(1, "crd")], b[(1, "pos")]), shape=t.shape, copy=False)
     cls = cls or sp.dia_array

@@ -97,10 +97,14 @@ def to_torch(t: Tensor):
         if indices is None or indices.data_ptr() != wrap(b[(0, "crd")]).data_ptr():
             indices = torch.stack([wrap(b[(k, "crd")]).to(torch.int64) for k in range(nsparse)])
         values = wrap(t._values[: t.nse * math.prod(dense_shape)]).reshape(-1, *dense_shape)
-        coalesced = all(t.format.is_unique(k) and t.format.is_ordered(k) for k in range(nsparse))
+        # coalesced: the coordinate tuples are sorted and unique as a whole (the last sparse level unique)
+        coalesced = all(t.format.is_ordered(k) for k in range(nsparse)) and t.format.is_unique(nsparse - 1)
         return torch.sparse_coo_tensor(indices, values, shape, is_coalesced=coalesced)
     pos, crd = wrap(b[(nb + 1, "pos")]), wrap(b[(nb + 1, "crd")])
     block = tuple(t.level_shape[nb + 2:nb + 4]) if kind in ("bsr", "bsc") else ()
+    if block and (shape[nb] % block[0] or shape[nb + 1] % block[1]):
+        raise UnsupportedOperation(f"torch {kind.upper()} needs the matrix shape {shape[nb:nb + 2]} to be a "
+                                   f"multiple of the block {block}; convert to CSR or pad the matrix")
     ends = pos[..., -1].reshape(-1)
     if len(ends) and not bool((ends == ends[0]).all()):
         raise UnsupportedOperation("torch needs the same number of entries in every batch")

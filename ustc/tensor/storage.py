@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import StorageError
+from ..format.expr import Mul
 from ..format.ir import TensorFormat
 from ..format.levels.base import Segments
 from . import sort as _sort
@@ -82,6 +83,9 @@ def unpack(layout: Layout, buffers: Buffers, nvalues: int) -> tuple[tuple[np.nda
             q = parent if k == fmt.nlevels - 1 else parent[q]
             keep &= q >= 0
             q = np.where(q >= 0, q, 0)
+    for k, level in enumerate(fmt.levels):  # c * d levels: only multiples of c are coordinates
+        if isinstance(level.expr, Mul):
+            keep &= level_coords[k] % level.expr.factor == 0
     coords = fmt.dim_coordinates(level_coords)
     coords = tuple(np.broadcast_to(np.asarray(c, dtype=np.int64), (parents,)) for c in coords)
     for c, n in zip(coords, layout.shape):

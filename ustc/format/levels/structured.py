@@ -117,7 +117,8 @@ class Structured(LevelType):
 
     def _largest(self, seg) -> np.ndarray:
         """Mask of the n entries of largest magnitude in every block."""
-        order = np.lexsort((-np.abs(seg.values), seg.parent))
+        magnitude = np.abs(seg.values).astype(np.float64)  # bool/int/complex alike
+        order = np.lexsort((-magnitude, seg.parent))
         start = np.searchsorted(seg.parent[order], seg.parent[order], side="left")
         keep = np.zeros(len(order), dtype=bool)
         keep[order[np.arange(len(order)) - start < self.n]] = True
