@@ -645,9 +645,6 @@ def test_batch_over_loose_compressed():
     assert_same(t.to_dense(), x)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: Singleton.pack ignores uniqueness: a unique singleton with a "
-                   "singleton child gets repeated coordinates (validate() then rejects the tensor) instead "
-                   "of a StorageError like compressed levels give")
 def test_unique_singleton_with_singleton_child():
     fmt = TensorFormat.parse("(i, j, k) -> (i : compressed(nonunique), j : singleton, k : singleton)")
     x = np.zeros((2, 2, 2))
@@ -659,8 +656,6 @@ def test_unique_singleton_with_singleton_child():
     t.validate()
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: Singleton.pack ignores seg.dedup: a singleton followed by dense "
-                   "levels stores one position per nonzero instead of one per sparse coordinate")
 def test_hybrid_coo_one_position_per_sparse_coordinate():
     fmt = TensorFormat.parse("(i, j, k) -> (i : compressed(nonunique), j : singleton, k : dense)")
     x = np.zeros((2, 3, 2))

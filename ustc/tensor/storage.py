@@ -125,10 +125,18 @@ def assemble(layout: Layout, coords, values: np.ndarray, *, presorted: bool = Fa
     buffers: Buffers = {}
     counts: list[int] = []
     parent, parents = np.zeros(len(values), dtype=np.int64), 1
+    prefix: list | None = None
     for k, level in enumerate(fmt.levels):
-        nxt = fmt.levels[k + 1].type.keyword if k + 1 < fmt.nlevels else None
+        end = k
+        while end + 1 < fmt.nlevels and fmt.levels[end + 1].type.keyword == "singleton":
+            end += 1
+        singleton = level.type.keyword == "singleton"
+        prefix = (prefix if singleton else [parent]) if end > k or singleton else None
         seg = Segments(parent, level_coords[k], parents, layout.level_shape[k], layout.origins[k],
-                       dedup=nxt != "singleton", values=values, prune=prune, where=f"level {k} ({level})")
+                       group=level_coords[k:end + 1], prefix=list(prefix) if singleton else None,
+                       values=values, prune=prune, where=f"level {k} ({level})")
+        if prefix is not None:
+            prefix.append(level_coords[k])
         packed = level.type.pack(seg)
         if packed.keep is not None:
             level_coords, values = [c[packed.keep] for c in level_coords], values[packed.keep]

@@ -194,9 +194,12 @@ class Segments:
 
     ``parent`` and ``crd`` are int64 arrays of equal length; ``nparents`` is the
     number of positions of the previous level; coordinates lie in
-    ``[lo, lo + extent)``. ``dedup`` is False when the next level is a
-    singleton (every entry needs its own position here). ``values`` are the
-    entries' values (structured pruning looks at them).
+    ``[lo, lo + extent)``. ``group`` holds the coordinate arrays that identify a
+    position: ``[crd]``, plus the coordinates of the singleton levels that
+    follow (a COO region gets one position per distinct coordinate tuple).
+    ``prefix`` (singleton levels only) holds the coordinates above it in its
+    COO region, with the region's parent first. ``values`` are the entries'
+    values (structured pruning looks at them).
     """
 
     parent: np.ndarray
@@ -204,18 +207,31 @@ class Segments:
     nparents: int
     extent: int
     lo: int
-    dedup: bool
+    group: list
+    prefix: list | None = None
     values: np.ndarray | None = None
     prune: bool = False
     where: str = ""
 
     def new_positions(self) -> np.ndarray:
-        """True where an entry starts a new (parent, crd) position."""
+        """True where an entry starts a new position: its parent or its group changes."""
         new = np.ones(len(self.crd), dtype=bool)
-        if self.dedup and len(new) > 1:
-            np.not_equal(self.crd[1:], self.crd[:-1], out=new[1:])
-            new[1:] |= self.parent[1:] != self.parent[:-1]
+        if len(new) > 1:
+            np.not_equal(self.parent[1:], self.parent[:-1], out=new[1:])
+            for c in self.group:
+                new[1:] |= c[1:] != c[:-1]
         return new
+
+    def repeated(self, keys: list, new: np.ndarray) -> int | None:
+        """Index of the first new position whose ``keys`` equal the previous position's, else None."""
+        starts = np.flatnonzero(new)
+        if len(starts) < 2:
+            return None
+        same = np.ones(len(starts) - 1, dtype=bool)
+        for k in keys:
+            picked = k[starts]
+            same &= picked[1:] == picked[:-1]
+        return int(starts[int(np.argmax(same)) + 1]) if same.any() else None
 
 
 @dataclass

@@ -50,13 +50,12 @@ class Compressed(LevelType):
 
     def pack(self, seg):
         new = seg.new_positions()
-        if not seg.dedup and self.unique and len(new) > 1:
-            repeat = (seg.parent[1:] == seg.parent[:-1]) & (seg.crd[1:] == seg.crd[:-1])
-            if repeat.any():
-                q = int(np.argmax(repeat)) + 1
+        if self.unique and len(seg.group) > 1:
+            q = seg.repeated([seg.parent, seg.crd], new)
+            if q is not None:
                 raise StorageError(f"{seg.where}: coordinate {seg.crd[q]} repeats under one parent, but the "
-                                   f"level is unique and its singleton children need one position per entry "
-                                   f"(use compressed(nonunique))")
+                                   f"level is unique and its singleton children need one position per "
+                                   f"coordinate tuple (use compressed(nonunique))")
         crd = seg.crd[new]
         counts = np.bincount(seg.parent[new], minlength=seg.nparents)
         return Packed({"pos": self.make_pos(counts), "crd": crd}, np.cumsum(new) - 1, len(crd))

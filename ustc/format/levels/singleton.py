@@ -46,8 +46,15 @@ class Singleton(LevelType):
         return np.arange(nparents, dtype=np.int64), np.asarray(buffers["crd"][:nparents], dtype=np.int64)
 
     def pack(self, seg):
-        n = len(seg.crd)
-        return Packed({"crd": seg.crd}, np.arange(n, dtype=np.int64), n)
+        """One position per parent position (the COO head already grouped the tuples)."""
+        if self.unique and len(seg.group) > 1 and seg.prefix is not None:
+            q = seg.repeated([*seg.prefix, seg.crd], seg.new_positions())
+            if q is not None:
+                raise StorageError(f"{seg.where}: coordinate {seg.crd[q]} repeats for one coordinate tuple "
+                                   f"above it, but the level is unique (use singleton(nonunique))")
+        crd = np.zeros(seg.nparents, dtype=np.int64)
+        crd[seg.parent] = seg.crd
+        return Packed({"crd": crd}, seg.parent, seg.nparents)
 
     def check_buffers(self, nparents, extent, lo, buffers):
         crd = buffers["crd"]
