@@ -97,30 +97,25 @@ def prune_oracle(x: np.ndarray, n: int, m: int) -> np.ndarray:
 def representable(x: np.ndarray, fmt: TensorFormat):
     """How ``fmt`` can hold the nonzeros of ``x``.
 
-    'ok'; 'raise' when a unique compressed / loose_compressed level with a singleton child
-    would have to repeat a coordinate (the level must refuse with StorageError);
-    'singleton-bug' when a unique singleton level with a child would repeat one (see the
-    strict-xfail tests below: the library stores an invalid tensor there).
+    'ok'; 'raise' when a unique level heading or inside a COO region (followed by singleton
+    levels) would have to repeat a coordinate among the region's distinct coordinate tuples
+    (the level must refuse with StorageError).
     """
     coords = np.nonzero(x)
     if not len(coords[0]):
         return "ok"
     level_coords = [np.broadcast_to(np.asarray(c, dtype=np.int64), coords[0].shape)
                     for c in fmt.level_coordinates(coords)]
-    for k, lv in enumerate(fmt.levels[:-1]):
-        nxt = fmt.levels[k + 1].type.keyword
-        kw = lv.type.keyword
-        if not lv.type.unique:
+    levels = fmt.levels
+    for k, lv in enumerate(levels[:-1]):
+        end = k  # the COO region: k and the singleton levels that follow it
+        while end + 1 < len(levels) and levels[end + 1].type.keyword == "singleton":
+            end += 1
+        if not lv.type.unique or end == k:
             continue
-        if kw in ("compressed", "loose_compressed") and nxt == "singleton":
-            verdict = "raise"
-        elif kw == "singleton":
-            verdict = "singleton-bug"
-        else:
-            continue
-        prefix = np.stack(level_coords[:k + 1], axis=1)
-        if len(np.unique(prefix, axis=0)) < len(prefix):
-            return verdict
+        tuples = np.unique(np.stack(level_coords[:end + 1], axis=1), axis=0)  # one position each
+        if len(np.unique(tuples[:, :k + 1], axis=0)) < len(tuples):
+            return "raise"
     return "ok"
 
 
@@ -149,29 +144,6 @@ def expected_index_dtypes(fmt: TensorFormat, t0: Tensor):
         return dt if info.min <= lo_ and hi_ <= info.max else None
 
     return pick(fmt.pos_width, 0, pos_hi), pick(fmt.crd_width, lo, hi)
-
-
-def has_known_bug(fmt: TensorFormat, shape) -> str | None:
-    """Formats that hit a bug pinned by a strict-xfail test below; the property tests skip them."""
-    for lv in fmt.levels:
-        if isinstance(lv.expr, Mul) and lv.expr.factor != 1 and lv.type.keyword in ("dense", "delta"):
-            return "c*d level holding positions between multiples of c (dense, delta padding)"
-    names = [d.name for d in fmt.dims]
-    kinds = [lv.type.keyword for lv in fmt.levels]
-    if (fmt.ndim >= 2 and kinds == ["compressed"] + ["singleton"] * (fmt.ndim - 1)
-            and [getattr(lv.expr, "name", None) for lv in fmt.levels] == names
-            and all(lv.type.ordered for lv in fmt.levels) and fmt.levels[-1].type.unique
-            and not fmt.pos_width and not fmt.crd_width and any(lv.type.unique for lv in fmt.levels[:-1])):
-        return "fastpaths.coo_like accepts unique non-last COO levels"
-    nb = fmt.batch_levels
-    if nb:
-        lead = fmt.level_shape(shape)[:nb]
-        if 0 in lead:
-            return "empty batch"
-        kws = [lv.type.keyword for lv in fmt.levels]
-        if "loose_compressed" in kws[:-1]:
-            return "batch over loose_compressed"
-    return None
 
 
 # --------------------------------------------------------------------------- named formats
@@ -626,16 +598,11 @@ def test_compressed_scaled_level_round_trip():
     assert np.asarray(t.crd(1)).max() % 3 == 0
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: batch.flatten reshapes (0, -1) when a batch extent is 0: "
-                   "ValueError instead of an empty tensor")
 def test_empty_batch_extent():
     t = Tensor.from_dense(np.zeros((0, 3)), "(a, b) -> (a : batch, b : compressed)")
     assert t.shape == (0, 3)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: batch.flatten counts a loose_compressed level's positions as the "
-                   "width of its zero-padded crd row, so the per-batch pos rows of the level below are misread "
-                   "(nse 2 instead of 4, validate: pos decreasing, to_dense: ValueError)")
 def test_batch_over_loose_compressed():
     x = np.array([[0.0, 7.0, 1.0, -9.0], [0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 1.0]])
     fmt = "(a, b) -> (b : batch, a floordiv 1 : loose_compressed, a mod 1 : compressed)"
@@ -685,7 +652,6 @@ def format_and_array(draw, max_rank=3, allow_widths=False):
 def _build(x, fmt):
     """Tensor of ``x`` in ``fmt``, or None after checking a refusal was justified."""
     verdict = representable(x, fmt)
-    assume(verdict != "singleton-bug")
     if verdict == "raise":
         with pytest.raises(ustc.StorageError):
             Tensor.from_dense(x, fmt)
@@ -697,7 +663,6 @@ def _build(x, fmt):
 @given(format_and_array())
 def test_property_from_dense_round_trip(case):
     fmt, x = case
-    assume(has_known_bug(fmt, x.shape) is None)
     t = _build(x, fmt)
     if t is None:
         return
@@ -710,7 +675,6 @@ def test_property_from_dense_round_trip(case):
 @given(format_and_array())
 def test_property_convert_through_standard_formats(case):
     fmt, x = case
-    assume(has_known_bug(fmt, x.shape) is None)
     t = _build(x, fmt)
     if t is None:
         return
@@ -731,7 +695,6 @@ def test_property_convert_through_standard_formats(case):
 @given(format_and_array(max_rank=2, allow_widths=True))
 def test_property_index_widths(case):
     fmt, x = case
-    assume(has_known_bug(fmt, x.shape) is None)
     assume(representable(x, fmt) == "ok")
     t0 = Tensor.from_dense(x, widthless(fmt))
     want_pos, want_crd = expected_index_dtypes(fmt, t0)
@@ -753,7 +716,6 @@ def test_property_index_widths(case):
 def test_property_from_coo_duplicates(data):
     fmt = data.draw(formats(max_rank=3, allow_widths=False, allow_structured=False))
     shape = tuple(data.draw(st.lists(st.integers(1, 5), min_size=fmt.ndim, max_size=fmt.ndim)))
-    assume(has_known_bug(fmt, shape) is None)
     n = data.draw(st.integers(0, 40))
     rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
     coords = tuple(rng.integers(0, s, n) for s in shape)
@@ -761,7 +723,6 @@ def test_property_from_coo_duplicates(data):
     expected = np.zeros(shape, dtype=np.int64)
     np.add.at(expected, coords, values)
     verdict = representable(expected, fmt)
-    assume(verdict != "singleton-bug")
     if verdict == "raise":
         with pytest.raises(ustc.StorageError):
             Tensor.from_coo(coords, values, shape, fmt)
@@ -776,7 +737,6 @@ def test_property_from_coo_duplicates(data):
 def test_property_convert_between_random_formats(data):
     a, x = data.draw(format_and_array())
     b = data.draw(formats(max_rank=a.ndim, allow_widths=False).filter(lambda f: f.ndim == a.ndim))
-    assume(has_known_bug(a, x.shape) is None and has_known_bug(b, x.shape) is None)
     y = structured_fit(x, b)
     assume(representable(y, b) == "ok")
     t = _build(y, a)

@@ -30,6 +30,8 @@ def flatten(fmt: TensorFormat, level_shape, buffers: dict, values: np.ndarray) -
     """Batched buffers -> one flat storage (positions offset per batch)."""
     nb, shape = fmt.batch_levels, batch_shape(fmt, level_shape)
     nbatch = math.prod(shape)
+    if nbatch == 0:
+        return _empty(fmt, buffers), np.zeros(0, dtype=values.dtype)
     rows = {key: np.asarray(b).reshape(nbatch, -1) for key, b in buffers.items()}
     vals = np.asarray(values).reshape(nbatch, -1)
     parts: dict = {key: [] for key in buffers}
@@ -39,6 +41,8 @@ def flatten(fmt: TensorFormat, level_shape, buffers: dict, values: np.ndarray) -
         for k in range(nb, fmt.nlevels):
             level = fmt.levels[k].type
             own = {name: _used(rows[(k, name)][b], name, level, parents) for name in level.buffers}
+            if level.keyword == "loose_compressed":  # the used crd ends where the last segment does
+                own["crd"] = own["crd"][:int(own["pos"][1::2].max(initial=0))]
             try:
                 count = level.positions(parents, level_shape[k], own)
             except StorageError as exc:
@@ -52,6 +56,15 @@ def flatten(fmt: TensorFormat, level_shape, buffers: dict, values: np.ndarray) -
         value_parts.append(vals[b, :parents])
     flat = {key: _join(fmt.levels[key[0]].type, key[1], chunks) for key, chunks in parts.items()}
     return flat, (np.concatenate(value_parts) if value_parts else vals.reshape(-1))
+
+
+def _empty(fmt: TensorFormat, buffers: dict) -> dict:
+    """Flat buffers of a tensor with no batches: every level has no parents."""
+    def empty(k: int, name: str, b) -> np.ndarray:
+        pos_one = name == "pos" and fmt.levels[k].type.keyword != "loose_compressed"
+        return np.zeros(1 if pos_one else 0, dtype=np.asarray(b).dtype)
+
+    return {(k, name): empty(k, name, b) for (k, name), b in buffers.items()}
 
 
 def _used(row: np.ndarray, name: str, level, parents: int) -> np.ndarray:
