@@ -367,9 +367,6 @@ def test_batched_csr_errors():
                    "level 2", "pos")
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: validate() on batched storage reports indices of the internal "
-                   "flattened buffer (e.g. 'pos[4]') and never names the batch, so the index does not "
-                   "locate the bad entry in the user's (batch, n) buffer")
 def test_batched_error_names_batch():
     bad_pos = BATCH_POS.copy()
     bad_pos[1] = [0, 2, 1]

@@ -40,9 +40,7 @@ def flatten(fmt: TensorFormat, level_shape, buffers: dict, values: np.ndarray) -
         parents = 1
         for k in range(nb, fmt.nlevels):
             level = fmt.levels[k].type
-            own = {name: _used(rows[(k, name)][b], name, level, parents) for name in level.buffers}
-            if level.keyword == "loose_compressed":  # the used crd ends where the last segment does
-                own["crd"] = own["crd"][:int(own["pos"][1::2].max(initial=0))]
+            own = trim(level, {name: rows[(k, name)][b] for name in level.buffers}, parents)
             try:
                 count = level.positions(parents, level_shape[k], own)
             except StorageError as exc:
@@ -67,10 +65,20 @@ def _empty(fmt: TensorFormat, buffers: dict) -> dict:
     return {(k, name): empty(k, name, b) for (k, name), b in buffers.items()}
 
 
-def _used(row: np.ndarray, name: str, level, parents: int) -> np.ndarray:
-    if name == "pos":
-        return row[:level.pos_length(parents)] if hasattr(level, "pos_length") else row[:parents + 1]
-    return row
+def trim(level, own: dict, parents: int) -> dict:
+    """One batch's buffers without their padded tails: pos as long as ``parents`` need,
+    crd up to the last used position (loose: its last segment's end), structured crd n per block."""
+    out = dict(own)
+    if "pos" in out:
+        length = level.pos_length(parents) if hasattr(level, "pos_length") else parents + 1
+        out["pos"] = out["pos"][:length]
+    if level.keyword == "loose_compressed":
+        out["crd"] = out["crd"][:int(out["pos"][1::2].max(initial=0))]
+    elif level.keyword in ("compressed", "delta") and not getattr(level, "packed", False):
+        out["crd"] = out["crd"][:int(out["pos"][-1]) if len(out["pos"]) else 0]
+    elif level.keyword == "structured":
+        out["crd"] = out["crd"][:parents * level.n]
+    return out
 
 
 def _shifted(buf, name, level, count, offset, last):
