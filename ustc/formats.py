@@ -24,7 +24,8 @@ D, S, C = LevelFormat.DENSE, LevelFormat.SINGLETON, LevelFormat.COMPRESSED
 i, j, b = Dimension("i"), Dimension("j"), Dimension("b")
 
 
-def _names(rank: int) -> list[Dimension]:
+def dimensions(rank: int) -> list[Dimension]:
+    """``rank`` dimensions named i, j, k, ... (d0, d1, ... beyond eight)."""
     letters = "ijklmnop"
     return [Dimension(letters[r] if rank <= len(letters) else f"d{r}") for r in range(rank)]
 
@@ -40,13 +41,13 @@ def _rank(rank, least: int = 1) -> int:
 
 def Dense(rank: int = 2) -> TensorFormat:
     """All levels dense, in dimension order (row-major)."""
-    dims = _names(_rank(rank))
+    dims = dimensions(_rank(rank))
     return TensorFormat(dims, {d: D for d in dims}, name=f"Dense({rank})")
 
 
 def COO(rank: int = 2) -> TensorFormat:
     """``compressed(nonunique)`` then ``singleton(nonunique)`` ... ``singleton``."""
-    dims = _names(_rank(rank, 2))
+    dims = dimensions(_rank(rank, 2))
     levels = {dims[0]: (C, LevelProperty.NONUNIQUE)}
     levels.update({d: (S, LevelProperty.NONUNIQUE) for d in dims[1:-1]})
     levels[dims[-1]] = S
@@ -55,7 +56,7 @@ def COO(rank: int = 2) -> TensorFormat:
 
 def CSF(rank: int = 3) -> TensorFormat:
     """Compressed sparse fiber: every level compressed, in dimension order."""
-    dims = _names(_rank(rank))
+    dims = dimensions(_rank(rank))
     return TensorFormat(dims, {d: C for d in dims}, name=f"CSF({rank})")
 
 

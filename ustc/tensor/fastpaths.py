@@ -21,6 +21,7 @@ import numpy as np
 
 from ..format.expr import Dimension
 from ..format.ir import TensorFormat
+from ..format.levels.base import prefix_sum
 from .dtypes import narrow
 
 # Selection modes of the dense -> sparse kernels (ustc.tensor.kernels, imported on first use:
@@ -62,7 +63,7 @@ def convert(t, fmt: TensorFormat):
     if src.kind == "csr":
         pos, crd = b[(1, "pos")], b[(1, "crd")]
     else:
-        pos = _prefix(kernels.histogram(b[(0, "crd")], t.shape[src.major]))
+        pos = prefix_sum(kernels.histogram(b[(0, "crd")], t.shape[src.major]))
         crd = b[(1, "crd")]
     if src.major == dst.major:
         if kernels.count_zeros(values):
@@ -75,16 +76,10 @@ def convert(t, fmt: TensorFormat):
     return _csr_tensor(t, fmt, *out)
 
 
-def _prefix(counts: np.ndarray) -> np.ndarray:
-    pos = np.zeros(len(counts) + 1, dtype=np.int64)
-    np.cumsum(counts, out=pos[1:])
-    return pos
-
-
 def _transpose(pos, crd, values, n_minor):
     from . import kernels
 
-    pos_out = _prefix(kernels.histogram(crd, n_minor))
+    pos_out = prefix_sum(kernels.histogram(crd, n_minor))
     crd_out = np.empty(len(values), dtype=np.int64 if len(pos) - 1 > np.iinfo(np.int32).max else np.int32)
     values_out = np.empty_like(values)
     if kernels.transpose_compressed(pos, crd, values, n_minor, pos_out, crd_out, values_out):
@@ -112,7 +107,7 @@ def select(x: np.ndarray, mode: int, mask: np.ndarray | None):
     if not _compiled_dtype(x.dtype):
         return _select_numpy(x2, mode, mask)
     mask2 = np.zeros((1, 1), dtype=np.bool_) if mask is None else np.asarray(mask, dtype=np.bool_).reshape(x2.shape)
-    pos = _prefix(kernels.row_counts(x2, mode, mask2))
+    pos = prefix_sum(kernels.row_counts(x2, mode, mask2))
     crd = np.empty(int(pos[-1]), dtype=np.int32 if x2.shape[1] <= np.iinfo(np.int32).max else np.int64)
     values = np.empty(int(pos[-1]), dtype=x.dtype)
     kernels.row_fill(x2, mode, mask2, pos, crd, values)
@@ -130,7 +125,7 @@ def _select_numpy(x2: np.ndarray, mode: int, mask):
     if mode == MASKED:
         keep &= np.asarray(mask, dtype=np.bool_).reshape(x2.shape)
     rows, cols = np.nonzero(keep)
-    pos = _prefix(np.bincount(rows, minlength=x2.shape[0]))
+    pos = prefix_sum(np.bincount(rows, minlength=x2.shape[0]))
     return pos, cols.astype(np.int32 if x2.shape[1] <= np.iinfo(np.int32).max else np.int64), x2[rows, cols]
 
 

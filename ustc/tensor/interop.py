@@ -26,8 +26,14 @@ NONUNIQUE, NONORDERED = LevelProperty.NONUNIQUE, LevelProperty.NONORDERED
 
 
 def _dims(rank: int) -> list[Dimension]:
-    letters = "ijklmnop"
-    return [Dimension(letters[r] if rank <= len(letters) else f"d{r}") for r in range(rank)]
+    from ..formats import dimensions
+
+    return dimensions(rank)
+
+
+def memory_order(x) -> list[int]:
+    """Axes of ``x`` from the largest stride to the smallest (the level order of a zero-copy view)."""
+    return sorted(range(x.ndim), key=lambda d: -abs(x.strides[d]) if x.shape[d] > 1 else 0)
 
 
 def _props(ordered: bool, unique: bool) -> tuple:
@@ -50,7 +56,7 @@ def from_numpy(x: np.ndarray, package: str = packages.NUMPY) -> Tensor:
     """Dense tensor whose level order follows ``x``'s memory order (a view when strides allow)."""
     if x.ndim == 0:
         raise FormatError("a 0-dimensional array is a scalar, not a tensor ustc can store")
-    order = sorted(range(x.ndim), key=lambda d: -abs(x.strides[d]) if x.shape[d] > 1 else 0)
+    order = memory_order(x)
     moved = x.transpose(order)
     if not moved.flags.c_contiguous:
         order, moved = list(range(x.ndim)), np.ascontiguousarray(x)

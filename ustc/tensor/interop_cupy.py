@@ -11,7 +11,7 @@ from ..errors import UnsupportedOperation
 from ..format.ir import TensorFormat
 from ..format.levels import LevelFormat
 from . import packages
-from .interop import _dims, _root, _spec
+from .interop import _dims, _root, _spec, memory_order
 from .tensor import Tensor
 
 C, D = LevelFormat.COMPRESSED, LevelFormat.DENSE
@@ -21,7 +21,7 @@ def from_cupy(x, package: str = packages.CUPY) -> Tensor:  # pragma: no cover - 
     import cupyx.scipy.sparse as csp
 
     if not csp.issparse(x):
-        order = sorted(range(x.ndim), key=lambda d: -abs(x.strides[d]) if x.shape[d] > 1 else 0)
+        order = memory_order(x)
         moved = x.transpose(order)
         if not moved.flags.c_contiguous:
             order, moved = list(range(x.ndim)), x.copy(order="C")

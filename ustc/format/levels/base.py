@@ -245,6 +245,13 @@ class Packed:
     keep: np.ndarray | None = None
 
 
+def prefix_sum(counts: np.ndarray) -> np.ndarray:
+    """``[0, c0, c0 + c1, ...]`` as int64: positions of segments of ``counts`` entries back to back."""
+    pos = np.zeros(len(counts) + 1, dtype=np.int64)
+    np.cumsum(counts, out=pos[1:])
+    return pos
+
+
 def segment_parents(pos_lo: np.ndarray, pos_hi: np.ndarray, count: int) -> np.ndarray:
     """``parent[q]`` for positions ``q < count`` covered by segments ``[lo[p], hi[p])``; -1 elsewhere."""
     lengths = (pos_hi - pos_lo).astype(np.int64)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...errors import StorageError
-from .base import LevelProperty, LevelType, Packed, check_range, check_segments, pos_end, segment_parents
+from .base import LevelProperty, LevelType, Packed, check_range, check_segments, pos_end, prefix_sum, segment_parents
 
 
 @dataclass(frozen=True)
@@ -32,9 +32,7 @@ class Compressed(LevelType):
 
     def make_pos(self, counts: np.ndarray) -> np.ndarray:
         """The pos buffer for segments of ``counts`` entries laid out back to back."""
-        pos = np.zeros(len(counts) + 1, dtype=np.int64)
-        np.cumsum(counts, out=pos[1:])
-        return pos
+        return prefix_sum(counts)
 
     def pos_length(self, nparents: int) -> int:
         return nparents + 1
