@@ -17,7 +17,7 @@ from typing import Mapping
 
 import numpy as np
 
-from ..errors import FormatError, StorageError
+from ..errors import DeviceError, FormatError, StorageError
 from ..format.expr import Dimension
 from ..format.ir import TensorFormat
 from . import batch, fastpaths, packages, storage
@@ -44,7 +44,7 @@ class Tensor:
         self._device = device
         self._package = package
         self._origin = origin or {}
-        flat_buffers, flat_values = self._flatten()
+        flat_buffers, flat_values = self._flatten() if device == "cpu" else (self._buffers, self._values)
         self._counts = self._layout.positions(flat_buffers)
         if self._counts and self._counts[-1] > len(flat_values):
             raise StorageError(f"values holds {len(flat_values)} entries, the last level has "
@@ -65,8 +65,14 @@ class Tensor:
                                    f"got {b.dtype} {tuple(b.shape)}")
         return given
 
+    def _require_host(self) -> None:
+        if self._device != "cpu":
+            raise DeviceError(f"this operation runs on the host for now; the tensor is on '{self._device}': "
+                              f"call t.to('cpu') first (device kernels arrive with the CUDA target)")
+
     def _flatten(self):
         """The storage with batch levels acting as dense levels (the originals when unbatched)."""
+        self._require_host()
         fmt = self._layout.fmt
         if not fmt.batch_levels:
             if self._values.ndim != 1:
@@ -240,6 +246,7 @@ class Tensor:
         """The same tensor in another format (any to any); duplicates summed, zeros dropped
         except where the target stores them. ``prune``: structured targets keep the n
         largest magnitudes of an over-full block instead of raising."""
+        self._require_host()
         fmt = as_format(tensor_format)
         if fmt.ndim != self.ndim:
             raise FormatError(f"cannot convert a {self.ndim}-D tensor to the {fmt.ndim}-D format {fmt}")
@@ -279,6 +286,7 @@ class Tensor:
         """
         from .apply import apply
 
+        self._require_host()
         apply(self, fn)
         return self
 
