@@ -276,6 +276,7 @@ class Tensor:
         """The full check of every buffer against its level's promise; returns self."""
         from .validate import validate
 
+        self._require_host()
         validate(self)
         return self
 
