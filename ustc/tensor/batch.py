@@ -89,7 +89,7 @@ def _shifted(buf, name, level, count, offset, last):
         return (buf if last else buf[:-1]) + offset
     if getattr(level, "packed", False):
         return level.gaps(buf, count)
-    return buf[:count] if level.keyword != "loose_compressed" else buf
+    return buf[:count]  # trim() already cut most rows; singleton rows still carry padding
 
 
 def _join(level, name, chunks):

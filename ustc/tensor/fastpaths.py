@@ -22,7 +22,7 @@ import numpy as np
 from ..format.expr import Dimension
 from ..format.ir import TensorFormat
 from ..format.levels.base import prefix_sum
-from .dtypes import narrow
+from .dtypes import index_dtype, narrow
 
 # Selection modes of the dense -> sparse kernels (ustc.tensor.kernels, imported on first use:
 # Numba costs ~0.15 s to import and formats-only users never need it).
@@ -39,8 +39,21 @@ class Family:
     major: int
 
 
+def _plain_levels(fmt: TensorFormat, in_order: bool) -> bool:
+    """One level per dimension, each a plain dimension (in dimension order if ``in_order``)."""
+    names = [d.name for d in fmt.dims]
+    return fmt.nlevels == fmt.ndim and all(
+        isinstance(lv.expr, Dimension) and (not in_order or lv.expr.name == names[k])
+        for k, lv in enumerate(fmt.levels))
+
+
+def _fitting(hi: int) -> np.dtype:
+    """int32 when indices up to ``hi`` fit, else int64 (the default index policy)."""
+    return index_dtype(0, 0, hi, "index")
+
+
 def family(fmt: TensorFormat) -> Family | None:
-    if fmt.ndim != 2 or fmt.nlevels != 2 or not all(isinstance(lv.expr, Dimension) for lv in fmt.levels):
+    if fmt.ndim != 2 or not _plain_levels(fmt, in_order=False):
         return None
     kinds = tuple(lv.type.keyword for lv in fmt.levels)
     major = [d.name for d in fmt.dims].index(fmt.levels[0].expr.name)
@@ -80,7 +93,7 @@ def _transpose(pos, crd, values, n_minor):
     from . import kernels
 
     pos_out = prefix_sum(kernels.histogram(crd, n_minor))
-    crd_out = np.empty(len(values), dtype=np.int64 if len(pos) - 1 > np.iinfo(np.int32).max else np.int32)
+    crd_out = np.empty(len(values), dtype=_fitting(len(pos) - 2))
     values_out = np.empty_like(values)
     if kernels.transpose_compressed(pos, crd, values, n_minor, pos_out, crd_out, values_out):
         return None  # explicit zeros: the generic path drops them
@@ -108,7 +121,7 @@ def select(x: np.ndarray, mode: int, mask: np.ndarray | None):
         return _select_numpy(x2, mode, mask)
     mask2 = np.zeros((1, 1), dtype=np.bool_) if mask is None else np.asarray(mask, dtype=np.bool_).reshape(x2.shape)
     pos = prefix_sum(kernels.row_counts(x2, mode, mask2))
-    crd = np.empty(int(pos[-1]), dtype=np.int32 if x2.shape[1] <= np.iinfo(np.int32).max else np.int64)
+    crd = np.empty(int(pos[-1]), dtype=_fitting(x2.shape[1] - 1))
     values = np.empty(int(pos[-1]), dtype=x.dtype)
     kernels.row_fill(x2, mode, mask2, pos, crd, values)
     return pos, crd, values
@@ -126,14 +139,12 @@ def _select_numpy(x2: np.ndarray, mode: int, mask):
         keep &= np.asarray(mask, dtype=np.bool_).reshape(x2.shape)
     rows, cols = np.nonzero(keep)
     pos = prefix_sum(np.bincount(rows, minlength=x2.shape[0]))
-    return pos, cols.astype(np.int32 if x2.shape[1] <= np.iinfo(np.int32).max else np.int64), x2[rows, cols]
+    return pos, cols.astype(_fitting(x2.shape[1] - 1)), x2[rows, cols]
 
 
 def csr_like(fmt: TensorFormat) -> bool:
     """Leading dimensions dense in order, the last one an ordered unique compressed level."""
-    names = [d.name for d in fmt.dims]
-    return (fmt.nlevels == fmt.ndim and all(isinstance(lv.expr, Dimension) and lv.expr.name == names[k]
-                                            for k, lv in enumerate(fmt.levels))
+    return (_plain_levels(fmt, in_order=True)
             and all(lv.type.keyword == "dense" for lv in fmt.levels[:-1])
             and fmt.levels[-1].type.keyword == "compressed" and fmt.is_ordered(fmt.nlevels - 1)
             and fmt.is_unique(fmt.nlevels - 1))
@@ -158,10 +169,9 @@ def from_dense(x: np.ndarray, fmt: TensorFormat, package: str, mode: int = NONZE
 
 def coo_like(fmt: TensorFormat) -> bool:
     """Canonical COO in dimension order: compressed(nonunique) then singletons."""
-    names = [d.name for d in fmt.dims]
     kinds = [lv.type.keyword for lv in fmt.levels]
-    return (fmt.nlevels == fmt.ndim >= 2 and kinds == ["compressed"] + ["singleton"] * (fmt.ndim - 1)
-            and all(isinstance(lv.expr, Dimension) and lv.expr.name == names[k] for k, lv in enumerate(fmt.levels))
+    return (fmt.ndim >= 2 and _plain_levels(fmt, in_order=True)
+            and kinds == ["compressed"] + ["singleton"] * (fmt.ndim - 1)
             and all(fmt.is_ordered(k) for k in range(fmt.nlevels)) and fmt.is_unique(fmt.nlevels - 1)
             and not any(fmt.is_unique(k) for k in range(fmt.nlevels - 1))
             and not fmt.pos_width and not fmt.crd_width)
@@ -173,7 +183,7 @@ def _coo_tensor(shape, fmt, pos, crd, values, package):
     from .tensor import Tensor
 
     lead = shape[:-1]
-    dtype = np.int32 if max(shape) <= np.iinfo(np.int32).max else np.int64
+    dtype = _fitting(max(max(shape) - 1, len(values)))
     rows = np.repeat(np.arange(len(pos) - 1, dtype=dtype), np.diff(pos))
     buffers = {(0, "pos"): np.array([0, len(values)], dtype=dtype)}
     for k in range(len(lead) - 1, -1, -1):  # peel dimensions from the fastest-varying one

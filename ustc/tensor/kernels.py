@@ -74,14 +74,6 @@ def histogram(keys, n):
 
 
 @njit(cache=True)
-def is_nondecreasing(a):
-    for q in range(1, len(a)):
-        if a[q] < a[q - 1]:
-            return False
-    return True
-
-
-@njit(cache=True)
 def count_zeros(values):
     z = 0
     for v in values:
@@ -111,13 +103,3 @@ def transpose_compressed(pos, crd, values, n_minor, pos_out, crd_out, values_out
             values_out[o] = v
             fill[b] = o + 1
     return zeros
-
-
-@njit(cache=True)
-def segment_ordered_unique(pos, crd):
-    """True when every segment's coordinates strictly increase."""
-    for a in range(len(pos) - 1):
-        for q in range(pos[a] + 1, pos[a + 1]):
-            if crd[q] <= crd[q - 1]:
-                return False
-    return True

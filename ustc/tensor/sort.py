@@ -31,8 +31,8 @@ def is_sorted(key: np.ndarray) -> bool:
     return bool(len(key) < 2 or (key[1:] >= key[:-1]).all())
 
 
-def sort_entries(level_coords, values, origins, extents, *, sum_duplicates: bool = True):
-    """``(level_coords, values)`` in level order; equal coordinates summed when asked."""
+def sort_entries(level_coords, values, origins, extents):
+    """``(level_coords, values)`` in level order, entries with equal coordinates summed."""
     if not level_coords or len(values) == 0:
         return list(level_coords), values
     key = linear_key(level_coords, origins, extents)
@@ -46,7 +46,7 @@ def sort_entries(level_coords, values, origins, extents, *, sum_duplicates: bool
             key, values = key[order], values[order]
             level_coords = [c[order] for c in level_coords]
         same = key[1:] == key[:-1]
-    if sum_duplicates and same.any():
+    if same.any():
         starts = np.flatnonzero(np.concatenate([[True], ~same]))
         values = np.add.reduceat(values, starts)
         level_coords = [c[starts] for c in level_coords]

@@ -100,30 +100,25 @@ def unpack(layout: Layout, buffers: Buffers, nvalues: int) -> tuple[tuple[np.nda
 class Assembled:
     buffers: Buffers
     values: np.ndarray
-    counts: list[int]
 
 
-def assemble(layout: Layout, coords, values: np.ndarray, *, presorted: bool = False, sum_duplicates: bool = True,
-             drop_zeros: bool = True, prune: bool = False) -> Assembled:
+def assemble(layout: Layout, coords, values: np.ndarray, *, prune: bool = False) -> Assembled:
     """Buffers of ``layout.fmt`` holding ``values`` at dimension coordinates ``coords``.
 
-    Coordinates are checked against the shape. ``presorted`` promises the
-    entries are already in level order with no duplicates (skips the sort).
+    Coordinates are checked against the shape; duplicates are summed and zeros
+    dropped (the levels that store zeros, dense and padding, put them back).
     """
     fmt = layout.fmt
     coords = tuple(np.asarray(c, dtype=np.int64) for c in coords)
     _check_coords(coords, layout.shape)
     level_coords = [np.asarray(c, dtype=np.int64) for c in fmt.level_coordinates(coords)] if coords else []
     level_coords = [np.broadcast_to(c, values.shape) for c in level_coords]
-    if not presorted:
-        level_coords, values = _sort.sort_entries(level_coords, values, layout.origins, layout.level_shape,
-                                                  sum_duplicates=sum_duplicates)
-    if drop_zeros and len(values):
+    level_coords, values = _sort.sort_entries(level_coords, values, layout.origins, layout.level_shape)
+    if len(values):
         nonzero = values != 0
         if not nonzero.all():
             level_coords, values = [c[nonzero] for c in level_coords], values[nonzero]
     buffers: Buffers = {}
-    counts: list[int] = []
     parent, parents = np.zeros(len(values), dtype=np.int64), 1
     prefix: list | None = None
     for k, level in enumerate(fmt.levels):
@@ -131,7 +126,8 @@ def assemble(layout: Layout, coords, values: np.ndarray, *, presorted: bool = Fa
         while end + 1 < fmt.nlevels and fmt.levels[end + 1].type.keyword == "singleton":
             end += 1
         singleton = level.type.keyword == "singleton"
-        prefix = (prefix if singleton else [parent]) if end > k or singleton else None
+        if not singleton:  # a COO region starts here (or none does); singletons extend it
+            prefix = [parent] if end > k else None
         seg = Segments(parent, level_coords[k], parents, layout.level_shape[k], layout.origins[k],
                        group=level_coords[k:end + 1], prefix=list(prefix) if singleton else None,
                        values=values, prune=prune, where=f"level {k} ({level})")
@@ -142,10 +138,9 @@ def assemble(layout: Layout, coords, values: np.ndarray, *, presorted: bool = Fa
             level_coords, values = [c[packed.keep] for c in level_coords], values[packed.keep]
         buffers.update({(k, name): buf for name, buf in packed.buffers.items()})
         parent, parents = packed.position, packed.count
-        counts.append(parents)
     out = np.zeros(parents, dtype=values.dtype)
     out[parent] = values
-    return Assembled(buffers, out, counts)
+    return Assembled(buffers, out)
 
 
 def _check_coords(coords, shape) -> None:
