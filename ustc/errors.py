@@ -86,6 +86,10 @@ class KernelError(UstcError):
     """An index-notation kernel is malformed."""
 
 
+class ConversionWarning(UserWarning):
+    """An operand was converted to another format before a kernel could walk it."""
+
+
 class UnsupportedOperation(UstcError, NotImplementedError):
     """The operation is not available for these operands."""
 

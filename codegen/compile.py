@@ -1,0 +1,163 @@
+"""The compiler driver: a program and its operands' formats → a kernel module.
+
+``compile_program`` runs the stages for every statement — level-space rewrite
+(``space``), iteration graph and loop order (``graph``), lowering with merge
+lattices (``lower``) — retrying with a converted operand whenever a stage
+raises :class:`~codegen.space.Replan`. The result is a loop-IR
+:class:`~codegen.loopir.Module` whose ``meta["plan"]`` tells the host, per
+statement, which function to call, what each parameter is, and which operands
+to convert first; emitters turn the module into source text.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+
+from ustc.errors import ConversionWarning, UnsupportedOperation
+from ustc.format.ir import TensorFormat
+
+from . import loopir as ir
+from . import notation as nt
+from .graph import loop_order
+from .lower import Lowering, Output
+from .space import Replan, Space
+
+log = logging.getLogger("ustc.codegen")
+
+MAX_REPLANS = 8
+
+
+@dataclass(frozen=True)
+class Operand:
+    """What the compiler knows about one tensor: its format (None: a dense array), rank, dtype."""
+
+    name: str
+    format: TensorFormat | None
+    ndim: int
+    dtype: str
+
+
+def compile_program(program: nt.Program, operands: dict[str, Operand], header: tuple[str, ...] = ()) -> ir.Module:
+    functions, plans = [], []
+    for k, statement in enumerate(program.statements):
+        fn, plan = compile_statement(statement, operands, f"kernel_{k}")
+        functions.append(fn)
+        plans.append(plan)
+    return ir.Module(tuple(header), tuple(functions), {"plan": plans})
+
+
+def compile_statement(statement: nt.Statement, operands: dict[str, Operand], name: str):
+    stmt = nt.Statement(statement.lhs, nt.number_accesses(statement.rhs), statement.accumulate, statement.loc)
+    formats = {t: operands[t].format for t in operands}
+    converts: dict[str, str] = {}
+    aliases: dict[str, str] = {}
+    out = operands[stmt.lhs.tensor]
+    output = Output(out.name, out.format is not None, np.dtype(out.dtype))
+    for _ in range(MAX_REPLANS):
+        try:
+            space = Space(stmt, formats)
+            order = loop_order(space)
+            lowering = Lowering(space, order, output, name)
+            body = lowering.body()
+            break
+        except Replan as exc:
+            stmt, formats = _apply(exc, stmt, formats, converts, aliases)
+    else:  # pragma: no cover - each replan removes a conflict
+        raise UnsupportedOperation(f"could not find a loop order for {statement}")
+    params = tuple(p for p in _candidates(stmt, formats, operands, aliases, output) if p.name in _names(body))
+    fn = ir.Function(name, params, tuple(body), doc=str(statement))
+    plan = {"function": name, "params": [list(p.role) for p in params], "convert": converts,
+            "alias": aliases, "order": order, "sparse_output": output.sparse,
+            "statement": str(statement), "accumulate": statement.accumulate}
+    return fn, plan
+
+
+def _apply(exc: Replan, stmt, formats, converts, aliases):
+    """Convert the operand named by ``exc`` (an alias of it when it is read more than once)."""
+    tensor = exc.tensor
+    reads = [a for a in stmt.rhs.accesses() if a.tensor == tensor]
+    if len(reads) > 1 and exc.slot is not None:
+        alias = f"{aliases.get(tensor, tensor)}_{exc.slot}"
+        aliases[alias] = aliases.get(tensor, tensor)
+        stmt = nt.Statement(stmt.lhs, _rename(stmt.rhs, exc.slot, alias), stmt.accumulate, stmt.loc)
+        tensor = alias
+    formats = dict(formats)
+    formats[tensor] = exc.target
+    converts[tensor] = str(exc.target)
+    message = f"ustc converts operand '{aliases.get(tensor, tensor)}' to {exc.target} ({exc.reason})"
+    warnings.warn(message, ConversionWarning, stacklevel=4)
+    log.info(message)
+    return stmt, formats
+
+
+def _rename(e: nt.Expr, slot: int, name: str) -> nt.Expr:
+    if isinstance(e, nt.Access):
+        return nt.Access(name, e.indices, e.loc, e.slot) if e.slot == slot else e
+    if isinstance(e, nt.Neg):
+        return nt.Neg(_rename(e.operand, slot, name))
+    if isinstance(e, (nt.Add, nt.Sub, nt.Mul)):
+        return type(e)(_rename(e.left, slot, name), _rename(e.right, slot, name))
+    return e
+
+
+def _candidates(stmt, formats, operands, aliases, output):
+    """Every parameter a kernel for ``stmt`` could use, in a stable order."""
+    out = stmt.lhs.tensor
+    if output.sparse:
+        yield ir.Param("emit", ("emit",))
+        for d in range(len(stmt.lhs.indices)):
+            yield ir.Param(f"{out}_crd{d}", ("out_crd", out, d))
+        yield ir.Param(f"{out}_vals", ("out_vals", out))
+    else:
+        yield ir.Param(out, ("array", out))
+    seen = {out}
+    for access in stmt.rhs.accesses():
+        t = access.tensor
+        if t in seen:
+            continue
+        seen.add(t)
+        fmt = formats.get(t)
+        if fmt is None:
+            yield ir.Param(t, ("array", aliases.get(t, t)))
+            continue
+        for k, level in enumerate(fmt.levels):
+            for buf in level.type.buffers:
+                yield ir.Param(f"{t}_lvl{k}_{buf}", (buf, t, k))
+            yield ir.Param(f"{t}_lvl{k}_size", ("size", t, k))
+            yield ir.Param(f"{t}_lvl{k}_lo", ("lo", t, k))
+        yield ir.Param(f"{t}_vals", ("vals", t))
+    for index in stmt.indices:
+        yield ir.Param(f"n_{index}", ("extent", index))
+    for name in stmt.rhs.scalars():
+        yield ir.Param(name, ("scalar", name))
+
+
+def _names(body) -> set[str]:
+    names: set[str] = set()
+
+    def expr(e):
+        if isinstance(e, ir.Var):
+            names.add(e.name)
+        elif isinstance(e, ir.Load):
+            names.add(e.array)
+        for attr in ("left", "right", "operand", "value", "cond", "then", "orelse", "start", "stop"):
+            child = getattr(e, attr, None)
+            if isinstance(child, ir.Expr):
+                expr(child)
+        for child in getattr(e, "index", ()) + getattr(e, "args", ()):
+            expr(child)
+
+    for s in ir.walk(body):
+        if isinstance(s, ir.Store):
+            names.add(s.array)
+            for i in s.index:
+                expr(i)
+        for attr in ("value", "cond", "start", "stop"):
+            child = getattr(s, attr, None)
+            if isinstance(child, ir.Expr):
+                expr(child)
+    return names

@@ -1,0 +1,115 @@
+"""Numba CPU emitter: loop IR → readable Python compiled with ``numba.njit``.
+
+A visitor over :mod:`codegen.loopir`. Every function gets
+``@njit(cache=True, nogil=True)`` (``parallel=True`` and ``prange`` when a loop is
+marked parallel), so the compiled machine code is cached next to the source
+file in the kernel cache. Subscripts proved non-negative (:class:`loopir.Index`)
+are cast to ``np.uintp`` when ``unsigned_index`` is on: Numba then skips its
+negative-index wrap-around check (measured +15–36% on gather-heavy SpMV).
+"""
+
+from __future__ import annotations
+
+from . import loopir as ir
+
+PRECEDENCE = {"or": 1, "and": 2, "==": 4, "!=": 4, "<": 4, "<=": 4, ">": 4, ">=": 4, "|": 5, "&": 7,
+              ">>": 8, "<<": 8, "+": 9, "-": 9, "*": 10, "//": 10, "%": 10}
+ATOM = 12
+
+
+class CpuEmitter:
+    """``emit(module)`` returns the module's source text."""
+
+    target = "cpu"
+
+    def __init__(self, unsigned_index: bool = True):
+        self.unsigned_index = unsigned_index
+
+    # -- module and functions ---------------------------------------------------------------
+    def emit(self, module: ir.Module) -> str:
+        lines = [f"# {line}" if line else "#" for line in module.header]
+        lines += ["", "import numpy as np", "from numba import njit, prange", ""]
+        for fn in module.functions:
+            lines += ["", *self.function(fn), ""]
+        return "\n".join(lines).rstrip() + "\n"
+
+    def function(self, fn: ir.Function) -> list[str]:
+        parallel = any(isinstance(s, ir.For) and s.parallel for s in ir.walk(fn.body))
+        flags = "cache=True, nogil=True" + (", parallel=True" if parallel else "")
+        out = [f"@njit({flags})", f"def {fn.name}({', '.join(p.name for p in fn.params)}):"]
+        if fn.doc:
+            out.append(f'    """{fn.doc}"""')
+        body = self.block(fn.body, 1)
+        return out + (body or ["    pass"])
+
+    # -- statements -----------------------------------------------------------------------------
+    def block(self, body, depth: int) -> list[str]:
+        out: list[str] = []
+        for stmt in body:
+            out += self.stmt(stmt, depth)
+        return out
+
+    def stmt(self, s: ir.Stmt, depth: int) -> list[str]:
+        pad = "    " * depth
+        if isinstance(s, ir.Assign):
+            return [f"{pad}{s.name} {s.op}= {self.expr(s.value)}"]
+        if isinstance(s, ir.Store):
+            op = "+=" if s.accumulate else "="
+            return [f"{pad}{s.array}[{self.subscript(s.index)}] {op} {self.expr(s.value)}"]
+        if isinstance(s, ir.For):
+            rng = "prange" if s.parallel else "range"
+            bounds = self.expr(s.stop) if s.start == ir.Const(0) else f"{self.expr(s.start)}, {self.expr(s.stop)}"
+            return [f"{pad}for {s.var} in {rng}({bounds}):"] + self.nested(s.body, depth)
+        if isinstance(s, ir.While):
+            return [f"{pad}while {self.expr(s.cond)}:"] + self.nested(s.body, depth)
+        if isinstance(s, ir.If):
+            return self.if_chain(s, depth, "if")
+        if isinstance(s, ir.Comment):
+            return [f"{pad}# {s.text}"]
+        if isinstance(s, ir.Return):
+            return [f"{pad}return {self.expr(s.value)}"]
+        raise TypeError(f"cannot emit {s!r}")
+
+    def nested(self, body, depth: int) -> list[str]:
+        return self.block(body, depth + 1) or ["    " * (depth + 1) + "pass"]
+
+    def if_chain(self, s: ir.If, depth: int, keyword: str) -> list[str]:
+        pad = "    " * depth
+        out = [f"{pad}{keyword} {self.expr(s.cond)}:"] + self.nested(s.body, depth)
+        if len(s.orelse) == 1 and isinstance(s.orelse[0], ir.If):
+            return out + self.if_chain(s.orelse[0], depth, "elif")
+        if s.orelse:
+            out += [f"{pad}else:"] + self.nested(s.orelse, depth)
+        return out
+
+    # -- expressions ------------------------------------------------------------------------------
+    def subscript(self, index) -> str:
+        return ", ".join(self.expr(i) for i in index)
+
+    def expr(self, e: ir.Expr, context: int = 0) -> str:
+        text, prec = self._expr(e)
+        return f"({text})" if prec < context else text
+
+    def _expr(self, e: ir.Expr) -> tuple[str, int]:
+        if isinstance(e, ir.Var):
+            return e.name, ATOM
+        if isinstance(e, ir.Const):
+            return repr(e.value), ATOM if not (isinstance(e.value, (int, float)) and e.value < 0) else 11
+        if isinstance(e, ir.Index):
+            inner = self.expr(e.value)
+            return (f"np.uintp({inner})", ATOM) if self.unsigned_index and not isinstance(e.value, ir.Const) \
+                else self._expr(e.value)
+        if isinstance(e, ir.Load):
+            return f"{e.array}[{self.subscript(e.index)}]", ATOM
+        if isinstance(e, ir.Bin):
+            prec = PRECEDENCE[e.op]
+            left = self.expr(e.left, prec)
+            right = self.expr(e.right, prec + (0 if e.op in ("and", "or") else 1))
+            return f"{left} {e.op} {right}", prec
+        if isinstance(e, ir.Neg):
+            return f"-{self.expr(e.operand, 11)}", 11
+        if isinstance(e, ir.Call):
+            return f"{e.fn}({', '.join(self.expr(a) for a in e.args)})", ATOM
+        if isinstance(e, ir.Select):
+            return f"{self.expr(e.then, 1)} if {self.expr(e.cond, 1)} else {self.expr(e.orelse, 1)}", 0
+        raise TypeError(f"cannot emit {e!r}")

@@ -1,0 +1,114 @@
+"""Iteration graph: which loop variable must be walked before which.
+
+Nodes are the loop variables of a :class:`~codegen.space.Space`. Each stored
+operand that has an iterated level adds edges along its level order (its
+level ``k + 1`` needs the position found at level ``k``); operands whose levels
+are all random-access add none. A derived index contributes edges from the
+loop variables it is computed from.
+
+:func:`loop_order` picks a topological order by priority: variables an operand
+locates (dense levels, the natural outer loops and the parallel ones) first,
+then iterated ones, then variables only dense arrays use; within a class,
+output indices before reductions (so sums stay in registers), then order of
+appearance. A cycle (``A[i, j] * B[i, j]`` with CSR ``A`` and CSC ``B``) raises
+:class:`~codegen.space.Replan` for the later operand on the cycle, asking for
+its levels in an order compatible with the rest.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+import networkx as nx
+
+from ustc.format import expr as fx
+from ustc.format.ir import TensorFormat
+from ustc.format.ir_types import Level
+
+from .space import Replan, Space, csf
+
+
+def build(space: Space) -> nx.DiGraph:
+    graph = nx.DiGraph()
+    graph.add_nodes_from(space.loopvars)
+    for slot, refs in space.levels.items():
+        if not any(r.iterate for r in refs):
+            continue
+        for a, b in zip(refs, refs[1:]):
+            for u in space.nodes_of(a.var):
+                for w in space.nodes_of(b.var):
+                    if u != w:
+                        graph.add_edge(u, w)
+                        graph.edges[u, w].setdefault("slots", set()).add(slot)
+    return graph
+
+
+def loop_order(space: Space) -> list[str]:
+    graph = build(space)
+    try:
+        cycle = nx.find_cycle(graph)
+    except nx.NetworkXNoCycle:
+        return _prioritised(graph, space)
+    slots = set().union(*(graph.edges[u, w]["slots"] for u, w, *_ in cycle))
+    slot = max(slots)
+    access = space.accesses[slot]
+    rest = graph.copy()
+    for u, w in list(rest.edges):
+        rest.edges[u, w]["slots"].discard(slot)
+        if not rest.edges[u, w]["slots"]:
+            rest.remove_edge(u, w)
+    order = loop_order_of(rest, space)
+    fmt = space.formats[access.tensor]
+    raise Replan(access.tensor, reordered(fmt, access.indices, order),
+                 f"its level order conflicts with another operand's (cycle {' -> '.join(u for u, *_ in cycle)})",
+                 slot)
+
+
+def loop_order_of(graph: nx.DiGraph, space: Space) -> list[str]:
+    if not nx.is_directed_acyclic_graph(graph):
+        return list(nx.topological_sort(nx.DiGraph(graph.edges)))  # pragma: no cover - still cyclic
+    return _prioritised(graph, space)
+
+
+def _prioritised(graph: nx.DiGraph, space: Space) -> list[str]:
+    outputs = set(space.statement.lhs.indices)
+    appearance = {v: k for k, v in enumerate(space.statement.indices)}
+    kinds: dict[str, int] = {}
+    for refs in space.levels.values():
+        for r in refs:
+            kinds[r.var] = max(kinds.get(r.var, 0), 1 if r.iterate else 0)
+
+    def key(v: str):
+        owners = [space.derived[d].owner for d in space.derived if v in space.derived[d].deps]
+        out = v in outputs or any(d in outputs for d in space.derived if v in space.derived[d].deps)
+        return (kinds.get(v, 2), 0 if out else 1, appearance.get(v, len(appearance) + min(owners, default=0)), v)
+
+    indegree = {v: graph.in_degree(v) for v in graph}
+    ready = [(key(v), v) for v, d in indegree.items() if d == 0]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        _, v = heapq.heappop(ready)
+        order.append(v)
+        for w in graph.successors(v):
+            indegree[w] -= 1
+            if indegree[w] == 0:
+                heapq.heappush(ready, (key(w), w))
+    return order
+
+
+def reordered(fmt: TensorFormat, indices: tuple[str, ...], order: list[str]) -> TensorFormat:
+    """``fmt`` with its levels walking the dimensions in loop order ``order``.
+
+    A format whose levels are plain dimensions keeps its sequence of level
+    types (CSC becomes CSR); any other becomes CSF in that order.
+    """
+    rank = {v: k for k, v in enumerate(order)}
+    dims = sorted(fmt.dims, key=lambda d: rank.get(indices[fmt.dims.index(d)], len(rank)))
+    if all(isinstance(lv.expr, fx.Dimension) for lv in fmt.levels) and fmt.nlevels == fmt.ndim:
+        levels = tuple(Level(d, lv.type) for d, lv in zip(dims, fmt.levels))
+        try:
+            return TensorFormat(fmt.dims, levels, fmt.pos_width, fmt.crd_width)
+        except Exception:  # noqa: BLE001 - the type sequence does not fit this order
+            pass
+    return csf(fmt, [d.name for d in dims])

@@ -1,0 +1,141 @@
+"""Iterators: how a loop walks one stored level (kept apart from what the level stores).
+
+A :class:`Cursor` walks the positions of one segment of an iterated level
+(compressed, loose_compressed, singleton, delta, structured) and yields
+``(coordinate, position)`` pairs in order. It emits loop IR for the three ways a
+loop uses it:
+
+* ``for_loop`` — the only iterator of a loop: ``for A_p1 in range(lo, hi)``;
+* ``init`` / ``load`` / ``advance`` — a cursor inside a ``while`` co-iteration or
+  a dense loop, holding its coordinate in ``A_c1`` (``load`` reads it from the
+  position, except for delta levels, which keep a running coordinate);
+* ``dedup`` — wrapped around any of these when the level is nonunique and must
+  yield each coordinate once: the run ``[A_p1, A_r1)`` of equal coordinates
+  becomes one step, and the child level sees the whole run as its segment.
+
+Naming: ``{prefix}_p{k}`` position, ``{prefix}_p{k}_end`` segment end,
+``{prefix}_c{k}`` coordinate, ``{prefix}_r{k}`` run end; buffers
+``{tensor}_lvl{k}_pos`` / ``_crd``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from . import loopir as ir
+from .space import LevelRef
+
+
+@dataclass(frozen=True)
+class Cursor:
+    ref: LevelRef
+    prefix: str        # access name used in variable names: "A" or "A_2" when A is read twice
+    parent: ir.Expr    # parent position
+    parent_end: ir.Expr | None  # end of the parent's run when the parent level was deduplicated
+    dedup: bool
+
+    # -- names ---------------------------------------------------------------------
+    @property
+    def k(self) -> int:
+        return self.ref.level
+
+    @property
+    def p(self) -> str:
+        return f"{self.prefix}_p{self.k}"
+
+    @property
+    def end(self) -> str:
+        return f"{self.prefix}_p{self.k}_end"
+
+    @property
+    def c(self) -> str:
+        return f"{self.prefix}_c{self.k}"
+
+    @property
+    def run(self) -> str:
+        return f"{self.prefix}_r{self.k}"
+
+    def buf(self, name: str) -> str:
+        return f"{self.ref.tensor}_lvl{self.k}_{name}"
+
+    @property
+    def lo(self) -> ir.Expr:
+        return ir.Var(f"{self.ref.tensor}_lvl{self.k}_lo") if self.ref.lo_nonzero else ir.Const(0)
+
+    @property
+    def delta(self) -> bool:
+        return self.ref.keyword == "delta"
+
+    # -- segment and coordinates ----------------------------------------------------------
+    def segment(self) -> tuple[ir.Expr, ir.Expr]:
+        """``[start, stop)`` positions of the children of the parent position (or run)."""
+        kw, p = self.ref.keyword, self.parent
+        if kw == "singleton":
+            return p, self.parent_end if self.parent_end is not None else ir.add(p, 1)
+        if kw == "loose_compressed":
+            return ir.load(self.buf("pos"), ir.mul(2, p)), ir.load(self.buf("pos"), ir.add(ir.mul(2, p), 1))
+        if kw == "structured":
+            n = self.ref.ltype.n
+            return ir.mul(p, n), ir.add(ir.mul(p, n), n)
+        return ir.load(self.buf("pos"), p), ir.load(self.buf("pos"), ir.add(p, 1))
+
+    def coord_at(self, q: ir.Expr) -> ir.Expr:
+        return ir.load(self.buf("crd"), q)
+
+    def gap(self, q: ir.Expr) -> ir.Expr:
+        """Delta levels: 1 + the stored gap at position q (unpacking bit-packed words)."""
+        lt = self.ref.ltype
+        if not lt.packed:
+            return ir.add(1, ir.load(self.buf("crd"), q))
+        bit = ir.mul(q, lt.bits)
+        word = ir.load(self.buf("crd"), ir.Bin(">>", bit, ir.Const(5)))
+        shifted = ir.Bin(">>", word, ir.Bin("&", bit, ir.Const(31)))
+        return ir.add(1, ir.Bin("&", shifted, ir.Const((1 << lt.bits) - 1)))
+
+    # -- single-iterator loop -------------------------------------------------------------
+    def for_loop(self, var: str, body: tuple[ir.Stmt, ...], parallel: bool = False) -> list[ir.Stmt]:
+        """``for p in segment: var = coordinate; body`` (no deduplication)."""
+        start, stop = self.segment()
+        if self.delta:
+            step = [ir.Assign(self.c, self.gap(ir.Var(self.p)), "+"), ir.Assign(var, ir.Var(self.c))]
+            return [ir.Assign(self.c, ir.sub(self.lo, 1)),
+                    ir.For(self.p, start, stop, tuple(step) + body)]
+        head = ir.Assign(var, self.coord_at(ir.Var(self.p)))
+        return [ir.For(self.p, start, stop, (head,) + body, parallel)]
+
+    # -- cursor protocol ------------------------------------------------------------------
+    def valid(self) -> ir.Expr:
+        return ir.lt(ir.Var(self.p), ir.Var(self.end))
+
+    def init(self) -> list[ir.Stmt]:
+        start, stop = self.segment()
+        out = [ir.Assign(self.p, start), ir.Assign(self.end, stop)]
+        if self.delta:
+            out += [ir.Assign(self.c, ir.sub(self.lo, 1)),
+                    ir.If(self.valid(), (ir.Assign(self.c, self.gap(ir.Var(self.p)), "+"),))]
+        return out
+
+    def load(self) -> list[ir.Stmt]:
+        """Set ``c`` from the current position (call only while valid)."""
+        return [] if self.delta else [ir.Assign(self.c, self.coord_at(ir.Var(self.p)))]
+
+    def find_run(self) -> list[ir.Stmt]:
+        """``r`` = end of the run of positions holding coordinate ``c``."""
+        if not self.dedup:
+            return []
+        more = ir.conj([ir.lt(ir.Var(self.run), ir.Var(self.end)),
+                        ir.eq(self.coord_at(ir.Var(self.run)), ir.Var(self.c))])
+        return [ir.Assign(self.run, ir.add(ir.Var(self.p), 1)),
+                ir.While(more, (ir.Assign(self.run, ir.Const(1), "+"),))]
+
+    def advance(self) -> list[ir.Stmt]:
+        if self.dedup:
+            return [ir.Assign(self.p, ir.Var(self.run))]
+        out: list[ir.Stmt] = [ir.Assign(self.p, ir.Const(1), "+")]
+        if self.delta:
+            out.append(ir.If(self.valid(), (ir.Assign(self.c, self.gap(ir.Var(self.p)), "+"),)))
+        return out
+
+    def child(self) -> tuple[ir.Expr, ir.Expr | None]:
+        """Position (and run end, when deduplicated) handed to the next level."""
+        return ir.Var(self.p), (ir.Var(self.run) if self.dedup else None)

@@ -1,0 +1,240 @@
+"""Loop IR: the imperative program a kernel becomes, before any target syntax.
+
+Expressions: :class:`Var`, :class:`Const`, :class:`Load` (an array element),
+:class:`Bin` (arithmetic, comparison, ``and``/``or``), :class:`Neg`,
+:class:`Call` (``min``/``max``), :class:`Select` (``a if c else b``) and
+:class:`Index` (an array subscript known to be non-negative, which targets may
+emit without a wrap-around check). Statements: :class:`Assign`, :class:`Store`
+(``+=`` when ``accumulate``), :class:`For` (``parallel`` marks the loop a
+target may run on several threads), :class:`While`, :class:`If`,
+:class:`Comment`, :class:`Return`. A :class:`Function` has typed
+:class:`Param` s; a :class:`Module` is functions plus a header.
+
+Emitters (``emit_cpu``; later ``emit_cuda``) are visitors over these classes:
+they never see formats or index notation. The helpers ``add``/``mul``/...
+fold constants so lowering produces ``i`` rather than ``0 * n + i``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence, Union
+
+
+class Expr:
+    pass
+
+
+@dataclass(frozen=True)
+class Var(Expr):
+    name: str
+
+
+@dataclass(frozen=True)
+class Const(Expr):
+    value: int | float | complex | bool
+
+
+@dataclass(frozen=True)
+class Index(Expr):
+    """An array subscript proved non-negative (coordinates, positions)."""
+
+    value: Expr
+
+
+@dataclass(frozen=True)
+class Load(Expr):
+    array: str
+    index: tuple[Expr, ...]
+
+
+@dataclass(frozen=True)
+class Bin(Expr):
+    op: str  # + - * // % & >> << == != < <= > >= and or
+    left: Expr
+    right: Expr
+
+
+@dataclass(frozen=True)
+class Neg(Expr):
+    operand: Expr
+
+
+@dataclass(frozen=True)
+class Call(Expr):
+    fn: str  # min, max
+    args: tuple[Expr, ...]
+
+
+@dataclass(frozen=True)
+class Select(Expr):
+    cond: Expr
+    then: Expr
+    orelse: Expr
+
+
+class Stmt:
+    pass
+
+
+Body = tuple[Stmt, ...]
+
+
+@dataclass(frozen=True)
+class Assign(Stmt):
+    name: str
+    value: Expr
+    op: str = ""  # "" for =, "+" for +=
+
+
+@dataclass(frozen=True)
+class Store(Stmt):
+    array: str
+    index: tuple[Expr, ...]
+    value: Expr
+    accumulate: bool = False
+
+
+@dataclass(frozen=True)
+class For(Stmt):
+    var: str
+    start: Expr
+    stop: Expr
+    body: Body
+    parallel: bool = False
+
+
+@dataclass(frozen=True)
+class While(Stmt):
+    cond: Expr
+    body: Body
+
+
+@dataclass(frozen=True)
+class If(Stmt):
+    cond: Expr
+    body: Body
+    orelse: Body = ()
+
+
+@dataclass(frozen=True)
+class Comment(Stmt):
+    text: str
+
+
+@dataclass(frozen=True)
+class Return(Stmt):
+    value: Expr
+
+
+@dataclass(frozen=True)
+class Param:
+    """A kernel argument; ``role`` tells the host what to pass (see ``ustc.ops.kernel``).
+
+    Roles: ``("pos"|"crd", tensor, level)``, ``("vals", tensor)``, ``("size"|"lo", tensor, level)``,
+    ``("extent", index)``, ``("array", tensor)`` (a dense NumPy operand), ``("scalar", name)``,
+    ``("out_crd", tensor, dim)``, ``("out_vals", tensor)``, ``("emit",)``.
+    """
+
+    name: str
+    role: tuple
+
+
+@dataclass(frozen=True)
+class Function:
+    name: str
+    params: tuple[Param, ...]
+    body: Body
+    parallel: bool = False  # some loop is marked parallel
+    doc: str = ""
+
+
+@dataclass(frozen=True)
+class Module:
+    header: tuple[str, ...]
+    functions: tuple[Function, ...]
+    meta: dict = field(default_factory=dict, compare=False, hash=False)
+
+
+# -- folding constructors -------------------------------------------------------------
+
+ExprLike = Union[Expr, int]
+
+
+def lift(x: ExprLike) -> Expr:
+    return Const(x) if isinstance(x, (int, float, complex)) and not isinstance(x, bool) else x
+
+
+def add(a: ExprLike, b: ExprLike) -> Expr:
+    a, b = lift(a), lift(b)
+    if a == Const(0):
+        return b
+    if b == Const(0):
+        return a
+    if isinstance(a, Const) and isinstance(b, Const):
+        return Const(a.value + b.value)
+    if isinstance(b, Const) and isinstance(b.value, int) and b.value < 0:
+        return Bin("-", a, Const(-b.value))
+    return Bin("+", a, b)
+
+
+def sub(a: ExprLike, b: ExprLike) -> Expr:
+    a, b = lift(a), lift(b)
+    if b == Const(0):
+        return a
+    if isinstance(a, Const) and isinstance(b, Const):
+        return Const(a.value - b.value)
+    if isinstance(b, Const) and isinstance(b.value, int) and b.value < 0:
+        return Bin("+", a, Const(-b.value))
+    return Bin("-", a, b)
+
+
+def mul(a: ExprLike, b: ExprLike) -> Expr:
+    a, b = lift(a), lift(b)
+    if Const(0) in (a, b):
+        return Const(0)
+    if a == Const(1):
+        return b
+    if b == Const(1):
+        return a
+    if isinstance(a, Const) and isinstance(b, Const):
+        return Const(a.value * b.value)
+    return Bin("*", a, b)
+
+
+def lt(a: ExprLike, b: ExprLike) -> Expr:
+    return Bin("<", lift(a), lift(b))
+
+
+def eq(a: ExprLike, b: ExprLike) -> Expr:
+    return Bin("==", lift(a), lift(b))
+
+
+def conj(terms: Sequence[Expr]) -> Expr:
+    return _chain("and", terms, Const(True))
+
+
+def disj(terms: Sequence[Expr]) -> Expr:
+    return _chain("or", terms, Const(False))
+
+
+def _chain(op: str, terms: Sequence[Expr], empty: Expr) -> Expr:
+    terms = [t for t in terms if t != Const(op == "and")]
+    if not terms:
+        return empty
+    out = terms[0]
+    for t in terms[1:]:
+        out = Bin(op, out, t)
+    return out
+
+
+def load(array: str, *index: ExprLike) -> Load:
+    return Load(array, tuple(lift(i) for i in index))
+
+
+def walk(body: Body):
+    """Every statement, depth first."""
+    for stmt in body:
+        yield stmt
+        for attr in ("body", "orelse"):
+            yield from walk(getattr(stmt, attr, ()))

@@ -1,0 +1,367 @@
+"""Lowering: one statement, its level space and a loop order become a loop-IR function.
+
+The loop nest follows ``order`` (see ``graph``). At each loop the merge lattice
+of the iterators there picks the loop shape:
+
+* no iterator, or a *universe* point: a dense ``for`` over the variable's
+  range, iterators (if any) as cursors checked against the loop variable;
+* one iterator whose every term needs it: ``for`` over its positions;
+* otherwise a ``while`` loop over the sorted coordinates of all iterators,
+  taking the minimum and branching on which iterators hold it.
+
+After a variable is bound, *settling* computes derived indices (guarded against
+padding unless the loop bounds were tightened to exclude it) and the positions
+of random-access levels. Once every output index is bound and only reduction
+loops remain, the sum is kept in a register (``acc``) and stored once.
+Dense outputs are accumulated into (the host zero-fills for ``=``); sparse
+outputs are appended as coordinate lists, counted in a first pass
+(``emit=False``) and filled in a second.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from ustc.errors import UnsupportedOperation
+
+from . import lattice as lat
+from . import loopir as ir
+from . import notation as nt
+from .iterators import Cursor
+from .space import Replan, Space, linear_in, plain_format, to_loop
+
+SENTINEL = 1 << 62
+
+
+@dataclass(frozen=True)
+class Output:
+    tensor: str
+    sparse: bool
+    dtype: np.dtype
+
+
+@dataclass(frozen=True)
+class Ctx:
+    expr: nt.Expr
+    bound: frozenset[str]
+    pos: dict = field(hash=False, compare=False)  # slot -> (level, position expr, run end | None)
+    acc: str | None = None
+    acc_depth: int = -1
+    in_parallel: bool = False
+
+
+class Lowering:
+    """Lower ``space.statement`` in loop ``order``; :meth:`function` returns the loop IR."""
+
+    def __init__(self, space: Space, order: list[str], output: Output, name: str = "kernel"):
+        self.space, self.order, self.out, self.name = space, order, output, name
+        self.stmt = space.statement
+        counts: dict[str, int] = {}
+        for a in space.accesses.values():
+            counts[a.tensor] = counts.get(a.tensor, 0) + 1
+        self.repeated = {t for t, n in counts.items() if n > 1}
+        self.prefix = {s: (a.tensor if a.tensor not in self.repeated else f"{a.tensor}_{s}")
+                       for s, a in space.accesses.items()}
+
+    # -- entry -------------------------------------------------------------------------
+    def body(self) -> list[ir.Stmt]:
+        pos = {slot: (-1, ir.Const(0), None) for slot in self.space.levels}
+        ctx = Ctx(self.stmt.rhs, frozenset(), pos)
+        steps, ctx = self.settle(ctx, frozenset())
+        body = self.wrap(steps, lambda: self.lower(ctx, 0))
+        if self.out.sparse:
+            return [ir.Assign(self.count, ir.Const(0))] + body + [ir.Return(ir.Var(self.count))]
+        return body
+
+    @property
+    def count(self) -> str:
+        return f"{self.out.tensor}_n"
+
+    # -- the recursion -------------------------------------------------------------------
+    def lower(self, ctx: Ctx, depth: int) -> list[ir.Stmt]:
+        if ctx.expr is nt.ZERO:
+            return []
+        if ctx.acc is None and depth < len(self.order) and set(self.stmt.lhs.indices) <= ctx.bound:
+            return self.accumulate(ctx, depth)
+        if depth == len(self.order):
+            return self.compute(ctx)
+        v = self.order[depth]
+        iterators = tuple(s for s in self.present(ctx) if self.next_ref(ctx, s) is not None
+                          and self.next_ref(ctx, s).var == v and self.next_ref(ctx, s).iterate)
+        lattice = lat.build(ctx.expr, iterators)
+        if not lattice.points:
+            return []
+        if not iterators or lattice.universe:
+            return self.dense_loop(ctx, depth, v, lattice)
+        slot = iterators[0]
+        if len(iterators) == 1 and (self.next_ref(ctx, slot).ltype.unique or self.raw_ok(slot, lattice)):
+            return self.position_loop(ctx, depth, v, slot, lattice.points[0].expr)
+        return self.while_loop(ctx, depth, v, lattice)
+
+    def raw_ok(self, slot: int, lattice: lat.Lattice) -> bool:
+        """Duplicates may be visited one by one: every term is linear in this only operand."""
+        return self.space.accesses[slot].tensor not in self.repeated and len(lattice.points) == 1
+
+    # -- loop shapes ----------------------------------------------------------------------
+    def dense_loop(self, ctx: Ctx, depth: int, v: str, lattice: lat.Lattice) -> list[ir.Stmt]:
+        var = self.space.loopvars[v]
+        start, stop, tight = self.tighten(ctx, v, var.lo, ir.add(var.lo, var.extent))
+        if not lattice.iterators:
+            parallel = self.parallel_ok(ctx, depth, v, dense=True)
+            inner = replace(ctx, in_parallel=ctx.in_parallel or parallel)
+            body = self.bind(inner, depth, v, {}, lattice.points[0].expr, tight)
+            return [ir.For(v, start, stop, tuple(body), parallel)]
+        cursors = [self.cursor(ctx, s, dedup=True) for s in lattice.iterators]
+        pre = [s for c in cursors for s in c.init()]
+        body: list[ir.Stmt] = []
+        for c in cursors:
+            body += [ir.Assign(self.here(c), ir.Const(False)),
+                     ir.If(c.valid(), tuple(c.load() + [ir.Assign(self.here(c), ir.eq(ir.Var(c.c), ir.Var(v)))]))]
+            body += [ir.If(ir.Var(self.here(c)), tuple(c.find_run()))] if c.dedup else []
+        body += self.cases(ctx, depth, v, lattice, cursors, tight)
+        body += [ir.If(ir.Var(self.here(c)), tuple(c.advance())) for c in cursors]
+        return pre + [ir.For(v, start, stop, tuple(body))]
+
+    def position_loop(self, ctx: Ctx, depth: int, v: str, slot: int, expr: nt.Expr) -> list[ir.Stmt]:
+        ref = self.next_ref(ctx, slot)
+        c = self.cursor(ctx, slot, dedup=False)
+        parallel = ref.ltype.unique and ref.keyword != "delta" and self.parallel_ok(ctx, depth, v, dense=False)
+        inner = replace(ctx, in_parallel=ctx.in_parallel or parallel)
+        body = self.bind(inner, depth, v, {slot: (ref.level, *c.child())}, expr, frozenset())
+        return c.for_loop(v, tuple(body), parallel)
+
+    def while_loop(self, ctx: Ctx, depth: int, v: str, lattice: lat.Lattice) -> list[ir.Stmt]:
+        cursors = [self.cursor(ctx, s, dedup=True) for s in lattice.iterators]
+        alive = lattice.alive_sets()
+        always = frozenset.intersection(*alive)
+        pre = [s for c in cursors for s in c.init()]
+        cond = ir.disj([ir.conj([c.valid() for c in cursors if c.ref.slot in s]) for s in alive])
+        body: list[ir.Stmt] = []
+        for c in cursors:
+            if c.delta and c.ref.slot not in always:
+                body.append(ir.Assign(c.c, ir.Select(c.valid(), ir.Var(c.c), ir.Const(SENTINEL))))
+            elif not c.delta:
+                load = c.coord_at(ir.Var(c.p))
+                body.append(ir.Assign(c.c, load if c.ref.slot in always
+                                      else ir.Select(c.valid(), load, ir.Const(SENTINEL))))
+        coord = ir.Var(cursors[0].c)
+        for c in cursors[1:]:
+            coord = ir.Call("min", (coord, ir.Var(c.c)))
+        body.append(ir.Assign(v, coord))
+        for c in cursors:
+            body.append(ir.Assign(self.here(c), ir.eq(ir.Var(c.c), ir.Var(v))))
+            body += [ir.If(ir.Var(self.here(c)), tuple(c.find_run()))] if c.dedup else []
+        body += self.cases(ctx, depth, v, lattice, cursors, frozenset())
+        body += [ir.If(ir.Var(self.here(c)), tuple(c.advance())) for c in cursors]
+        return pre + [ir.While(cond, tuple(body))]
+
+    def cases(self, ctx, depth, v, lattice, cursors, tight) -> list[ir.Stmt]:
+        """``if``/``elif`` over the lattice points, largest first (structural zeros are monotone)."""
+        by_slot = {c.ref.slot: c for c in cursors}
+        branches = []
+        for point in lattice.points:
+            updates = {s: (by_slot[s].ref.level, *by_slot[s].child()) for s in point.present}
+            body = self.bind(ctx, depth, v, updates, point.expr, tight)
+            cond = ir.conj([ir.Var(self.here(by_slot[s])) for s in sorted(point.present)])
+            branches.append((cond, body))
+        out: tuple[ir.Stmt, ...] = ()
+        for cond, body in reversed(branches):
+            if cond == ir.Const(True):
+                out = tuple(body)
+            else:
+                out = (ir.If(cond, tuple(body), out),)
+        return list(out)
+
+    def here(self, c: Cursor) -> str:
+        return f"{c.prefix}_here{c.k}"
+
+    # -- cursors ----------------------------------------------------------------------------
+    def cursor(self, ctx: Ctx, slot: int, dedup: bool) -> Cursor:
+        level, parent, parent_end = ctx.pos[slot]
+        ref = self.space.levels[slot][level + 1]
+        fmt = self.space.formats[ref.tensor]
+        dedup = dedup and not ref.ltype.unique
+        if dedup or parent_end is not None:
+            if not ref.ltype.ordered:
+                raise Replan(ref.tensor, plain_format(fmt), f"level {ref.level} is unordered but must be "
+                             f"co-iterated", slot)
+            child = self.space.levels[slot][ref.level + 1] if ref.level + 1 < fmt.nlevels else None
+            if dedup and child is not None and child.keyword != "singleton":
+                raise Replan(ref.tensor, plain_format(fmt), f"level {ref.level} repeats coordinates and "
+                             f"its child level is not a singleton", slot)
+        if parent_end is not None and ref.keyword != "singleton":
+            raise Replan(ref.tensor, plain_format(fmt), "a deduplicated level has a non-singleton child", slot)
+        return Cursor(ref, self.prefix[slot], parent, parent_end, dedup)
+
+    def next_ref(self, ctx: Ctx, slot: int):
+        refs = self.space.levels[slot]
+        level = ctx.pos[slot][0]
+        return refs[level + 1] if level + 1 < len(refs) else None
+
+    def present(self, ctx: Ctx) -> list[int]:
+        return [a.slot for a in ctx.expr.accesses() if a.slot in self.space.levels]
+
+    # -- binding and settling --------------------------------------------------------------
+    def bind(self, ctx: Ctx, depth: int, v: str, updates: dict, expr: nt.Expr, tight) -> list[ir.Stmt]:
+        if expr is nt.ZERO:
+            return []
+        pos = dict(ctx.pos)
+        pos.update(updates)
+        inner = replace(ctx, expr=expr, bound=ctx.bound | {v}, pos=pos)
+        steps, inner = self.settle(inner, tight)
+        return self.wrap(steps, lambda: self.lower(inner, depth + 1))
+
+    def settle(self, ctx: Ctx, tight) -> tuple[list, Ctx]:
+        """Compute derived indices and random-access positions that became known."""
+        steps: list = []
+        bound, pos = set(ctx.bound), dict(ctx.pos)
+        changed = True
+        while changed:
+            changed = False
+            for name, d in self.space.derived.items():
+                if name not in bound and d.deps <= bound:
+                    steps.append(ir.Assign(name, to_loop(d.expr)))
+                    if name not in tight:
+                        n = ir.Var(f"n_{name}")
+                        steps.append(("guard", ir.conj([ir.Bin("<=", ir.Const(0), ir.Var(name)),
+                                                        ir.lt(ir.Var(name), n)])))
+                    bound.add(name)
+                    changed = True
+            for slot in self.present(ctx):
+                level, p, run = pos[slot]
+                refs = self.space.levels[slot]
+                while level + 1 < len(refs) and not refs[level + 1].iterate and refs[level + 1].var in bound:
+                    ref = refs[level + 1]
+                    if run is not None:
+                        raise Replan(ref.tensor, plain_format(self.space.formats[ref.tensor]),
+                                     "a deduplicated level has a random-access child", slot)
+                    lo = ir.Var(f"{ref.tensor}_lvl{ref.level}_lo") if ref.lo_nonzero else ir.Const(0)
+                    size = ir.Var(f"{ref.tensor}_lvl{ref.level}_size")
+                    q = ir.add(ir.mul(p, size), ir.sub(ir.Var(ref.var), lo))
+                    if not isinstance(q, (ir.Var, ir.Const)):
+                        name = f"{self.prefix[slot]}_p{ref.level}"
+                        steps.append(ir.Assign(name, q))
+                        q = ir.Var(name)
+                    level, p = level + 1, q
+                    pos[slot] = (level, p, None)
+                    changed = True
+        return steps, replace(ctx, bound=frozenset(bound), pos=pos)
+
+    @staticmethod
+    def wrap(steps: list, rest) -> list[ir.Stmt]:
+        body = rest()
+        for step in reversed(steps):
+            if isinstance(step, tuple):
+                body = [ir.If(step[1], tuple(body))] if body else []
+            else:
+                body = [step] + body
+        return body
+
+    def tighten(self, ctx: Ctx, v: str, start: ir.Expr, stop: ir.Expr):
+        """Shrink a dense loop so derived indices linear in ``v`` stay in range (no guard needed)."""
+        tight = set()
+        for name, d in self.space.derived.items():
+            if name in ctx.bound or v not in d.deps or not d.deps <= ctx.bound | {v}:
+                continue
+            lin = linear_in(d.expr, v)
+            if lin is None or lin[0] == 0:
+                continue
+            a, r = lin
+            r = to_loop(r) if r is not None else ir.Const(0)
+            n = ir.Var(f"n_{name}")
+            if a > 0:  # 0 <= a v + r < n
+                low, high = ir.Neg(ir.Bin("//", r, ir.Const(a))), ir.Neg(ir.Bin("//", ir.sub(r, n), ir.Const(a)))
+            else:      # 0 <= r - b v < n
+                b = -a
+                low = ir.add(ir.Bin("//", ir.sub(r, n), ir.Const(b)), 1)
+                high = ir.add(ir.Bin("//", r, ir.Const(b)), 1)
+            if a in (1, -1):
+                low, high = (ir.Neg(r), ir.sub(n, r)) if a == 1 else (ir.add(ir.sub(r, n), 1), ir.add(r, 1))
+            start, stop = ir.Call("max", (start, low)), ir.Call("min", (stop, high))
+            tight.add(name)
+        return start, stop, frozenset(tight)
+
+    # -- parallel loops ------------------------------------------------------------------
+    def parallel_ok(self, ctx: Ctx, depth: int, v: str, dense: bool) -> bool:
+        """No two iterations write the same output element (or the only write is a register sum)."""
+        if self.out.sparse or ctx.in_parallel or not (depth == 0 or dense):
+            return False
+        if ctx.acc is not None:
+            return ctx.acc_depth == depth
+        for index in self.stmt.lhs.indices:
+            if index == v:
+                return True
+            d = self.space.derived.get(index)
+            if d is None or v not in d.deps:
+                continue
+            lin = linear_in(d.expr, v)
+            if lin is None or lin[0] == 0:
+                continue
+            others = set(lin[1].variables()) if lin[1] is not None else set()
+            inside = others - ctx.bound
+            if all(0 < self.space.loopvars[u].modulus <= abs(lin[0]) for u in inside if u in self.space.loopvars):
+                return True
+        return False
+
+    # -- the statement body -------------------------------------------------------------------
+    def accumulate(self, ctx: Ctx, depth: int) -> list[ir.Stmt]:
+        acc = "acc"
+        init = [ir.Assign(acc, ir.Const(_zero(self.out.dtype)))]
+        if self.out.sparse:
+            init.append(ir.Assign("found", ir.Const(False)))
+        inner = replace(ctx, acc=acc, acc_depth=depth)
+        loops = self.lower(inner, depth)
+        if not loops:
+            return []
+        return init + loops + self.store(ir.Var(acc), guard="found" if self.out.sparse else None)
+
+    def compute(self, ctx: Ctx) -> list[ir.Stmt]:
+        pre: list[ir.Stmt] = []
+        value = self.value(ctx.expr, ctx, pre)
+        if ctx.acc is not None:
+            pre.append(ir.Assign(ctx.acc, value, "+"))
+            if self.out.sparse:
+                pre.append(ir.Assign("found", ir.Const(True)))
+            return pre
+        return pre + self.store(value)
+
+    def store(self, value: ir.Expr, guard: str | None = None) -> list[ir.Stmt]:
+        idx = tuple(ir.Index(ir.Var(i)) for i in self.stmt.lhs.indices) or (ir.Const(0),)
+        name = self.out.tensor
+        if not self.out.sparse:
+            return [ir.Store(name, idx, value, accumulate=True)]
+        n = ir.Var(self.count)
+        writes = [ir.Store(f"{name}_crd{d}", (n,), ir.Var(i)) for d, i in enumerate(self.stmt.lhs.indices)]
+        writes.append(ir.Store(f"{name}_vals", (n,), value))
+        out = [ir.If(ir.Var("emit"), tuple(writes)), ir.Assign(self.count, ir.Const(1), "+")]
+        return [ir.If(ir.Var(guard), tuple(out))] if guard else out
+
+    def value(self, e: nt.Expr, ctx: Ctx, pre: list) -> ir.Expr:
+        if isinstance(e, nt.Access):
+            if e.slot not in self.space.levels:
+                idx = tuple(ir.Index(ir.Var(i)) for i in e.indices) or (ir.Const(0),)
+                return ir.Load(e.tensor, idx)
+            level, p, run = ctx.pos[e.slot]
+            if level != len(self.space.levels[e.slot]) - 1:  # pragma: no cover - lowering invariant
+                raise UnsupportedOperation(f"internal: {e} read before all its levels were walked")
+            if run is None:
+                return ir.Load(f"{e.tensor}_vals", (ir.Index(p),))
+            name, q = f"{self.prefix[e.slot]}_v", f"{self.prefix[e.slot]}_q"
+            pre += [ir.Assign(name, ir.Const(0)),
+                    ir.For(q, p, run, (ir.Assign(name, ir.Load(f"{e.tensor}_vals", (ir.Index(ir.Var(q)),)), "+"),))]
+            return ir.Var(name)
+        if isinstance(e, nt.Literal):
+            return ir.Const(e.value)
+        if isinstance(e, nt.Scalar):
+            return ir.Var(e.name)
+        if isinstance(e, nt.Neg):
+            return ir.Neg(self.value(e.operand, ctx, pre))
+        op = {nt.Add: "+", nt.Sub: "-", nt.Mul: "*"}[type(e)]
+        return ir.Bin(op, self.value(e.left, ctx, pre), self.value(e.right, ctx, pre))
+
+
+def _zero(dtype: np.dtype):
+    kind = np.dtype(dtype).kind
+    return 0j if kind == "c" else 0.0 if kind == "f" else 0

@@ -1,0 +1,236 @@
+"""Level-space rewrite: every stored level becomes a loop variable.
+
+A level whose expression is a plain dimension iterates that dimension's index
+variable (CSR's ``j``). Any other level expression (``i floordiv 2``, ``j - i``,
+``i + j``, ``2 * j``) gets a loop variable of its own, named after the
+expression (``i_div2``, ``j_minus_i``), shared by every access with the same
+expression; the index variables it replaces become *derived*: computed from
+loop variables through the format's inverse map (``j = j_minus_i + i`` for
+DIA, ``i = 2 * i_div2 + i_mod2`` for BSR) and guarded against padding.
+
+A level is walked by *iteration* (compressed, loose_compressed, singleton,
+delta, structured) or by *locate* (dense, batch, range: the position is
+``parent * size + (c - lo)``). A stored level that must be iterated at a derived
+index cannot be co-iterated; :class:`Replan` asks the planner to convert that
+operand first.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from ustc.format import expr as fx
+from ustc.format.ir import TensorFormat
+
+from . import loopir as ir
+from .notation import Access, Statement
+
+LOCATE = frozenset({"dense", "batch", "range"})
+
+
+class Replan(Exception):
+    """The statement cannot be lowered with ``tensor`` in its current format; convert it."""
+
+    def __init__(self, tensor: str, target: TensorFormat, reason: str, slot: int | None = None):
+        super().__init__(f"{tensor}: {reason}")
+        self.tensor, self.target, self.reason, self.slot = tensor, target, reason, slot
+
+
+@dataclass(frozen=True)
+class LevelRef:
+    """Level ``level`` of the tensor read by access ``slot``, walked at variable ``var``."""
+
+    slot: int
+    tensor: str
+    level: int
+    keyword: str
+    ltype: object
+    var: str
+    lo_nonzero: bool
+
+    @property
+    def iterate(self) -> bool:
+        return self.keyword not in LOCATE
+
+
+@dataclass(frozen=True)
+class LoopVar:
+    """A loop variable: an index variable, or a level expression's own variable."""
+
+    name: str
+    extent: ir.Expr  # number of coordinates
+    lo: ir.Expr      # smallest coordinate
+    modulus: int = 0  # c for a "d mod c" level: coordinates lie in [0, c)
+
+
+@dataclass(frozen=True)
+class Derived:
+    """An index variable computed from loop variables (``expr`` is a format ``Expr``)."""
+
+    name: str
+    expr: fx.Expr
+    owner: int  # slot of the access that defines it
+
+    @property
+    def deps(self) -> frozenset[str]:
+        return frozenset(self.expr.variables())
+
+
+class Space:
+    """The rewritten statement: levels per access, loop variables, derived indices."""
+
+    def __init__(self, statement: Statement, formats: dict[str, TensorFormat | None]):
+        self.statement = statement
+        self.formats = formats
+        self.accesses: dict[int, Access] = {a.slot: a for a in statement.rhs.accesses()}
+        self.levels: dict[int, tuple[LevelRef, ...]] = {}
+        self.loopvars: dict[str, LoopVar] = {}
+        self.derived: dict[str, Derived] = {}
+        for slot, access in self.accesses.items():
+            if formats.get(access.tensor) is not None:
+                self.levels[slot] = self._rewrite(access, formats[access.tensor])
+        for index in statement.indices:
+            if index not in self.derived:
+                self.loopvars.setdefault(index, LoopVar(index, ir.Var(f"n_{index}"), ir.Const(0)))
+        self._check()
+
+    # -- the rewrite ---------------------------------------------------------------
+    def _rewrite(self, access: Access, fmt: TensorFormat) -> tuple[LevelRef, ...]:
+        names = {d.name: v for d, v in zip(fmt.dims, access.indices)}
+        refs, level_vars = [], {}
+        for k, level in enumerate(fmt.levels):
+            e = level.expr
+            if isinstance(e, fx.Dimension):
+                var = names[e.name]
+            else:
+                var = _var_name(e.render(names.__getitem__))
+                lo = ir.Var(f"{access.tensor}_lvl{k}_lo") if isinstance(e, fx.Sub) else ir.Const(0)
+                modulus = e.constant if isinstance(e, fx.Mod) else 0
+                self.loopvars.setdefault(var, LoopVar(var, ir.Var(f"{access.tensor}_lvl{k}_size"), lo, modulus))
+            level_vars[f"l{k}"] = var
+            refs.append(LevelRef(access.slot, access.tensor, k, level.type.keyword, level.type, var,
+                                 isinstance(e, fx.Sub)))
+        for d, dim_expr in zip(fmt.dims, fmt.dim_exprs):
+            index = names[d.name]
+            definition = rename(dim_expr, level_vars)
+            if isinstance(definition, fx.Dimension) and definition.name == index:
+                continue
+            known = self.derived.get(index)
+            if known is not None and known.expr != definition:
+                raise Replan(access.tensor, plain_format(fmt),
+                             f"index '{index}' is already derived as {known.expr} from another operand", access.slot)
+            self.derived.setdefault(index, Derived(index, definition, access.slot))
+        return tuple(refs)
+
+    def _check(self) -> None:
+        for slot, refs in self.levels.items():
+            for ref in refs:
+                if ref.var in self.derived and ref.iterate and self.derived[ref.var].owner != slot:
+                    fmt = self.formats[ref.tensor]
+                    raise Replan(ref.tensor, plain_format(fmt) if _is_plain(fmt) else fmt,
+                                 f"level {ref.level} ({fmt.levels[ref.level]}) must be iterated at index "
+                                 f"'{ref.var}', which another operand's map derives", slot)
+
+    # -- queries ---------------------------------------------------------------------
+    def nodes_of(self, var: str) -> frozenset[str]:
+        """Loop variables that must be bound before ``var`` is known."""
+        if var in self.derived:
+            return self.derived[var].deps
+        return frozenset({var})
+
+    def sparse_slots(self) -> list[int]:
+        return sorted(self.levels)
+
+
+def rename(e: fx.Expr, names: dict[str, str]) -> fx.Expr:
+    """``e`` with dimension names replaced through ``names``."""
+    if isinstance(e, fx.Dimension):
+        return fx.Dimension(names.get(e.name, e.name))
+    if isinstance(e, fx.Const):
+        return e
+    if isinstance(e, (fx.Add, fx.Sub)):
+        return type(e)(rename(e.left, names), rename(e.right, names))
+    if isinstance(e, fx.Mul):
+        return fx.Mul(e.factor, rename(e.operand, names))
+    return type(e)(rename(e.operand, names), e.constant)
+
+
+def to_loop(e: fx.Expr) -> ir.Expr:
+    """A format expression over loop variables as a loop-IR expression."""
+    if isinstance(e, fx.Dimension):
+        return ir.Var(e.name)
+    if isinstance(e, fx.Const):
+        return ir.Const(e.value)
+    if isinstance(e, fx.Add):
+        return ir.add(to_loop(e.left), to_loop(e.right))
+    if isinstance(e, fx.Sub):
+        return ir.sub(to_loop(e.left), to_loop(e.right))
+    if isinstance(e, fx.Mul):
+        return ir.mul(e.factor, to_loop(e.operand))
+    op = "//" if isinstance(e, fx.FloorDiv) else "%"
+    return ir.Bin(op, to_loop(e.operand), ir.Const(e.constant))
+
+
+def linear_in(e: fx.Expr, x: str) -> tuple[int, fx.Expr | None] | None:
+    """``(a, r)`` with ``e = a * x + r`` and ``r`` free of ``x`` (``r`` None for 0), else None."""
+    if x not in e.variables():
+        return 0, e
+    if isinstance(e, fx.Dimension):
+        return 1, None
+    if isinstance(e, fx.Mul):
+        inner = linear_in(e.operand, x)
+        if inner is None:
+            return None
+        a, r = inner
+        return e.factor * a, None if r is None else fx.Mul(e.factor, r)
+    if isinstance(e, (fx.Add, fx.Sub)):
+        left, right = linear_in(e.left, x), linear_in(e.right, x)
+        if left is None or right is None:
+            return None
+        sign = 1 if isinstance(e, fx.Add) else -1
+        a = left[0] + sign * right[0]
+        r = _combine(left[1], right[1], sign)
+        return a, r
+    return None
+
+
+def _combine(a, b, sign):
+    if b is None:
+        return a
+    if a is None:
+        return b if sign > 0 else fx.Sub(fx.Const(0), b)
+    return fx.Add(a, b) if sign > 0 else fx.Sub(a, b)
+
+
+def _var_name(text: str) -> str:
+    for old, new in ((" floordiv ", "_div"), (" mod ", "_mod"), (" - ", "_minus_"), (" + ", "_plus_"),
+                     (" * ", "_times_")):
+        text = text.replace(old, new)
+    return "v_" + re.sub(r"\W", "", text)
+
+
+def _is_plain(fmt: TensorFormat) -> bool:
+    return all(isinstance(lv.expr, fx.Dimension) for lv in fmt.levels)
+
+
+def plain_format(fmt: TensorFormat) -> TensorFormat:
+    """The fallback format: compressed levels over the dimensions in first-use order (CSF-like).
+
+    Every level is ordered, unique and iterable, so the lowering handles it
+    without conversion; used when an operand's own format cannot be walked.
+    """
+    order: dict[str, None] = {}
+    for lv in fmt.levels:
+        order.update(dict.fromkeys(lv.expr.variables()))
+    return csf(fmt, list(order))
+
+
+def csf(fmt: TensorFormat, dim_order: list[str]) -> TensorFormat:
+    """``fmt``'s dimensions stored as compressed levels in ``dim_order`` (keeping widths)."""
+    from ustc.format.levels import Compressed
+    from ustc.format.ir_types import Level
+
+    dims = {d.name: d for d in fmt.dims}
+    levels = tuple(Level(dims[name], Compressed()) for name in dim_order)
+    return TensorFormat(fmt.dims, levels, fmt.pos_width, fmt.crd_width)

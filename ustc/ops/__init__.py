@@ -1,0 +1,1 @@
+"""Operations on tensors: generated kernels (einsum, @jit, operators, matmul)."""

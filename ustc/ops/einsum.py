@@ -1,0 +1,92 @@
+"""``ustc.einsum``: NumPy's subscript notation over dense and sparse operands.
+
+    >>> import numpy as np, ustc
+    >>> A = ustc.Tensor.from_dense(np.array([[1., 0, 2], [0, 3, 0]]), "CSR")
+    >>> ustc.einsum("ij,j->i", A, np.ones(3)).tolist()
+    [3.0, 3.0]
+    >>> ustc.einsum("ij->ji", A, out_format="CSR").to_dense().tolist()
+    [[1.0, 0.0], [0.0, 3.0], [2.0, 0.0]]
+
+The subscripts become one index-notation statement ``out[...] = T0[...] * T1[...]``
+lowered like any other kernel; without ``->`` the output takes the indices that
+appear once, in alphabetical order (NumPy's rule). Dense-only calls go to
+``numpy.einsum``.
+"""
+
+from __future__ import annotations
+
+import string
+
+import numpy as np
+
+from ..errors import KernelError, ShapeError, UnsupportedOperation
+from ..tensor import packages
+from ..tensor.tensor import Tensor
+from ..codegen import notation as nt
+from . import runtime
+
+
+def parse_subscripts(subscripts: str, count: int) -> tuple[list[str], str]:
+    """``("ij,j->i", 2)`` → ``(["ij", "j"], "i")``, checked."""
+    text = subscripts.replace(" ", "")
+    if "." in text:
+        raise UnsupportedOperation("einsum ellipsis ('...') is not supported; name every index")
+    lhs, arrow, out = text.partition("->")
+    terms = lhs.split(",")
+    if len(terms) != count:
+        raise KernelError(f"einsum subscripts {subscripts!r} name {len(terms)} operands, {count} were given")
+    for term in terms + [out]:
+        bad = [c for c in term if c not in string.ascii_letters]
+        if bad:
+            raise KernelError(f"einsum subscripts {subscripts!r}: {bad[0]!r} is not an index letter")
+    for term in terms:
+        if len(set(term)) != len(term):
+            raise UnsupportedOperation(f"einsum term {term!r} repeats an index (diagonals are not supported)")
+    if not arrow:
+        counts = {c: lhs.count(c) for c in set(lhs.replace(",", ""))}
+        out = "".join(sorted(c for c, n in counts.items() if n == 1))
+    if len(set(out)) != len(out):
+        raise KernelError(f"einsum output {out!r} repeats an index")
+    missing = set(out) - set("".join(terms))
+    if missing:
+        raise KernelError(f"einsum output index {sorted(missing)[0]!r} appears in no operand")
+    return terms, out
+
+
+def einsum(subscripts: str, *operands, out_format=None, target: str = "cpu"):
+    """Evaluate ``subscripts`` over ``operands`` (ustc Tensors, NumPy arrays, CPU torch tensors).
+
+    Returns a NumPy array, or a ustc Tensor in ``out_format`` when one is given.
+    """
+    terms, out = parse_subscripts(subscripts, len(operands))
+    sparse = [isinstance(op, Tensor) for op in operands]
+    if not any(sparse) and out_format is None:
+        return np.einsum(subscripts, *[packages.host_array(op) for op in operands])
+    names = [f"T{k}" for k in range(len(operands))]
+    rhs: nt.Expr = nt.Access(names[0], tuple(terms[0]))
+    for name, term in zip(names[1:], terms[1:]):
+        rhs = nt.Mul(rhs, nt.Access(name, tuple(term)))
+    program = nt.Program((nt.Statement(nt.Access("out", tuple(out)), rhs),))
+    bindings = dict(zip(names, operands))
+    if out_format is None:
+        bindings["out"] = np.zeros(_shape(terms, out, operands), dtype=_dtype(operands))
+    else:
+        bindings["out"] = out_format
+    return runtime.execute(program, bindings, target)["out"]
+
+
+def _shape(terms, out, operands) -> tuple[int, ...]:
+    extents: dict[str, int] = {}
+    for term, op in zip(terms, operands):
+        shape = op.shape
+        if len(shape) != len(term):
+            raise ShapeError(f"einsum term {term!r} has {len(term)} indices, its operand has shape {tuple(shape)}")
+        for c, n in zip(term, shape):
+            if extents.setdefault(c, int(n)) != int(n):
+                raise ShapeError(f"einsum index {c!r} has extents {extents[c]} and {n}")
+    return tuple(extents[c] for c in out)
+
+
+def _dtype(operands) -> np.dtype:
+    return np.result_type(*[op.dtype if isinstance(op, Tensor) else packages.host_array(op).dtype
+                            for op in operands])

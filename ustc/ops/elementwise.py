@@ -1,0 +1,113 @@
+"""Tensor operators, reductions and transposes, all lowered as index-notation statements.
+
+``A + B`` / ``A - B`` (union of the stored entries) and ``A * B`` (intersection)
+keep ``A``'s format when both are sparse; ``A * x`` with a dense array or a
+scalar keeps ``A``'s format too (its pattern cannot grow); ``A + x`` with a
+dense array or a nonzero scalar is dense. ``A.sum(axis)`` returns a NumPy array
+(a NumPy scalar for a full sum). ``A.T`` is a zero-copy view (the format's
+dimensions swap, the buffers stay); ``A.transpose(axes, tensor_format=...)``
+builds the transpose in any format through a generated kernel.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+from ..errors import ShapeError
+from ..tensor import packages
+from ..tensor.tensor import Tensor, as_format
+from ..codegen import notation as nt
+from . import runtime
+
+
+def _indices(rank: int) -> tuple[str, ...]:
+    letters = "ijklmnopqrstuvwxyzabcdefgh"
+    return tuple(letters[k] if k < len(letters) else f"i{k}" for k in range(rank))
+
+
+def _check_shapes(a: Tensor, other, op: str) -> None:
+    shape = tuple(other.shape)
+    if shape != a.shape:
+        raise ShapeError(f"operands of '{op}' have shapes {a.shape} and {shape} (no broadcasting)")
+
+
+def binary(a: Tensor, other, op: str, reflected: bool = False):
+    """``a op other`` (or ``other op a`` when ``reflected``) for op in '+', '-', '*'."""
+    idx = _indices(a.ndim)
+    node = {"+": nt.Add, "-": nt.Sub, "*": nt.Mul}[op]
+    A = nt.Access("A", idx)
+    bindings: dict = {"A": a}
+    if isinstance(other, numbers.Number) or (isinstance(other, np.ndarray) and other.ndim == 0):
+        if op in "+-" and other == 0:
+            return negative(a) if op == "-" and reflected else a.copy()
+        b: nt.Expr = nt.Scalar("s")
+        bindings["s"] = other.item() if isinstance(other, np.ndarray) else other
+        dense_out = op != "*"
+    else:
+        if not isinstance(other, Tensor):
+            other = packages.host_array(other)
+        _check_shapes(a, other, op)
+        b = nt.Access("B", idx)
+        bindings["B"] = other
+        dense_out = op != "*" and not isinstance(other, Tensor)
+    rhs = node(b, A) if reflected else node(A, b)
+    program = nt.Program((nt.Statement(nt.Access("C", idx), rhs),))
+    if dense_out:
+        dtypes = [a.dtype, np.asarray(bindings.get("B", bindings.get("s"))).dtype]
+        bindings["C"] = np.zeros(a.shape, dtype=np.result_type(*dtypes))
+    else:
+        bindings["C"] = a.format
+    result = runtime.execute(program, bindings)["C"]
+    if isinstance(result, Tensor):
+        result._package = a.package
+    return result
+
+
+def negative(a: Tensor) -> Tensor:
+    idx = _indices(a.ndim)
+    program = nt.Program((nt.Statement(nt.Access("C", idx), nt.Neg(nt.Access("A", idx))),))
+    return runtime.execute(program, {"A": a, "C": a.format})["C"]
+
+
+def reduce_sum(a: Tensor, axis=None):
+    """Sum over ``axis`` (None: all; an int or a tuple of ints) as a NumPy array or scalar."""
+    idx = _indices(a.ndim)
+    if axis is None:
+        axes = set(range(a.ndim))
+    else:
+        axes = {axis} if isinstance(axis, (int, np.integer)) else set(axis)
+        axes = {int(x) + a.ndim if int(x) < 0 else int(x) for x in axes}
+        bad = [x for x in axes if not 0 <= x < a.ndim]
+        if bad:
+            raise ShapeError(f"axis {bad[0]} is out of range for a {a.ndim}-D tensor")
+    keep = tuple(i for d, i in enumerate(idx) if d not in axes)
+    shape = tuple(n for d, n in enumerate(a.shape) if d not in axes)
+    out = np.zeros(shape, dtype=np.result_type(a.dtype, np.int64) if a.dtype.kind in "bui" else a.dtype)
+    program = nt.Program((nt.Statement(nt.Access("s", keep), nt.Access("A", idx)),))
+    result = runtime.execute(program, {"A": a, "s": out})["s"]
+    return result[()] if result.ndim == 0 else result
+
+
+def transpose(a: Tensor, axes=None, tensor_format=None) -> Tensor:
+    """The transpose; a zero-copy view unless ``tensor_format`` asks for a stored copy."""
+    perm = tuple(reversed(range(a.ndim))) if axes is None else tuple(int(x) for x in axes)
+    if sorted(perm) != list(range(a.ndim)):
+        raise ShapeError(f"axes {perm} are not a permutation of {a.ndim} dimensions")
+    if tensor_format is None:
+        return view_transposed(a, perm)
+    idx = _indices(a.ndim)
+    out = tuple(idx[p] for p in perm)
+    program = nt.Program((nt.Statement(nt.Access("B", out), nt.Access("A", idx)),))
+    return runtime.execute(program, {"A": a, "B": as_format(tensor_format)})["B"]
+
+
+def view_transposed(a: Tensor, perm: tuple[int, ...]) -> Tensor:
+    from ..format.ir import TensorFormat
+
+    fmt = a.format
+    dims = tuple(fmt.dims[p] for p in perm)
+    view_fmt = TensorFormat(dims, fmt.levels, fmt.pos_width, fmt.crd_width)
+    shape = tuple(a.shape[p] for p in perm)
+    return Tensor(view_fmt, shape, a._buffers, a._values, device=a.device, package=a.package)

@@ -1,0 +1,265 @@
+"""Host side of generated kernels: bind operands, fetch the kernel, run it, assemble outputs.
+
+``execute(program, bindings)`` is what ``@ustc.jit``, ``ustc.einsum`` and the
+Tensor operators call. Operands are classified (a ``ustc.Tensor`` is stored in
+its format; a NumPy array or CPU torch tensor is dense; an output may also be a
+format, which makes a new tensor), checked (ranks, index extents, devices), and
+described by a key — operation text, operand formats, dtypes, target — under
+which the kernel cache (``ustc.cache``) keeps the generated module. Each
+statement then runs: operands the plan names are converted first, a dense
+output is zero-filled for ``=``, and a sparse output is counted, filled and
+assembled into its format.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import cache
+from .._version import __version__
+from ..errors import DeviceError, KernelError, ShapeError, UnsupportedOperation
+from ..format.ir import TensorFormat
+from ..tensor import packages
+from ..tensor.tensor import Tensor, as_format
+from ..codegen import notation as nt
+
+TARGETS = ("cpu",)
+
+
+@dataclass
+class Bound:
+    """One tensor of the program as the kernel sees it."""
+
+    name: str
+    value: object            # Tensor, ndarray, or None for a new output
+    format: TensorFormat | None
+    shape: tuple[int, ...] | None
+    dtype: np.dtype
+
+    @property
+    def sparse(self) -> bool:
+        return self.format is not None
+
+
+def execute(program: nt.Program, bindings: dict, target: str = "cpu") -> dict:
+    """Run ``program``; returns ``{output name: result}`` (arrays updated in place, new tensors)."""
+    run = prepare(program, bindings, target)
+    return run.run()
+
+
+def source(program: nt.Program, bindings: dict, target: str = "cpu") -> str:
+    """The generated kernel module's text for these operands."""
+    run = prepare(program, bindings, target)
+    return run.module_source()
+
+
+def prepare(program: nt.Program, bindings: dict, target: str) -> "Run":
+    if target not in TARGETS:
+        raise UnsupportedOperation(f"target {target!r} is not available (targets: {', '.join(TARGETS)})")
+    tensors = {}
+    for name in program.tensors:
+        if name not in bindings:
+            raise KernelError(f"no operand bound to tensor '{name}'")
+        tensors[name] = _bind(name, bindings[name], name in program.outputs)
+    scalars = {s: bindings[s] for st in program.statements for s in st.rhs.scalars()}
+    extents = _extents(program, tensors)
+    _settle_outputs(program, tensors, extents, scalars)
+    return Run(program, tensors, scalars, extents, target)
+
+
+def _bind(name: str, value, is_output: bool) -> Bound:
+    if isinstance(value, Tensor):
+        if value.device != "cpu":
+            raise DeviceError(f"tensor '{name}' is on {value.device}; the cpu target needs host tensors")
+        return Bound(name, value, value.format, value.shape, np.dtype(value.dtype))
+    if isinstance(value, (str, TensorFormat)):
+        if not is_output:
+            raise KernelError(f"'{name}' is read by the kernel but bound to a format, not a tensor")
+        return Bound(name, None, as_format(value), None, np.dtype(np.float64))
+    if packages.is_cupy(value) or (packages.is_torch(value) and value.device.type != "cpu"):
+        raise DeviceError(f"tensor '{name}' lives on a GPU; the cpu target needs host arrays")
+    array = packages.host_array(value)
+    if is_output and not array.flags.writeable:
+        raise KernelError(f"output '{name}' is a read-only array")
+    return Bound(name, array, None, array.shape, array.dtype)
+
+
+def _extents(program: nt.Program, tensors: dict) -> dict[str, int]:
+    extents: dict[str, tuple[int, str]] = {}
+    for st in program.statements:
+        for access in [st.lhs, *st.rhs.accesses()]:
+            b = tensors[access.tensor]
+            if b.shape is None:
+                continue
+            if len(b.shape) != len(access.indices):
+                raise KernelError(_at(access, f"'{access.tensor}' has {len(b.shape)} dimensions but is indexed "
+                                              f"with {len(access.indices)} ({access})"))
+            for d, (index, n) in enumerate(zip(access.indices, b.shape)):
+                seen = extents.setdefault(index, (n, f"{access.tensor} dimension {d}"))
+                if seen[0] != n:
+                    raise ShapeError(_at(access, f"index '{index}' has extent {seen[0]} from {seen[1]} but "
+                                                 f"{n} from {access.tensor} dimension {d}"))
+    return {k: v[0] for k, v in extents.items()}
+
+
+def _settle_outputs(program, tensors, extents, scalars) -> None:
+    """Shapes and dtypes of outputs that are formats (new tensors)."""
+    for st in program.statements:
+        b = tensors[st.lhs.tensor]
+        if b.value is not None:
+            continue
+        missing = [i for i in st.lhs.indices if i not in extents]
+        if missing:
+            raise ShapeError(_at(st.lhs, f"cannot tell the extent of {missing} for output '{b.name}'"))
+        if b.format.ndim != len(st.lhs.indices):
+            raise KernelError(_at(st.lhs, f"output format {b.format} has {b.format.ndim} dimensions, "
+                                          f"{st.lhs} has {len(st.lhs.indices)}"))
+        b.shape = tuple(extents[i] for i in st.lhs.indices)
+        dtypes = [tensors[a.tensor].dtype for a in st.rhs.accesses()] + [np.asarray(scalars[s]).dtype
+                                                                         for s in st.rhs.scalars()]
+        b.dtype = np.result_type(*dtypes) if dtypes else np.dtype(np.float64)
+
+
+def _at(access, message: str) -> str:
+    line, col = access.loc
+    return f"line {line}, column {col}: {message}" if line else message
+
+
+class Run:
+    """A prepared program: its cache key, kernel module and the statements' plans."""
+
+    def __init__(self, program, tensors, scalars, extents, target):
+        self.program, self.tensors, self.scalars = program, tensors, scalars
+        self.extents, self.target = extents, target
+        self.fields = self._fields()
+        self.key = cache.kernel_key(self.fields)
+
+    def _fields(self) -> dict:
+        operands = {}
+        for name, b in self.tensors.items():
+            if b.sparse:
+                index = sorted({str(a.dtype) for a in b.value._buffers.values()}) if b.value is not None else []
+                operands[name] = {"format": b.format.signature, "dtype": str(b.dtype), "index": index}
+            else:
+                operands[name] = {"format": "ndarray", "ndim": len(b.shape), "dtype": str(b.dtype)}
+        scalars = {s: type(v).__name__ for s, v in sorted(self.scalars.items())}
+        return {"op": str(self.program), "operands": operands, "scalars": scalars, "target": self.target}
+
+    def generate(self) -> str:
+        from ..codegen.compile import Operand, compile_program
+        from ..codegen.emit_cpu import CpuEmitter
+
+        ops = {n: Operand(n, b.format, len(b.shape), str(b.dtype)) for n, b in self.tensors.items()}
+        header = self.header()
+        module = compile_program(self.program, ops, header)
+        return CpuEmitter().emit(module) + f"\n\nPLAN = {module.meta['plan']!r}\n"
+
+    def header(self) -> tuple[str, ...]:
+        import numba
+
+        lines = ["ustc generated kernel (do not edit; rebuilt when this header's key changes)",
+                 f"op      : {self.program}"]
+        for name, b in self.tensors.items():
+            lines.append(f"{name:<8}: {b.format.signature if b.sparse else f'dense {len(b.shape)}-D array'} "
+                         f"[{b.dtype}]")
+        lines += [f"target  : {self.target} (numba njit)", f"versions: ustc {__version__}, numba {numba.__version__}",
+                  f"key     : {self.key}"]
+        return tuple(lines)
+
+    def module_source(self) -> str:
+        module, _ = cache.load(self.fields, self.generate)
+        with open(module.__file__, encoding="utf-8") as fh:
+            return fh.read()
+
+    def run(self) -> dict:
+        module, key = cache.load(self.fields, self.generate)
+        results = {}
+        for statement, plan in zip(self.program.statements, module.PLAN):
+            fn = getattr(module, plan["function"])
+            first = not fn.signatures
+            t0 = time.perf_counter()
+            results[statement.lhs.tensor] = self._statement(statement, plan, fn)
+            if first:
+                cache.note_first_call(key, fn, time.perf_counter() - t0)
+        return results
+
+    # -- one statement --------------------------------------------------------------------
+    def _statement(self, statement: nt.Statement, plan: dict, fn):
+        views = {name: b.value for name, b in self.tensors.items()}
+        for alias, original in plan["alias"].items():
+            views[alias] = views[original]
+        for name, fmt in plan["convert"].items():
+            views[name] = views[name].convert(fmt)
+        out = self.tensors[statement.lhs.tensor]
+        if plan["sparse_output"]:
+            return self._sparse(statement, plan, fn, views, out)
+        target = out.value
+        reads_self = any(a.tensor == out.name for a in statement.rhs.accesses())
+        if not statement.accumulate:
+            target = np.zeros_like(out.value) if reads_self else out.value
+            if not reads_self:
+                target.fill(0)
+        views[out.name] = target
+        fn(*self._arguments(plan, views, {}))
+        if target is not out.value:
+            out.value[...] = target
+        return out.value
+
+    def _sparse(self, statement, plan, fn, views, out):
+        rank = len(statement.lhs.indices)
+        empty = {"crd": [np.zeros(0, np.int64)] * rank, "vals": np.zeros(0, out.dtype)}
+        count = fn(*self._arguments(plan, views, dict(empty, emit=False)))
+        filled = {"crd": [np.empty(count, np.int64) for _ in range(rank)], "vals": np.empty(count, out.dtype),
+                  "emit": True}
+        fn(*self._arguments(plan, views, filled))
+        coords, values = filled["crd"], filled["vals"]
+        old = out.value
+        if statement.accumulate and isinstance(old, Tensor):
+            old_coords, old_values = old.entries()
+            coords = [np.concatenate([a, b]) for a, b in zip(old_coords, coords)]
+            values = np.concatenate([old_values, values])
+        result = Tensor.from_coo(coords, values, out.shape, out.format)
+        if isinstance(old, Tensor):  # the caller's tensor object takes the new storage
+            package = old.package
+            old.__dict__.update(result.__dict__)
+            old._package = package
+            result = old
+        out.value = result
+        return result
+
+    def _arguments(self, plan: dict, views: dict, out: dict) -> list:
+        flat = {}
+        args = []
+        for role in plan["params"]:
+            kind = role[0]
+            if kind == "emit":
+                args.append(out["emit"])
+            elif kind == "out_crd":
+                args.append(out["crd"][role[2]])
+            elif kind == "out_vals":
+                args.append(out["vals"])
+            elif kind == "array":
+                a = views[role[1]]
+                args.append(a.reshape(1) if a.ndim == 0 else a)
+            elif kind == "extent":
+                args.append(self.extents[role[1]])
+            elif kind == "scalar":
+                args.append(self.scalars[role[1]])
+            else:
+                t = views[role[1]]
+                if role[1] not in flat:
+                    flat[role[1]] = _flat(t)
+                buffers, values, level_shape, origins = flat[role[1]]
+                args.append({"pos": lambda: buffers[(role[2], "pos")], "crd": lambda: buffers[(role[2], "crd")],
+                             "vals": lambda: values, "size": lambda: level_shape[role[2]],
+                             "lo": lambda: origins[role[2]]}[kind]())
+        return args
+
+
+def _flat(t: Tensor):
+    """Flat buffers (batch levels as dense), values, level extents and origins of ``t``."""
+    buffers, values = t._flatten()
+    return buffers, values, t._layout.level_shape, t._layout.origins
