@@ -29,18 +29,33 @@ from .space import Replan, Space, csf
 
 
 def build(space: Space) -> nx.DiGraph:
+    """Hard edges into every iterated level from the variables of the levels above it
+    (its segment needs their positions); soft edges into random-access levels, kept
+    only where they close no cycle (they only steer the order: outer blocks, DIA
+    diagonals outside rows)."""
     graph = nx.DiGraph()
     graph.add_nodes_from(space.loopvars)
+    soft = []
     for slot, refs in space.levels.items():
         if not any(r.iterate for r in refs):
             continue
-        for a, b in zip(refs, refs[1:]):
-            for u in space.nodes_of(a.var):
-                for w in space.nodes_of(b.var):
-                    if u != w:
-                        graph.add_edge(u, w)
-                        graph.edges[u, w].setdefault("slots", set()).add(slot)
+        for k, ref in enumerate(refs):
+            above = {u for a in refs[:k] for u in space.nodes_of(a.var)}
+            for w in space.nodes_of(ref.var):
+                for u in above:
+                    if ref.iterate:
+                        _edge(graph, u, w, slot)
+                    elif u != w:
+                        soft.append((u, w, slot))
+    for u, w, slot in soft:
+        if graph.has_edge(u, w) or not nx.has_path(graph, w, u):
+            _edge(graph, u, w, slot)
     return graph
+
+
+def _edge(graph: nx.DiGraph, u: str, w: str, slot: int) -> None:
+    graph.add_edge(u, w)
+    graph.edges[u, w].setdefault("slots", set()).add(slot)
 
 
 def loop_order(space: Space) -> list[str]:

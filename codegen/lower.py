@@ -107,8 +107,9 @@ class Lowering:
     # -- loop shapes ----------------------------------------------------------------------
     def dense_loop(self, ctx: Ctx, depth: int, v: str, lattice: lat.Lattice) -> list[ir.Stmt]:
         var = self.space.loopvars[v]
-        start, stop, tight = self.tighten(ctx, v, var.lo, ir.add(var.lo, var.extent))
-        if not lattice.iterators:
+        start, stop, tight = var.lo, ir.add(var.lo, var.extent), frozenset()
+        if not lattice.iterators:  # cursors must see every coordinate, so only cursor-free loops shrink
+            start, stop, tight = self.tighten(ctx, v, start, stop)
             parallel = self.parallel_ok(ctx, depth, v, dense=True)
             inner = replace(ctx, in_parallel=ctx.in_parallel or parallel)
             body = self.bind(inner, depth, v, {}, lattice.points[0].expr, tight)

@@ -37,7 +37,7 @@ class Expr:
         for child in self.children():
             yield from child.accesses()
 
-    def indices(self) -> tuple[str, ...]:
+    def index_vars(self) -> tuple[str, ...]:
         """Index variables in order of first appearance."""
         seen: dict[str, None] = {}
         for access in self.accesses():
@@ -157,12 +157,12 @@ class Statement:
     @property
     def reduction_indices(self) -> tuple[str, ...]:
         """Indices summed over: those on the right only."""
-        return tuple(i for i in self.rhs.indices() if i not in self.lhs.indices)
+        return tuple(i for i in self.rhs.index_vars() if i not in self.lhs.indices)
 
     @property
     def indices(self) -> tuple[str, ...]:
         """Output indices first, then reductions."""
-        return tuple(dict.fromkeys(self.lhs.indices + self.rhs.indices()))
+        return tuple(dict.fromkeys(self.lhs.indices + self.rhs.index_vars()))
 
     def __str__(self) -> str:
         return f"{self.lhs} {'+=' if self.accumulate else '='} {self.rhs}"

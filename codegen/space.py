@@ -124,13 +124,21 @@ class Space:
         return tuple(refs)
 
     def _check(self) -> None:
+        """An iterated level at an index another operand derives: convert one of the two."""
         for slot, refs in self.levels.items():
             for ref in refs:
-                if ref.var in self.derived and ref.iterate and self.derived[ref.var].owner != slot:
-                    fmt = self.formats[ref.tensor]
-                    raise Replan(ref.tensor, plain_format(fmt) if _is_plain(fmt) else fmt,
-                                 f"level {ref.level} ({fmt.levels[ref.level]}) must be iterated at index "
-                                 f"'{ref.var}', which another operand's map derives", slot)
+                d = self.derived.get(ref.var)
+                if d is None or not ref.iterate or d.owner == slot:
+                    continue
+                owner = self.accesses[d.owner]
+                owner_fmt = self.formats[owner.tensor]
+                access = self.accesses[slot]
+                why = (f"level {ref.level} ({self.formats[ref.tensor].levels[ref.level]}) must be iterated at "
+                       f"index '{ref.var}', which {owner.tensor}'s format derives")
+                if _blocks_only(owner_fmt) and set(access.indices) == set(owner.indices):
+                    target = like(owner_fmt, owner.indices, self.formats[ref.tensor], access.indices)
+                    raise Replan(ref.tensor, target, why, slot)
+                raise Replan(owner.tensor, plain_format(owner_fmt), why, d.owner)
 
     # -- queries ---------------------------------------------------------------------
     def nodes_of(self, var: str) -> frozenset[str]:
@@ -214,16 +222,33 @@ def _is_plain(fmt: TensorFormat) -> bool:
     return all(isinstance(lv.expr, fx.Dimension) for lv in fmt.levels)
 
 
+def _blocks_only(fmt: TensorFormat) -> bool:
+    """Non-plain levels are only block maps (every pattern fits, fill-in bounded by the block)."""
+    return all(isinstance(lv.expr, (fx.Dimension, fx.FloorDiv, fx.Mod)) for lv in fmt.levels) and \
+        not any(lv.type.keyword in ("structured", "range") for lv in fmt.levels)
+
+
 def plain_format(fmt: TensorFormat) -> TensorFormat:
-    """The fallback format: compressed levels over the dimensions in first-use order (CSF-like).
+    """The fallback format: compressed levels, one per dimension (CSF-like).
 
     Every level is ordered, unique and iterable, so the lowering handles it
     without conversion; used when an operand's own format cannot be walked.
+    Plain formats keep their level order; others take the dimensions in order.
     """
-    order: dict[str, None] = {}
-    for lv in fmt.levels:
-        order.update(dict.fromkeys(lv.expr.variables()))
-    return csf(fmt, list(order))
+    if _is_plain(fmt):
+        return csf(fmt, [lv.expr.name for lv in fmt.levels])
+    return csf(fmt, [d.name for d in fmt.dims])
+
+
+def like(model: TensorFormat, model_indices, fmt: TensorFormat, indices) -> TensorFormat:
+    """``model``'s levels for a tensor of format ``fmt`` read with ``indices`` (same index set)."""
+    from ustc.format.ir_types import Level
+
+    to_index = {d.name: v for d, v in zip(model.dims, model_indices)}
+    to_dim = {v: d.name for d, v in zip(fmt.dims, indices)}
+    names = {d: to_dim[v] for d, v in to_index.items()}
+    levels = tuple(Level(rename(lv.expr, names), lv.type) for lv in model.levels)
+    return TensorFormat(fmt.dims, levels, model.pos_width, model.crd_width)
 
 
 def csf(fmt: TensorFormat, dim_order: list[str]) -> TensorFormat:

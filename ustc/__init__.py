@@ -4,17 +4,20 @@ Formats are written in a small DSL (``(i, j) -> (j : dense, i : compressed)``)
 or built from objects; see ``docs/dsl.md``.
 """
 
-from . import formats
+from . import cache, formats
 from ._version import __version__
-from .errors import (DeviceError, FileFormatError, FormatError, FormatSemanticError, FormatSyntaxError,
+from .errors import (ConversionWarning, DeviceError, FileFormatError, FormatError, FormatSemanticError, FormatSyntaxError,
                      KernelError, MissingDependencyError, ShapeError, SolveError, StorageError,
                      UnsupportedOperation, UstcError)
 from .format import Dimension, LevelFormat, LevelProperty, TensorFormat, parse
+from .ops.einsum import einsum
+from .ops.jit import jit
+from .ops.matmul import matmul
 from .tensor import Tensor
 from .tensor.io import from_file, to_file
 from .tensor.sparsify import sparse_relu, sparsify
 
-__all__ = ["__version__", "formats", "Dimension", "LevelFormat", "LevelProperty", "TensorFormat", "parse", "Tensor", "sparsify", "sparse_relu", "from_file", "to_file",
+__all__ = ["__version__", "cache", "einsum", "jit", "matmul", "formats", "Dimension", "LevelFormat", "LevelProperty", "TensorFormat", "parse", "Tensor", "sparsify", "sparse_relu", "from_file", "to_file",
            "UstcError", "FormatError", "FormatSyntaxError", "FormatSemanticError", "StorageError", "ShapeError",
            "DeviceError", "KernelError", "UnsupportedOperation", "FileFormatError", "SolveError",
-           "MissingDependencyError"]
+           "MissingDependencyError", "ConversionWarning"]

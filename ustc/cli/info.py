@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib.metadata as md
-import os
 import platform
 
 
@@ -16,12 +15,9 @@ def _version(dist: str) -> str:
 
 def cache_dir() -> str:
     """``$USTC_CACHE_DIR``, else the platform's user cache directory for ustc."""
-    env = os.environ.get("USTC_CACHE_DIR")
-    if env:
-        return env
-    import platformdirs
+    from ..cache import path
 
-    return platformdirs.user_cache_dir("ustc")
+    return str(path())
 
 
 def cuda_target() -> str:

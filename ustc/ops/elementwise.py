@@ -54,15 +54,40 @@ def binary(a: Tensor, other, op: str, reflected: bool = False):
         dense_out = op != "*" and not isinstance(other, Tensor)
     rhs = node(b, A) if reflected else node(A, b)
     program = nt.Program((nt.Statement(nt.Access("C", idx), rhs),))
+    if not dense_out and op != "*":
+        out_format = union_format(a.format, other.format)
+    else:
+        out_format = a.format
     if dense_out:
         dtypes = [a.dtype, np.asarray(bindings.get("B", bindings.get("s"))).dtype]
         bindings["C"] = np.zeros(a.shape, dtype=np.result_type(*dtypes))
     else:
-        bindings["C"] = a.format
+        bindings["C"] = out_format
     result = runtime.execute(program, bindings)["C"]
     if isinstance(result, Tensor):
         result._package = a.package
     return result
+
+
+def holds_any_pattern(fmt) -> bool:
+    """Whether every sparsity pattern fits ``fmt`` (not n:m, not one entry per parent)."""
+    levels = fmt.levels
+    for k, lv in enumerate(levels):
+        if lv.type.keyword == "structured":
+            return False
+        if lv.type.keyword == "singleton" and k and levels[k - 1].type.unique:
+            return False
+    return True
+
+
+def union_format(a, b):
+    """The format of ``A + B``: ``A``'s, else ``B``'s, else CSF (patterns grow under a union)."""
+    from ..formats import CSF, CSR
+
+    for fmt in (a, b):
+        if holds_any_pattern(fmt):
+            return fmt
+    return CSR if a.ndim == 2 else CSF(a.ndim)
 
 
 def negative(a: Tensor) -> Tensor:

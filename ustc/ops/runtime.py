@@ -13,8 +13,11 @@ assembled into its format.
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -146,7 +149,8 @@ class Run:
             else:
                 operands[name] = {"format": "ndarray", "ndim": len(b.shape), "dtype": str(b.dtype)}
         scalars = {s: type(v).__name__ for s, v in sorted(self.scalars.items())}
-        return {"op": str(self.program), "operands": operands, "scalars": scalars, "target": self.target}
+        return {"op": str(self.program), "operands": operands, "scalars": scalars, "target": self.target,
+                "compiler": compiler_fingerprint()}
 
     def generate(self) -> str:
         from ..codegen.compile import Operand, compile_program
@@ -257,6 +261,17 @@ class Run:
                              "vals": lambda: values, "size": lambda: level_shape[role[2]],
                              "lo": lambda: origins[role[2]]}[kind]())
         return args
+
+
+@functools.lru_cache(maxsize=1)
+def compiler_fingerprint() -> str:
+    """sha256 of the code generator's own source: a changed compiler never reuses old kernels."""
+    from .. import codegen
+
+    digest = hashlib.sha256()
+    for path in sorted(Path(codegen.__file__).parent.glob("*.py")) + [Path(__file__)]:
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:16]
 
 
 def _flat(t: Tensor):

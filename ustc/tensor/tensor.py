@@ -328,6 +328,69 @@ class Tensor:
 
         return draw_raw(self, path, **options)
 
+    # -- arithmetic (generated kernels; see ustc.ops.elementwise) ---------------------
+    def __add__(self, other):
+        from ..ops.elementwise import binary
+
+        return binary(self, other, "+")
+
+    def __radd__(self, other):
+        from ..ops.elementwise import binary
+
+        return binary(self, other, "+", reflected=True)
+
+    def __sub__(self, other):
+        from ..ops.elementwise import binary
+
+        return binary(self, other, "-")
+
+    def __rsub__(self, other):
+        from ..ops.elementwise import binary
+
+        return binary(self, other, "-", reflected=True)
+
+    def __mul__(self, other):
+        from ..ops.elementwise import binary
+
+        return binary(self, other, "*")
+
+    def __rmul__(self, other):
+        from ..ops.elementwise import binary
+
+        return binary(self, other, "*", reflected=True)
+
+    def __neg__(self):
+        from ..ops.elementwise import negative
+
+        return negative(self)
+
+    def __matmul__(self, other):
+        from ..ops.matmul import matmul
+
+        return matmul(self, other)
+
+    def __rmatmul__(self, other):
+        from ..ops.matmul import matmul
+
+        return matmul(other, self)
+
+    def sum(self, axis=None):
+        """Sum over ``axis`` (None: everything) as a NumPy array or scalar."""
+        from ..ops.elementwise import reduce_sum
+
+        return reduce_sum(self, axis)
+
+    @property
+    def T(self) -> "Tensor":
+        """Zero-copy transpose: the same buffers under a format with its dimensions reversed."""
+        return self.transpose()
+
+    def transpose(self, axes=None, tensor_format=None) -> "Tensor":
+        """Transpose; a zero-copy view, or stored in ``tensor_format`` by a generated kernel."""
+        from ..ops.elementwise import transpose
+
+        return transpose(self, axes, tensor_format)
+
     def __repr__(self) -> str:
         from .printing import describe
 

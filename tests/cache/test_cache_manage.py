@@ -1,0 +1,143 @@
+"""entries(), show()/source(), prune() and clear()."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+from cache_helpers import Generator, fields, numba_source
+
+import ustc.cache as cache
+from ustc.cache import _store
+from ustc.errors import KernelError, UstcError
+
+DAY = 86400.0
+
+
+def _load(n: int, **extra):
+    return cache.load(fields(op=f"op{n}", **extra), Generator(f"VALUE = {n}\n"))[1]
+
+
+def _set_last_used(key: str, when: float) -> None:
+    def change(record):
+        record["last_used"] = when
+        return True
+
+    assert _store.update_record(key, change) is not None
+
+
+def test_entries_describe_each_kernel_most_recent_first(cache_dir):
+    keys = [_load(n) for n in range(3)]
+    now = time.time()
+    for age, key in zip((3, 1, 2), keys):
+        _set_last_used(key, now - age * DAY)
+    found = cache.entries()
+    assert [e.key for e in found] == [keys[1], keys[2], keys[0]]
+    entry = found[0]
+    assert isinstance(entry, cache.Entry)
+    assert (entry.op, entry.target) == ("op1", "cpu")
+    assert entry.formats == ("(d0, d1) -> (d0 : dense, d1 : compressed)",)
+    assert entry.dtypes == ("float64", "int32")
+    assert entry.size == len("VALUE = 1\n") and entry.hits == 0 and entry.compile_seconds is None
+    assert entry.path == cache_dir / "kernels" / f"{cache.module_name(keys[1])}.py"
+    with pytest.raises(AttributeError):
+        entry.hits = 5  # frozen
+
+
+def test_entries_are_described_from_compiler_operands_too(cache_dir):
+    f = {"op": "y(i) = A(i,j) * x(j)", "target": "cpu", "scalars": {},
+         "operands": {"y": {"format": "ndarray", "ndim": 1, "dtype": "float64"},
+                      "A": {"format": "(d0, d1) -> (d0 : dense, d1 : compressed)", "dtype": "float64",
+                            "index": ["int32"]},
+                      "x": {"format": "ndarray", "ndim": 1, "dtype": "float64"}}}
+    cache.load(f, Generator("VALUE = 0\n"))
+    (entry,) = cache.entries()
+    assert entry.formats == ("(d0, d1) -> (d0 : dense, d1 : compressed)", "ndarray", "ndarray")
+    assert entry.dtypes == ("float64", "int32")
+
+
+def test_unreadable_records_are_skipped(cache_dir):
+    keys = [_load(n) for n in range(2)]
+    _store.files(keys[0])[1].write_text("{not json")
+    assert [e.key for e in cache.entries()] == [keys[1]]
+    assert cache.stats()["entries"] == 1
+
+
+def test_show_and_source_by_key_prefix(cache_dir):
+    key = _load(7)
+    entry = cache.show(key[:6])
+    assert entry.key == key and entry.op == "op7"
+    assert cache.show(key.upper()[:10]).key == key
+    assert cache.show(cache.module_name(key)).key == key
+    assert cache.source(key[:8]) == "VALUE = 7\n"
+
+
+def test_unknown_or_ambiguous_prefixes_are_kernel_errors(cache_dir):
+    by_first_digit: dict[str, list[int]] = {}
+    n = 0
+    while True:  # find two kernels whose keys share a first digit
+        by_first_digit.setdefault(cache.kernel_key(fields(op=f"op{n}"))[0], []).append(n)
+        if len(by_first_digit[cache.kernel_key(fields(op=f"op{n}"))[0]]) == 2:
+            break
+        n += 1
+    digit = cache.kernel_key(fields(op=f"op{n}"))[0]
+    for m in by_first_digit[digit]:
+        _load(m)
+    with pytest.raises(KernelError, match=f"prefix '{digit}' is ambiguous: it matches 2 kernels"):
+        cache.show(digit)
+    other = next(c for c in "0123456789abcdef" if c not in by_first_digit)
+    with pytest.raises(KernelError, match=f"no cached kernel has a key starting with '{other}'"):
+        cache.source(other)
+    for bad in ("", "xyz", "12 34"):
+        with pytest.raises(UstcError, match="not a kernel key"):
+            cache.show(bad)
+
+
+def test_prune_removes_entries_not_used_recently(cache_dir):
+    old, recent = _load(1), _load(2)
+    _set_last_used(old, time.time() - 10 * DAY)
+    _set_last_used(recent, time.time() - 1 * DAY)
+    orphan = cache_dir / "kernels" / "ustc_k_0123456789abcdef01234567.json"
+    orphan.write_text("garbage")
+    os.utime(orphan, (time.time() - 30 * DAY,) * 2)
+    assert cache.prune(5) == 2
+    assert [e.key for e in cache.entries()] == [recent]
+    assert not orphan.exists() and not _store.files(old)[0].exists()
+    assert cache.prune(5) == 0
+    assert cache.prune(0.5) == 1 and cache.entries() == []
+    for bad in (-1, float("nan"), "5"):
+        with pytest.raises(ValueError, match="older_than_days"):
+            cache.prune(bad)
+
+
+def test_prune_forgets_pruned_modules(cache_dir):
+    key = _load(1)
+    _set_last_used(key, time.time() - 10 * DAY)
+    assert cache.prune(1) == 1
+    cache.reset_stats()
+    _load(1)
+    assert cache.stats()["generated"] == 1
+
+
+def test_clear_removes_sources_records_numba_files_and_memory(cache_dir):
+    module, key = cache.load(fields(), Generator(numba_source()))
+    assert module.k(1.0) == 3.0  # writes Numba's index and object code into __pycache__
+    _load(2)
+    kernels = cache_dir / "kernels"
+    assert list((kernels / "__pycache__").glob("ustc_k_*"))
+    assert cache.clear() == 2
+    assert list(kernels.iterdir()) == []
+    assert cache.entries() == [] and cache.stats()["bytes"] == 0
+    assert cache.clear() == 0
+    cache.reset_stats()
+    _load(2)
+    assert cache.stats()["generated"] == 1
+
+
+def test_housekeeping_on_a_missing_directory(cache_dir):
+    assert not cache_dir.exists()
+    assert cache.entries() == [] and cache.clear() == 0 and cache.prune(1) == 0
+    s = cache.stats()
+    assert (s["entries"], s["bytes"]) == (0, 0)
+    assert not cache_dir.exists()

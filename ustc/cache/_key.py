@@ -1,0 +1,62 @@
+"""Cache keys: what identifies a generated kernel.
+
+Contract:
+
+* :func:`canonical_fields` is the JSON normal form of the compiler's ``fields`` (tuples become
+  lists, mapping keys must be strings, floats must be finite). Records store this form and
+  compare against it, so ``("a", "b")`` and ``["a", "b"]`` describe the same kernel.
+* :func:`kernel_key` is the sha256 hex digest of the canonical JSON (sorted keys, no
+  whitespace) of ``{"fields", "ustc", "numba", "layout"}``. Versions are read at every call,
+  so a different ustc or numba version (or a new :data:`CACHE_LAYOUT`) gives a different key:
+  a miss, never a stale hit.
+* :func:`module_name` is the importable name of a key's module, ``"ustc_k_" + key[:24]``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+#: Bumped whenever the on-disk layout of entries (file names, record fields) changes.
+CACHE_LAYOUT = 1
+
+MODULE_PREFIX = "ustc_k_"
+KEY_CHARS_IN_NAME = 24
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def canonical_fields(fields: dict) -> dict:
+    """``fields`` as it reads back from JSON; TypeError when it is not a JSON-able mapping."""
+    if not isinstance(fields, dict):
+        raise TypeError(f"kernel fields must be a dict, got {type(fields).__name__}")
+    try:
+        text = json.dumps(fields, sort_keys=True, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"kernel fields must be JSON-serializable: {exc}") from exc
+    if any(not isinstance(k, str) for k in fields):
+        raise TypeError("kernel fields must have string keys")
+    return json.loads(text)
+
+
+def versions() -> dict[str, str]:
+    """The versions that take part in every key: ``{"ustc": ..., "numba": ...}``."""
+    import numba
+
+    from .. import _version
+
+    return {"ustc": str(_version.__version__), "numba": str(numba.__version__)}
+
+
+def kernel_key(fields: dict) -> str:
+    """sha256 hex of the canonical JSON of ``fields`` plus ustc/numba versions and the layout."""
+    payload = {"fields": canonical_fields(fields), "layout": CACHE_LAYOUT, **versions()}
+    return hashlib.sha256(_dumps(payload).encode("utf-8")).hexdigest()
+
+
+def module_name(key: str) -> str:
+    """The module name (and file stem) of the entry for ``key``."""
+    return MODULE_PREFIX + key[:KEY_CHARS_IN_NAME]

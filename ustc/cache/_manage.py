@@ -1,0 +1,214 @@
+"""Housekeeping of the kernel directory: listing, lookup by key prefix, clearing, pruning.
+
+Contract: every function here reads records without trusting them. Unreadable records are
+skipped by :func:`entries` (and so by :func:`find` / :func:`source`); :func:`clear` and
+:func:`prune` still remove such entries' files (``prune`` then uses the newest file time as
+last use). Files vanishing under these functions (another process clearing) are tolerated.
+Removing an entry also removes Numba's and Python's cache files for it
+(``__pycache__/<module name>.*``) and drops it from this process's memory layer.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import KernelError
+from . import _state
+from ._key import MODULE_PREFIX, module_name
+from ._location import kernels_dir
+from ._store import read_record
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One cached kernel, as described by its record.
+
+    ``formats`` and ``dtypes`` come from :func:`describe`; ``size`` is the bytes of source;
+    ``hits`` counts disk hits across processes; times are unix seconds; ``compile_seconds`` is
+    None until a fresh Numba compile was noted; ``path`` is the generated ``.py`` file.
+    """
+
+    key: str
+    op: str
+    formats: tuple
+    target: str
+    dtypes: tuple
+    size: int
+    hits: int
+    created: float
+    last_used: float
+    compile_seconds: float | None
+    path: Path
+
+
+def _strings(value) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    return tuple(map(str, value)) if isinstance(value, (list, tuple)) else (str(value),)
+
+
+def describe(fields: dict) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """``(formats, dtypes)`` of a kernel's fields.
+
+    Taken from ``fields["formats"]`` / ``fields["dtypes"]`` when present, else gathered from
+    ``fields["operands"]`` (name -> {"format", "dtype", "index"}): each operand's format in name
+    order, and the distinct value then index dtypes in order of appearance.
+    """
+    formats, dtypes = _strings(fields.get("formats")), _strings(fields.get("dtypes"))
+    operands = fields.get("operands")
+    if isinstance(operands, dict):
+        described = [o for _, o in sorted(operands.items()) if isinstance(o, dict)]
+        if not formats:
+            formats = tuple(str(o["format"]) for o in described if "format" in o)
+        if not dtypes:
+            seen = [str(o["dtype"]) for o in described if "dtype" in o]
+            seen += [str(t) for o in described for t in _strings(o.get("index"))]
+            dtypes = tuple(dict.fromkeys(seen))
+    return formats, dtypes
+
+
+def _entry(record: dict, py: Path) -> Entry:
+    fields = record["fields"]
+    formats, dtypes = describe(fields)
+    compile_seconds = record.get("compile_seconds")
+    return Entry(key=record["key"], op=str(fields.get("op", "")), formats=formats,
+                 target=str(fields.get("target", "")), dtypes=dtypes,
+                 size=record["size"], hits=record["hits"], created=float(record["created"]),
+                 last_used=float(record["last_used"]),
+                 compile_seconds=float(compile_seconds) if isinstance(compile_seconds, (int, float)) else None,
+                 path=py)
+
+
+def entries() -> list[Entry]:
+    """Every readable entry, most recently used first."""
+    kernels = kernels_dir()
+    found = []
+    for js in kernels.glob(f"{MODULE_PREFIX}*.json"):
+        py = js.with_suffix(".py")
+        try:
+            record = read_record(js)
+            if module_name(record["key"]) != js.stem or not py.exists():
+                continue
+            found.append(_entry(record, py))
+        except (OSError, UnicodeDecodeError, ValueError, TypeError):
+            continue
+    found.sort(key=lambda e: e.last_used, reverse=True)
+    return found
+
+
+def find(key_prefix: str) -> Entry:
+    """The one entry whose key starts with ``key_prefix`` (a module name is accepted too)."""
+    prefix = key_prefix.strip().lower()
+    if prefix.startswith(MODULE_PREFIX):
+        prefix = prefix[len(MODULE_PREFIX):]
+    if not prefix or any(c not in "0123456789abcdef" for c in prefix):
+        raise KernelError(f"{key_prefix!r} is not a kernel key (expected hexadecimal digits)")
+    matches = [e for e in entries() if e.key.startswith(prefix)]
+    if not matches:
+        raise KernelError(f"no cached kernel has a key starting with {prefix!r} (in {kernels_dir()})")
+    if len(matches) > 1:
+        shown = ", ".join(e.key[:12] for e in matches[:5]) + (", ..." if len(matches) > 5 else "")
+        raise KernelError(f"key prefix {prefix!r} is ambiguous: it matches {len(matches)} kernels "
+                          f"({shown}); give more digits")
+    return matches[0]
+
+
+def source(key_prefix: str) -> str:
+    """The generated source of the one entry whose key starts with ``key_prefix``."""
+    entry = find(key_prefix)
+    try:
+        return entry.path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise KernelError(f"cannot read cached kernel {entry.path}: {exc}") from exc
+
+
+def _stems(kernels: Path) -> set[str]:
+    return {p.stem for pattern in (f"{MODULE_PREFIX}*.py", f"{MODULE_PREFIX}*.json")
+            for p in kernels.glob(pattern)}
+
+
+def _remove_entry(kernels: Path, stem: str) -> None:
+    doomed = [kernels / f"{stem}.py", kernels / f"{stem}.json"]
+    doomed += (kernels / "__pycache__").glob(f"{stem}.*")
+    for item in doomed:
+        item.unlink(missing_ok=True)
+
+
+def _remove_temp_files(kernels: Path, older_than: float | None) -> None:
+    for tmp in kernels.glob(f".{MODULE_PREFIX}*.tmp"):
+        try:
+            if older_than is None or tmp.stat().st_mtime < older_than:
+                tmp.unlink(missing_ok=True)
+        except FileNotFoundError:
+            pass
+
+
+def _last_used(kernels: Path, stem: str) -> tuple[str | None, float]:
+    """``(key, last_used)`` of an entry; the newest file time when the record is unreadable."""
+    try:
+        record = read_record(kernels / f"{stem}.json")
+        return record["key"], float(record["last_used"])
+    except (OSError, UnicodeDecodeError, ValueError):
+        times = []
+        for item in (kernels / f"{stem}.py", kernels / f"{stem}.json"):
+            try:
+                times.append(item.stat().st_mtime)
+            except OSError:
+                pass
+        return None, max(times, default=0.0)
+
+
+def clear() -> int:
+    """Remove every entry (sources, records, Numba/Python cache files) and the memory layer."""
+    _state.forget()
+    kernels = kernels_dir()
+    if not kernels.is_dir():
+        return 0
+    stems = _stems(kernels)
+    for stem in stems:
+        _remove_entry(kernels, stem)
+    pycache = kernels / "__pycache__"
+    for item in pycache.glob(f"{MODULE_PREFIX}*"):
+        item.unlink(missing_ok=True)
+    try:
+        pycache.rmdir()
+    except OSError:  # absent, or holds something that is not ours
+        pass
+    _remove_temp_files(kernels, None)
+    return len(stems)
+
+
+def prune(older_than_days: float) -> int:
+    """Remove entries last used more than ``older_than_days`` days ago; returns how many."""
+    if not isinstance(older_than_days, (int, float)) or isinstance(older_than_days, bool) \
+            or not older_than_days >= 0:
+        raise ValueError(f"older_than_days must be a non-negative number, got {older_than_days!r}")
+    kernels = kernels_dir()
+    if not kernels.is_dir():
+        return 0
+    cutoff = time.time() - older_than_days * 86400.0
+    removed = 0
+    for stem in _stems(kernels):
+        key, last_used = _last_used(kernels, stem)
+        if last_used < cutoff:
+            _remove_entry(kernels, stem)
+            if key is not None:
+                _state.forget([key])
+            removed += 1
+    _remove_temp_files(kernels, cutoff)
+    return removed
+
+
+def disk_bytes() -> int:
+    """Bytes of every file in the kernels directory, Numba's cached object code included."""
+    kernels = kernels_dir()
+    total = 0
+    for item in kernels.rglob("*") if kernels.is_dir() else ():
+        try:
+            if item.is_file():
+                total += item.stat().st_size
+        except OSError:
+            pass
+    return total
