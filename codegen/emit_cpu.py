@@ -59,6 +59,8 @@ class CpuEmitter:
         if isinstance(s, ir.For):
             rng = "prange" if s.parallel else "range"
             bounds = self.expr(s.stop) if s.start == ir.Const(0) else f"{self.expr(s.start)}, {self.expr(s.stop)}"
+            bounds += f", {s.step}" if s.step != 1 else ""
+            bounds = f"0, {bounds}" if s.step != 1 and s.start == ir.Const(0) else bounds
             return [f"{pad}for {s.var} in {rng}({bounds}):"] + self.nested(s.body, depth)
         if isinstance(s, ir.While):
             return [f"{pad}while {self.expr(s.cond)}:"] + self.nested(s.body, depth)

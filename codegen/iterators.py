@@ -96,6 +96,8 @@ class Cursor:
     def for_loop(self, var: str, body: tuple[ir.Stmt, ...], parallel: bool = False) -> list[ir.Stmt]:
         """``for p in segment: var = coordinate; body`` (no deduplication)."""
         start, stop = self.segment()
+        if self.ref.keyword == "singleton" and self.parent_end is None:  # exactly one child
+            return [ir.Assign(self.p, self.parent), ir.Assign(var, self.coord_at(ir.Var(self.p))), *body]
         if self.delta:
             step = [ir.Assign(self.c, self.gap(ir.Var(self.p)), "+"), ir.Assign(var, ir.Var(self.c))]
             return [ir.Assign(self.c, ir.sub(self.lo, 1)),

@@ -97,11 +97,16 @@ class Store(Stmt):
 
 @dataclass(frozen=True)
 class For(Stmt):
+    """``for var in range(start, stop, step)``; ``full`` is the variable's whole range when
+    ``start``/``stop`` were tightened (a parallel inner loop that ``optimize`` may tile)."""
+
     var: str
     start: Expr
     stop: Expr
     body: Body
     parallel: bool = False
+    step: int = 1
+    full: tuple[Expr, Expr] | None = None
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ from ustc.errors import UnsupportedOperation
 from . import lattice as lat
 from . import loopir as ir
 from . import notation as nt
+from . import optimize
 from .iterators import Cursor
 from .space import Replan, Space, linear_in, plain_format, to_loop
 
@@ -70,7 +71,7 @@ class Lowering:
         pos = {slot: (-1, ir.Const(0), None) for slot in self.space.levels}
         ctx = Ctx(self.stmt.rhs, frozenset(), pos)
         steps, ctx = self.settle(ctx, frozenset())
-        body = self.wrap(steps, lambda: self.lower(ctx, 0))
+        body = optimize.tile_parallel(self.wrap(steps, lambda: self.lower(ctx, 0)))
         if self.out.sparse:
             return [ir.Assign(self.count, ir.Const(0))] + body + [ir.Return(ir.Var(self.count))]
         return body
@@ -113,7 +114,8 @@ class Lowering:
             parallel = self.parallel_ok(ctx, depth, v, dense=True)
             inner = replace(ctx, in_parallel=ctx.in_parallel or parallel)
             body = self.bind(inner, depth, v, {}, lattice.points[0].expr, tight)
-            return [ir.For(v, start, stop, tuple(body), parallel)]
+            full = (var.lo, ir.add(var.lo, var.extent)) if parallel and depth > 0 else None
+            return [ir.For(v, start, stop, tuple(body), parallel, full=full)]
         cursors = [self.cursor(ctx, s, dedup=True) for s in lattice.iterators]
         pre = [s for c in cursors for s in c.init()]
         body: list[ir.Stmt] = []
@@ -316,6 +318,7 @@ class Lowering:
         loops = self.lower(inner, depth)
         if not loops:
             return []
+        loops = optimize.unroll_reductions(loops, acc, _zero(self.out.dtype))
         return init + loops + self.store(ir.Var(acc), guard="found" if self.out.sparse else None)
 
     def compute(self, ctx: Ctx) -> list[ir.Stmt]:

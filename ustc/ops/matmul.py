@@ -47,7 +47,7 @@ def matmul(a, b, c=None, alpha=1, beta=0, *, out=None, target: str = "cpu"):
         if tuple(c_arr.shape) != shape:
             raise ShapeError(f"matmul: c has shape {tuple(c_arr.shape)}, expected {shape}")
         np.multiply(c_arr, beta, out=result, casting="unsafe")
-    else:
+    elif out is not None:
         result.fill(0)
     bindings["C"] = result
     program = nt.Program((nt.Statement(nt.Access("C", oi), rhs, accumulate=True),))
