@@ -130,6 +130,10 @@ class Lowering:
     def position_loop(self, ctx: Ctx, depth: int, v: str, slot: int, expr: nt.Expr) -> list[ir.Stmt]:
         ref = self.next_ref(ctx, slot)
         c = self.cursor(ctx, slot, dedup=False)
+        if self.chunkable(ctx, depth, v, ref):
+            inner = replace(ctx, in_parallel=True)
+            body = self.bind(inner, depth, v, {slot: (ref.level, *c.child())}, expr, frozenset())
+            return c.chunked_loop(v, tuple(body))
         parallel = ref.ltype.unique and ref.keyword != "delta" and self.parallel_ok(ctx, depth, v, dense=False)
         inner = replace(ctx, in_parallel=ctx.in_parallel or parallel)
         body = self.bind(inner, depth, v, {slot: (ref.level, *c.child())}, expr, frozenset())
@@ -307,6 +311,12 @@ class Lowering:
             if all(0 < self.space.loopvars[u].modulus <= abs(lin[0]) for u in inside if u in self.space.loopvars):
                 return True
         return False
+
+    def chunkable(self, ctx: Ctx, depth: int, v: str, ref) -> bool:
+        """A sorted level with repeats (COO rows) writing output rows it owns: split at run borders."""
+        return (depth == 0 and not ref.ltype.unique and ref.ltype.ordered and ref.keyword != "singleton"
+                and ref.keyword != "delta" and ctx.acc is None and not self.out.sparse
+                and v in self.stmt.lhs.indices)
 
     # -- the statement body -------------------------------------------------------------------
     def accumulate(self, ctx: Ctx, depth: int) -> list[ir.Stmt]:
