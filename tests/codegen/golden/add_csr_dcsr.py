@@ -1,0 +1,64 @@
+# golden file: C[i, j] = A[i, j] + B[i, j]
+
+import numpy as np
+from numba import njit, prange
+
+
+@njit(cache=True, nogil=True)
+def kernel_0(emit, C_crd0, C_crd1, C_vals, A_lvl1_pos, A_lvl1_crd, A_vals, B_lvl0_pos, B_lvl0_crd, B_lvl1_pos, B_lvl1_crd, B_vals, n_i):
+    """C[i, j] = A[i, j] + B[i, j]"""
+    C_n = 0
+    B_p0 = B_lvl0_pos[0]
+    B_p0_end = B_lvl0_pos[1]
+    for i in range(n_i):
+        B_here0 = False
+        if B_p0 < B_p0_end:
+            B_c0 = B_lvl0_crd[B_p0]
+            B_here0 = B_c0 == i
+        if B_here0:
+            A_p1 = A_lvl1_pos[i]
+            A_p1_end = A_lvl1_pos[i + 1]
+            B_p1 = B_lvl1_pos[B_p0]
+            B_p1_end = B_lvl1_pos[B_p0 + 1]
+            while A_p1 < A_p1_end or B_p1 < B_p1_end:
+                A_c1 = A_lvl1_crd[A_p1] if A_p1 < A_p1_end else 4611686018427387904
+                B_c1 = B_lvl1_crd[B_p1] if B_p1 < B_p1_end else 4611686018427387904
+                j = min(A_c1, B_c1)
+                A_here1 = A_c1 == j
+                B_here1 = B_c1 == j
+                if A_here1 and B_here1:
+                    if emit:
+                        C_crd0[C_n] = i
+                        C_crd1[C_n] = j
+                        C_vals[C_n] = A_vals[np.uintp(A_p1)] + B_vals[np.uintp(B_p1)]
+                    C_n += 1
+                elif A_here1:
+                    if emit:
+                        C_crd0[C_n] = i
+                        C_crd1[C_n] = j
+                        C_vals[C_n] = A_vals[np.uintp(A_p1)]
+                    C_n += 1
+                elif B_here1:
+                    if emit:
+                        C_crd0[C_n] = i
+                        C_crd1[C_n] = j
+                        C_vals[C_n] = B_vals[np.uintp(B_p1)]
+                    C_n += 1
+                if A_here1:
+                    A_p1 += 1
+                if B_here1:
+                    B_p1 += 1
+        else:
+            for A_p1 in range(A_lvl1_pos[i], A_lvl1_pos[i + 1]):
+                j = A_lvl1_crd[A_p1]
+                if emit:
+                    C_crd0[C_n] = i
+                    C_crd1[C_n] = j
+                    C_vals[C_n] = A_vals[np.uintp(A_p1)]
+                C_n += 1
+        if B_here0:
+            B_p0 += 1
+    return C_n
+
+
+PLAN = [{'function': 'kernel_0', 'params': [['emit'], ['out_crd', 'C', 0], ['out_crd', 'C', 1], ['out_vals', 'C'], ['pos', 'A', 1], ['crd', 'A', 1], ['vals', 'A'], ['pos', 'B', 0], ['crd', 'B', 0], ['pos', 'B', 1], ['crd', 'B', 1], ['vals', 'B'], ['extent', 'i']], 'convert': {}, 'alias': {}, 'order': ['i', 'j'], 'sparse_output': True, 'statement': 'C[i, j] = A[i, j] + B[i, j]', 'accumulate': False}]

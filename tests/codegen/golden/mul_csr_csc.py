@@ -1,0 +1,35 @@
+# golden file: C[i, j] = A[i, j] * B[i, j]
+
+import numpy as np
+from numba import njit, prange
+
+
+@njit(cache=True, nogil=True)
+def kernel_0(emit, C_crd0, C_crd1, C_vals, A_lvl1_pos, A_lvl1_crd, A_vals, B_lvl1_pos, B_lvl1_crd, B_vals, n_i):
+    """C[i, j] = A[i, j] * B[i, j]"""
+    C_n = 0
+    for i in range(n_i):
+        A_p1 = A_lvl1_pos[i]
+        A_p1_end = A_lvl1_pos[i + 1]
+        B_p1 = B_lvl1_pos[i]
+        B_p1_end = B_lvl1_pos[i + 1]
+        while A_p1 < A_p1_end and B_p1 < B_p1_end:
+            A_c1 = A_lvl1_crd[A_p1]
+            B_c1 = B_lvl1_crd[B_p1]
+            j = min(A_c1, B_c1)
+            A_here1 = A_c1 == j
+            B_here1 = B_c1 == j
+            if A_here1 and B_here1:
+                if emit:
+                    C_crd0[C_n] = i
+                    C_crd1[C_n] = j
+                    C_vals[C_n] = A_vals[np.uintp(A_p1)] * B_vals[np.uintp(B_p1)]
+                C_n += 1
+            if A_here1:
+                A_p1 += 1
+            if B_here1:
+                B_p1 += 1
+    return C_n
+
+
+PLAN = [{'function': 'kernel_0', 'params': [['emit'], ['out_crd', 'C', 0], ['out_crd', 'C', 1], ['out_vals', 'C'], ['pos', 'A', 1], ['crd', 'A', 1], ['vals', 'A'], ['pos', 'B', 1], ['crd', 'B', 1], ['vals', 'B'], ['extent', 'i']], 'convert': {'B': '(d0, d1) -> (d0 : dense, d1 : compressed)'}, 'alias': {}, 'order': ['i', 'j'], 'sparse_output': True, 'statement': 'C[i, j] = A[i, j] * B[i, j]', 'accumulate': False}]

@@ -1,0 +1,32 @@
+# golden file: C[i, j] = A[i, j] * B[i, k] * D[k, j]
+
+import numpy as np
+from numba import njit, prange
+
+
+@njit(cache=True, nogil=True)
+def kernel_0(emit, C_crd0, C_crd1, C_vals, A_lvl1_size, A_lvl2_crd, A_vals, B, D, n_i, n_j, n_k):
+    """C[i, j] = A[i, j] * B[i, k] * D[k, j]"""
+    C_n = 0
+    for i in range(n_i):
+        for v_j_div4 in range(A_lvl1_size):
+            A_p1 = i * A_lvl1_size + v_j_div4
+            for A_p2 in range(A_p1 * 2, A_p1 * 2 + 2):
+                v_j_mod4 = A_lvl2_crd[A_p2]
+                j = 4 * v_j_div4 + v_j_mod4
+                if 0 <= j and j < n_j:
+                    acc = 0.0
+                    found = False
+                    for k in range(n_k):
+                        acc += A_vals[np.uintp(A_p2)] * B[np.uintp(i), np.uintp(k)] * D[np.uintp(k), np.uintp(j)]
+                        found = True
+                    if found:
+                        if emit:
+                            C_crd0[C_n] = i
+                            C_crd1[C_n] = j
+                            C_vals[C_n] = acc
+                        C_n += 1
+    return C_n
+
+
+PLAN = [{'function': 'kernel_0', 'params': [['emit'], ['out_crd', 'C', 0], ['out_crd', 'C', 1], ['out_vals', 'C'], ['size', 'A', 1], ['crd', 'A', 2], ['vals', 'A'], ['array', 'B'], ['array', 'D'], ['extent', 'i'], ['extent', 'j'], ['extent', 'k']], 'convert': {}, 'alias': {}, 'order': ['i', 'v_j_div4', 'v_j_mod4', 'k'], 'sparse_output': True, 'statement': 'C[i, j] = A[i, j] * B[i, k] * D[k, j]', 'accumulate': False}]

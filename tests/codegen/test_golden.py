@@ -1,0 +1,72 @@
+"""Golden files of emitted kernel source.
+
+The emitted text of a handful of kernels is compared with ``golden/<name>.py``.
+A change in the generator shows up here as a readable diff; after checking it,
+refresh the files with ``pytest tests/codegen --update-golden`` (never
+automatically). The header is fixed here (no cache key or versions), so the
+files only change when the generated code does.
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import pytest
+
+import ustc
+from ustc.codegen import notation as nt
+from ustc.codegen.compile import Operand, compile_program
+from ustc.codegen.emit_cpu import CpuEmitter
+
+GOLDEN = Path(__file__).parent / "golden"
+F = ustc.formats
+
+
+def _a(name, *idx):
+    return nt.Access(name, tuple(idx))
+
+
+SPMV = nt.Statement(_a("y", "i"), nt.Mul(_a("A", "i", "j"), _a("x", "j")), True)
+ADD = nt.Statement(_a("C", "i", "j"), nt.Add(_a("A", "i", "j"), _a("B", "i", "j")))
+MUL = nt.Statement(_a("C", "i", "j"), nt.Mul(_a("A", "i", "j"), _a("B", "i", "j")))
+SDDMM = nt.Statement(_a("C", "i", "j"), nt.Mul(nt.Mul(_a("A", "i", "j"), _a("B", "i", "k")), _a("D", "k", "j")))
+MTTKRP = nt.Statement(_a("Y", "i", "j"), nt.Mul(nt.Mul(_a("B", "i", "k", "l"), _a("C", "k", "j")), _a("D", "l", "j")))
+
+CASES = {
+    "spmv_csr": (SPMV, {"A": F.CSR}),
+    "spmv_csc": (SPMV, {"A": F.CSC}),
+    "spmv_diai": (SPMV, {"A": F.DIAI}),
+    "spmv_coo": (SPMV, {"A": F.COO(2)}),
+    "spmv_bsr22": (SPMV, {"A": F.BSR(2, 2)}),
+    "spmv_delta4_packed": (SPMV, {"A": F.DELTA(4, True)}),
+    "add_csr_dcsr": (ADD, {"A": F.CSR, "B": F.DCSR, "C": F.CSR}),
+    "mul_csr_csc": (MUL, {"A": F.CSR, "B": F.CSC, "C": F.CSR}),
+    "sddmm_structured24": (SDDMM, {"A": F.Structured(2, 4), "C": F.Structured(2, 4)}),
+    "mttkrp_csf3": (MTTKRP, {"B": F.CSF(3)}),
+}
+
+
+def emitted(statement: nt.Statement, formats: dict) -> str:
+    program = nt.Program((statement,))
+    operands = {}
+    for st in program.statements:
+        for access in [st.lhs, *st.rhs.accesses()]:
+            operands[access.tensor] = Operand(access.tensor, formats.get(access.tensor), len(access.indices),
+                                              "float64")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ustc.ConversionWarning)
+        module = compile_program(program, operands, ("golden file: " + str(statement),))
+    return CpuEmitter().emit(module) + f"\n\nPLAN = {module.meta['plan']!r}\n"
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_golden(name, request):
+    statement, formats = CASES[name]
+    text = emitted(statement, formats)
+    path = GOLDEN / f"{name}.py"
+    if request.config.getoption("--update-golden"):
+        path.write_text(text)
+    assert path.exists(), f"missing {path}; run pytest tests/codegen --update-golden"
+    assert text == path.read_text(), f"{name}: emitted source changed; review and run --update-golden"
+    compile(text, str(path), "exec")  # valid Python

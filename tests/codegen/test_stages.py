@@ -1,0 +1,75 @@
+"""The compiler's stages one at a time: lattices, level space, loop order, conversions."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import ustc
+from ustc.codegen import lattice, notation as nt
+from ustc.codegen.graph import loop_order
+from ustc.codegen.space import Replan, Space
+
+F = ustc.formats
+
+
+def _a(name, *idx):
+    return nt.Access(name, tuple(idx))
+
+
+def _stmt(lhs, rhs):
+    return nt.Statement(lhs, nt.number_accesses(rhs))
+
+
+def test_lattice_intersection_union_universe():
+    a, b = nt.number_accesses(nt.Mul(_a("A", "i"), _a("B", "i"))).children()
+    mul = lattice.build(nt.Mul(a, b), (a.slot, b.slot))
+    assert mul.intersection and not mul.universe and len(mul.points) == 1
+    add = lattice.build(nt.Add(a, b), (a.slot, b.slot))
+    assert [len(p.present) for p in add.points] == [2, 1, 1]
+    assert add.alive_sets() == [frozenset({a.slot}), frozenset({b.slot})]
+    plus_one = lattice.build(nt.Add(a, nt.Literal(1)), (a.slot,))
+    assert plus_one.universe
+    # (A + B) * A: where only B is present the value is zero, so B alone is not a point
+    mixed = lattice.build(nt.Mul(nt.Add(a, b), a), (a.slot, b.slot))
+    assert {p.present for p in mixed.points} == {frozenset({a.slot, b.slot}), frozenset({a.slot})}
+
+
+def test_substitute_simplifies():
+    e = nt.number_accesses(nt.Sub(nt.Literal(2), nt.Mul(_a("A", "i"), _a("B", "i"))))
+    b = list(e.accesses())[1]
+    assert str(nt.substitute(e, frozenset({b.slot}))) == "2"
+    assert nt.substitute(nt.number_accesses(nt.Neg(_a("A", "i"))), frozenset({0})) is nt.ZERO
+
+
+@pytest.mark.parametrize("fmt, order", [(F.CSR, ["i", "j"]), (F.CSC, ["j", "i"]),
+                                        (F.DIAI, ["v_j_minus_i", "i"]),
+                                        (F.BSR(2, 2), ["v_i_div2", "v_j_div2", "v_i_mod2", "v_j_mod2"])])
+def test_loop_order_follows_levels(fmt, order):
+    st = _stmt(_a("y", "i"), nt.Mul(_a("A", "i", "j"), _a("x", "j")))
+    space = Space(st, {"A": fmt, "x": None, "y": None})
+    assert loop_order(space) == order
+
+
+def test_derived_indices():
+    st = _stmt(_a("y", "i"), nt.Mul(_a("A", "i", "j"), _a("x", "j")))
+    space = Space(st, {"A": F.DIAI, "x": None, "y": None})
+    assert set(space.derived) == {"j"} and str(space.derived["j"].expr) == "v_j_minus_i + i"
+
+
+def test_cycle_asks_for_conversion():
+    st = _stmt(_a("C", "i", "j"), nt.Mul(_a("A", "i", "j"), _a("B", "i", "j")))
+    with pytest.raises(Replan) as info:
+        loop_order(Space(st, {"A": F.CSR, "B": F.CSC, "C": F.CSR}))
+    assert info.value.tensor == "B" and info.value.target == F.CSR
+
+
+def test_conversion_warns_and_is_correct(tmp_path, monkeypatch):
+    monkeypatch.setenv("USTC_CACHE_DIR", str(tmp_path))
+    rng = np.random.default_rng(3)
+    da, db = (rng.random((6, 5)) * (rng.random((6, 5)) < 0.5) for _ in range(2))
+    a, b = ustc.Tensor.from_dense(da, "CSR"), ustc.Tensor.from_dense(db, "CSC")
+    with pytest.warns(ustc.ConversionWarning, match="operand 'B'"):
+        c = a * b
+    np.testing.assert_allclose(c.to_dense(), da * db)
+    assert c.format == F.CSR
