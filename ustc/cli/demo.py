@@ -14,7 +14,7 @@ from typing import Callable
 from .. import formats
 from ..errors import FormatError
 from ..format import Dimension, LevelFormat, LevelProperty, TensorFormat
-from . import demo_tensors
+from . import demo_kernels, demo_tensors
 from .table import render
 
 RULE = "=" * 78
@@ -127,6 +127,9 @@ SECTIONS: list[tuple[str, Callable[[], list[str]]]] = [
     ("Converting between any two formats", demo_tensors.conversion),
     ("Zero-copy interop", demo_tensors.interop),
     ("Fused sparsification", demo_tensors.sparsification),
+    ("A kernel in index notation, generated and compiled", demo_kernels.jit_kernel),
+    ("Operations on mixed formats", demo_kernels.operations),
+    ("The kernel cache", demo_kernels.kernel_cache),
 ]
 
 
