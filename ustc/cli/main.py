@@ -1,11 +1,11 @@
-"""``ustc`` subcommands: demo, formats, info, cache (more arrive with later stages)."""
+"""``ustc`` subcommands: demo, formats, info, compile, cache."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
-from . import cache_cmd, demo, info
+from . import cache_cmd, compile_cmd, demo, info
 
 
 def _formats(args) -> int:
@@ -23,6 +23,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("demo", help="show what ustc can do, with real output").set_defaults(run=demo.run)
     sub.add_parser("formats", help="list the named formats with their DSL text").set_defaults(run=_formats)
     sub.add_parser("info", help="versions, targets and cache directory").set_defaults(run=info.run)
+    compile_cmd.register(sub)
     cache_cmd.register(sub)
     return parser
 
