@@ -335,9 +335,9 @@ class Lowering:
         pre: list[ir.Stmt] = []
         value = self.value(ctx.expr, ctx, pre)
         if ctx.acc is not None:
-            pre.append(ir.Assign(ctx.acc, value, "+"))
             if self.out.sparse:
                 pre.append(ir.Assign("found", ir.Const(True)))
+            pre.append(ir.Assign(ctx.acc, value, "+"))  # last, so optimize.unroll_reductions applies
             return pre
         return pre + self.store(value)
 

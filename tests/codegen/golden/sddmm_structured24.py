@@ -17,9 +17,21 @@ def kernel_0(emit, C_crd0, C_crd1, C_vals, A_lvl1_size, A_lvl2_crd, A_vals, B, D
                 if 0 <= j and j < n_j:
                     acc = 0.0
                     found = False
-                    for k in range(n_k):
-                        acc += A_vals[np.uintp(A_p2)] * B[np.uintp(i), np.uintp(k)] * D[np.uintp(k), np.uintp(j)]
+                    k_start = 0
+                    k_stop = n_k
+                    k_mid = k_start + (k_stop - k_start & -2)
+                    acc_1 = 0.0
+                    for k_2 in range(k_start, k_mid, 2):
+                        k = k_2
                         found = True
+                        acc += A_vals[np.uintp(A_p2)] * B[np.uintp(i), np.uintp(k)] * D[np.uintp(k), np.uintp(j)]
+                        k = k_2 + 1
+                        found = True
+                        acc_1 += A_vals[np.uintp(A_p2)] * B[np.uintp(i), np.uintp(k)] * D[np.uintp(k), np.uintp(j)]
+                    for k in range(k_mid, k_stop):
+                        found = True
+                        acc += A_vals[np.uintp(A_p2)] * B[np.uintp(i), np.uintp(k)] * D[np.uintp(k), np.uintp(j)]
+                    acc += acc_1
                     if found:
                         if emit:
                             C_crd0[C_n] = i
