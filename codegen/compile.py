@@ -71,7 +71,7 @@ def compile_statement(statement: nt.Statement, operands: dict[str, Operand], nam
     params = tuple(p for p in _candidates(stmt, formats, operands, aliases, output) if p.name in _names(body))
     fn = ir.Function(name, params, tuple(body), doc=str(statement))
     plan = {"function": name, "params": [list(p.role) for p in params], "convert": converts,
-            "alias": aliases, "order": order, "sparse_output": output.sparse,
+            "alias": aliases, "order": order, "sparse_output": output.sparse, "rows": lowering.rows,
             "statement": str(statement), "accumulate": statement.accumulate}
     return fn, plan
 
@@ -112,6 +112,7 @@ def _candidates(stmt, formats, operands, aliases, output):
         for d in range(len(stmt.lhs.indices)):
             yield ir.Param(f"{out}_crd{d}", ("out_crd", out, d))
         yield ir.Param(f"{out}_vals", ("out_vals", out))
+        yield ir.Param(f"{out}_offsets", ("out_offsets", out))
     else:
         yield ir.Param(out, ("array", out))
     seen = {out}

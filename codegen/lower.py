@@ -63,6 +63,7 @@ class Lowering:
         for a in space.accesses.values():
             counts[a.tensor] = counts.get(a.tensor, 0) + 1
         self.repeated = {t for t, n in counts.items() if n > 1}
+        self.rows: str | None = None  # set when a sparse output is built row-parallel
         self.prefix = {s: (a.tensor if a.tensor not in self.repeated else f"{a.tensor}_{s}")
                        for s, a in space.accesses.items()}
 
@@ -72,7 +73,7 @@ class Lowering:
         ctx = Ctx(self.stmt.rhs, frozenset(), pos)
         steps, ctx = self.settle(ctx, frozenset())
         body = optimize.tile_parallel(self.wrap(steps, lambda: self.lower(ctx, 0)))
-        if self.out.sparse:
+        if self.out.sparse and self.rows is None:
             return [ir.Assign(self.count, ir.Const(0))] + body + [ir.Return(ir.Var(self.count))]
         return body
 
@@ -114,6 +115,8 @@ class Lowering:
             parallel = self.parallel_ok(ctx, depth, v, dense=True)
             inner = replace(ctx, in_parallel=ctx.in_parallel or parallel)
             body = self.bind(inner, depth, v, {}, lattice.points[0].expr, tight)
+            if self.sparse_rows(ctx, depth, v):
+                return [ir.For(v, start, stop, self.row_counted(v, body), parallel=True)]
             full = (var.lo, ir.add(var.lo, var.extent)) if parallel and depth > 0 else None
             return [ir.For(v, start, stop, tuple(body), parallel, full=full)]
         cursors = [self.cursor(ctx, s, dedup=True) for s in lattice.iterators]
@@ -311,6 +314,21 @@ class Lowering:
             if all(0 < self.space.loopvars[u].modulus <= abs(lin[0]) for u in inside if u in self.space.loopvars):
                 return True
         return False
+
+    def sparse_rows(self, ctx: Ctx, depth: int, v: str) -> bool:
+        """A sparse output built in parallel over the outermost output index (its rows)."""
+        return (self.out.sparse and depth == 0 and not ctx.in_parallel and v in self.stmt.lhs.indices
+                and v not in self.space.derived)
+
+    def row_counted(self, v: str, body) -> tuple[ir.Stmt, ...]:
+        """Per-row counter: the counting pass stores row sizes in ``offsets[v + 1]``; the filling
+        pass starts each row at ``offsets[v]`` (the host turns sizes into offsets in between)."""
+        offsets = f"{self.out.tensor}_offsets"
+        self.rows = v
+        start = ir.Select(ir.Var("emit"), ir.load(offsets, ir.Var(v)), ir.Const(0))
+        done = ir.If(ir.Bin("==", ir.Var("emit"), ir.Const(False)),
+                     (ir.Store(offsets, (ir.add(ir.Var(v), 1),), ir.Var(self.count)),))
+        return (ir.Assign(self.count, start), *body, done)
 
     def chunkable(self, ctx: Ctx, depth: int, v: str, ref) -> bool:
         """A sorted level with repeats (COO rows) writing output rows it owns: split at run borders."""

@@ -214,10 +214,15 @@ class Run:
 
     def _sparse(self, statement, plan, fn, views, out):
         rank = len(statement.lhs.indices)
-        empty = {"crd": [np.zeros(0, np.int64)] * rank, "vals": np.zeros(0, out.dtype)}
+        rows = plan.get("rows")
+        offsets = np.zeros(self.extents[rows] + 1 if rows else 1, np.int64)
+        empty = {"crd": [np.zeros(0, np.int64)] * rank, "vals": np.zeros(0, out.dtype), "offsets": offsets}
         count = fn(*self._arguments(plan, views, dict(empty, emit=False)))
+        if rows:  # row sizes -> row offsets, for the parallel filling pass
+            np.cumsum(offsets, out=offsets)
+            count = int(offsets[-1])
         filled = {"crd": [np.empty(count, np.int64) for _ in range(rank)], "vals": np.empty(count, out.dtype),
-                  "emit": True}
+                  "emit": True, "offsets": offsets}
         fn(*self._arguments(plan, views, filled))
         coords, values = filled["crd"], filled["vals"]
         old = out.value
@@ -245,6 +250,8 @@ class Run:
                 args.append(out["crd"][role[2]])
             elif kind == "out_vals":
                 args.append(out["vals"])
+            elif kind == "out_offsets":
+                args.append(out["offsets"])
             elif kind == "array":
                 a = views[role[1]]
                 args.append(a.reshape(1) if a.ndim == 0 else a)

@@ -17,4 +17,4 @@ def kernel_0(Y, B_lvl0_pos, B_lvl0_crd, B_lvl1_pos, B_lvl1_crd, B_lvl2_pos, B_lv
                     Y[np.uintp(i), np.uintp(j)] += B_vals[np.uintp(B_p2)] * C[np.uintp(k), np.uintp(j)] * D[np.uintp(l), np.uintp(j)]
 
 
-PLAN = [{'function': 'kernel_0', 'params': [['array', 'Y'], ['pos', 'B', 0], ['crd', 'B', 0], ['pos', 'B', 1], ['crd', 'B', 1], ['pos', 'B', 2], ['crd', 'B', 2], ['vals', 'B'], ['array', 'C'], ['array', 'D'], ['extent', 'j']], 'convert': {}, 'alias': {}, 'order': ['i', 'k', 'l', 'j'], 'sparse_output': False, 'statement': 'Y[i, j] = B[i, k, l] * C[k, j] * D[l, j]', 'accumulate': False}]
+PLAN = [{'function': 'kernel_0', 'params': [['array', 'Y'], ['pos', 'B', 0], ['crd', 'B', 0], ['pos', 'B', 1], ['crd', 'B', 1], ['pos', 'B', 2], ['crd', 'B', 2], ['vals', 'B'], ['array', 'C'], ['array', 'D'], ['extent', 'j']], 'convert': {}, 'alias': {}, 'order': ['i', 'k', 'l', 'j'], 'sparse_output': False, 'rows': None, 'statement': 'Y[i, j] = B[i, k, l] * C[k, j] * D[l, j]', 'accumulate': False}]

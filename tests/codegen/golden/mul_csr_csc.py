@@ -4,11 +4,11 @@ import numpy as np
 from numba import njit, prange
 
 
-@njit(cache=True, nogil=True)
-def kernel_0(emit, C_crd0, C_crd1, C_vals, A_lvl1_pos, A_lvl1_crd, A_vals, B_lvl1_pos, B_lvl1_crd, B_vals, n_i):
+@njit(cache=True, nogil=True, parallel=True)
+def kernel_0(emit, C_crd0, C_crd1, C_vals, C_offsets, A_lvl1_pos, A_lvl1_crd, A_vals, B_lvl1_pos, B_lvl1_crd, B_vals, n_i):
     """C[i, j] = A[i, j] * B[i, j]"""
-    C_n = 0
-    for i in range(n_i):
+    for i in prange(n_i):
+        C_n = C_offsets[i] if emit else 0
         A_p1 = A_lvl1_pos[i]
         A_p1_end = A_lvl1_pos[i + 1]
         B_p1 = B_lvl1_pos[i]
@@ -29,7 +29,8 @@ def kernel_0(emit, C_crd0, C_crd1, C_vals, A_lvl1_pos, A_lvl1_crd, A_vals, B_lvl
                 A_p1 += 1
             if B_here1:
                 B_p1 += 1
-    return C_n
+        if emit == False:
+            C_offsets[i + 1] = C_n
 
 
-PLAN = [{'function': 'kernel_0', 'params': [['emit'], ['out_crd', 'C', 0], ['out_crd', 'C', 1], ['out_vals', 'C'], ['pos', 'A', 1], ['crd', 'A', 1], ['vals', 'A'], ['pos', 'B', 1], ['crd', 'B', 1], ['vals', 'B'], ['extent', 'i']], 'convert': {'B': '(d0, d1) -> (d0 : dense, d1 : compressed)'}, 'alias': {}, 'order': ['i', 'j'], 'sparse_output': True, 'statement': 'C[i, j] = A[i, j] * B[i, j]', 'accumulate': False}]
+PLAN = [{'function': 'kernel_0', 'params': [['emit'], ['out_crd', 'C', 0], ['out_crd', 'C', 1], ['out_vals', 'C'], ['out_offsets', 'C'], ['pos', 'A', 1], ['crd', 'A', 1], ['vals', 'A'], ['pos', 'B', 1], ['crd', 'B', 1], ['vals', 'B'], ['extent', 'i']], 'convert': {'B': '(d0, d1) -> (d0 : dense, d1 : compressed)'}, 'alias': {}, 'order': ['i', 'j'], 'sparse_output': True, 'rows': 'i', 'statement': 'C[i, j] = A[i, j] * B[i, j]', 'accumulate': False}]
