@@ -22,6 +22,7 @@ from ustc.format.ir import TensorFormat
 
 from . import loopir as ir
 from . import notation as nt
+from . import optimize
 from .graph import loop_order
 from .lower import Lowering, Output
 from .space import Replan, Space
@@ -41,16 +42,18 @@ class Operand:
     dtype: str
 
 
-def compile_program(program: nt.Program, operands: dict[str, Operand], header: tuple[str, ...] = ()) -> ir.Module:
+def compile_program(program: nt.Program, operands: dict[str, Operand], header: tuple[str, ...] = (),
+                    tuning: optimize.Tuning = optimize.CPU) -> ir.Module:
     functions, plans = [], []
     for k, statement in enumerate(program.statements):
-        fn, plan = compile_statement(statement, operands, f"kernel_{k}")
+        fn, plan = compile_statement(statement, operands, f"kernel_{k}", tuning)
         functions.append(fn)
         plans.append(plan)
     return ir.Module(tuple(header), tuple(functions), {"plan": plans})
 
 
-def compile_statement(statement: nt.Statement, operands: dict[str, Operand], name: str):
+def compile_statement(statement: nt.Statement, operands: dict[str, Operand], name: str,
+                      tuning: optimize.Tuning = optimize.CPU):
     stmt = nt.Statement(statement.lhs, nt.number_accesses(statement.rhs), statement.accumulate, statement.loc)
     formats = {t: operands[t].format for t in operands}
     converts: dict[str, str] = {}
@@ -61,7 +64,7 @@ def compile_statement(statement: nt.Statement, operands: dict[str, Operand], nam
         try:
             space = Space(stmt, formats)
             order = loop_order(space)
-            lowering = Lowering(space, order, output, name)
+            lowering = Lowering(space, order, output, name, tuning)
             body = lowering.body()
             break
         except Replan as exc:

@@ -105,9 +105,11 @@ class Cursor:
         head = ir.Assign(var, self.coord_at(ir.Var(self.p)))
         return [ir.For(self.p, start, stop, (head,) + body, parallel)]
 
-    def chunked_loop(self, var: str, body: tuple[ir.Stmt, ...], chunks: int = 256) -> list[ir.Stmt]:
+    def chunked_loop(self, var: str, body: tuple[ir.Stmt, ...], chunks: int = 256,
+                     grain: int = 0) -> list[ir.Stmt]:
         """A parallel walk of a sorted segment with repeats: chunk borders move forward to the
-        start of a run, so every coordinate (every output row) belongs to exactly one chunk."""
+        start of a run, so every coordinate (every output row) belongs to exactly one chunk.
+        ``chunks`` equal chunks, or (``grain`` > 0) one chunk per ``grain`` positions."""
         start, stop = self.segment()
         lo, hi, chunk = f"{self.p}_lo", f"{self.p}_hi", f"{self.prefix}_chunk{self.k}"
         first, last = ir.Var(lo), ir.Var(hi)
@@ -116,15 +118,19 @@ class Cursor:
         def border(name: str, index: ir.Expr) -> list[ir.Stmt]:
             inside = ir.conj([ir.Bin(">", ir.Var(name), first), ir.lt(ir.Var(name), last),
                               ir.eq(self.coord_at(ir.Var(name)), self.coord_at(ir.sub(ir.Var(name), 1)))])
-            at = ir.add(first, ir.Bin("//", ir.mul(span, index), ir.Const(chunks)))
+            if grain:
+                at = ir.Call("min", (ir.add(first, ir.mul(index, grain)), last))
+            else:
+                at = ir.add(first, ir.Bin("//", ir.mul(span, index), ir.Const(chunks)))
             return [ir.Assign(name, at), ir.While(inside, (ir.Assign(name, ir.Const(1), "+"),))]
 
         a, b = f"{self.p}_a", f"{self.p}_b"
         head = ir.Assign(var, self.coord_at(ir.Var(self.p)))
         inner = ir.For(self.p, ir.Var(a), ir.Var(b), (head,) + body)
         walk = border(a, ir.Var(chunk)) + border(b, ir.add(ir.Var(chunk), 1)) + [inner]
+        count = ir.Bin("//", ir.add(span, grain - 1), ir.Const(grain)) if grain else ir.Const(chunks)
         return [ir.Assign(lo, start), ir.Assign(hi, stop),
-                ir.For(chunk, ir.Const(0), ir.Const(chunks), tuple(walk), parallel=True)]
+                ir.For(chunk, ir.Const(0), count, tuple(walk), parallel=True)]
 
     # -- cursor protocol ------------------------------------------------------------------
     def valid(self) -> ir.Expr:

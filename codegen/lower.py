@@ -56,8 +56,10 @@ class Ctx:
 class Lowering:
     """Lower ``space.statement`` in loop ``order``; :meth:`function` returns the loop IR."""
 
-    def __init__(self, space: Space, order: list[str], output: Output, name: str = "kernel"):
+    def __init__(self, space: Space, order: list[str], output: Output, name: str = "kernel",
+                 tuning: optimize.Tuning = optimize.CPU):
         self.space, self.order, self.out, self.name = space, order, output, name
+        self.tuning = tuning
         self.stmt = space.statement
         counts: dict[str, int] = {}
         for a in space.accesses.values():
@@ -72,7 +74,7 @@ class Lowering:
         pos = {slot: (-1, ir.Const(0), None) for slot in self.space.levels}
         ctx = Ctx(self.stmt.rhs, frozenset(), pos)
         steps, ctx = self.settle(ctx, frozenset())
-        body = optimize.tile_parallel(self.wrap(steps, lambda: self.lower(ctx, 0)))
+        body = optimize.tile_parallel(self.wrap(steps, lambda: self.lower(ctx, 0)), self.tuning.tile)
         if self.out.sparse and self.rows is None:
             return [ir.Assign(self.count, ir.Const(0))] + body + [ir.Return(ir.Var(self.count))]
         return body
@@ -136,7 +138,7 @@ class Lowering:
         if self.chunkable(ctx, depth, v, ref):
             inner = replace(ctx, in_parallel=True)
             body = self.bind(inner, depth, v, {slot: (ref.level, *c.child())}, expr, frozenset())
-            return c.chunked_loop(v, tuple(body))
+            return c.chunked_loop(v, tuple(body), grain=self.tuning.grain)
         parallel = ref.ltype.unique and ref.keyword != "delta" and self.parallel_ok(ctx, depth, v, dense=False)
         inner = replace(ctx, in_parallel=ctx.in_parallel or parallel)
         body = self.bind(inner, depth, v, {slot: (ref.level, *c.child())}, expr, frozenset())
@@ -346,7 +348,8 @@ class Lowering:
         loops = self.lower(inner, depth)
         if not loops:
             return []
-        loops = optimize.unroll_reductions(loops, acc, _zero(self.out.dtype))
+        if self.tuning.unroll:
+            loops = optimize.unroll_reductions(loops, acc, _zero(self.out.dtype))
         return init + loops + self.store(ir.Var(acc), guard="found" if self.out.sparse else None)
 
     def compute(self, ctx: Ctx) -> list[ir.Stmt]:

@@ -13,11 +13,28 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from . import loopir as ir
 
 TILE = 1024
+
+
+@dataclass(frozen=True)
+class Tuning:
+    """Per-target choices of these rewrites (the lowering itself is shared by all targets).
+
+    ``unroll``: two-accumulator reductions; ``tile``: rows per hoisted tile of a nested parallel
+    loop (1: one row per iteration, as a GPU thread per row wants); ``grain``: nonzeros per chunk of a
+    sorted level with repeats (0: a fixed 256 chunks, enough CPU threads)."""
+
+    unroll: bool = True
+    tile: int = TILE
+    grain: int = 0
+
+
+CPU = Tuning()
+CUDA = Tuning(unroll=False, tile=1, grain=32)
 
 
 def unroll_reductions(body, acc: str, zero) -> list[ir.Stmt]:
@@ -55,12 +72,12 @@ def _unrolled(loop: ir.For, acc: str, zero) -> list[ir.Stmt]:
             ir.Assign(acc, ir.Var(second), "+")]
 
 
-def tile_parallel(body) -> list[ir.Stmt]:
+def tile_parallel(body, tile: int = TILE) -> list[ir.Stmt]:
     """Hoist tiles of a nested parallel loop above the sequential loops that enclose it."""
     out = []
     for s in body:
         inner = _nested_parallel(s) if isinstance(s, ir.For) and not s.parallel else None
-        out.append(_tiled(s, inner) if inner is not None else s)
+        out.append(_tiled(s, inner, tile) if inner is not None else s)
     return out
 
 
@@ -74,14 +91,15 @@ def _nested_parallel(loop: ir.For):
     return _nested_parallel(last)
 
 
-def _tiled(outer: ir.For, target: ir.For) -> ir.For:
+def _tiled(outer: ir.For, target: ir.For, tile: int = TILE) -> ir.For:
     lo, hi = target.full
     t, t_lo, t_hi = f"{target.var}_tile", f"{target.var}_tlo", f"{target.var}_thi"
-    ntiles = ir.Bin("//", ir.add(ir.sub(hi, lo), TILE - 1), ir.Const(TILE))
+    span = ir.sub(hi, lo)
+    ntiles = span if tile == 1 else ir.Bin("//", ir.add(span, tile - 1), ir.Const(tile))
     local = replace(target, start=ir.Call("max", (ir.Var(t_lo), target.start)),
                     stop=ir.Call("min", (ir.Var(t_hi), target.stop)), parallel=False, full=None)
-    body = (ir.Assign(t_lo, ir.add(lo, ir.mul(ir.Var(t), TILE))),
-            ir.Assign(t_hi, ir.Call("min", (ir.add(ir.Var(t_lo), TILE), hi))),
+    body = (ir.Assign(t_lo, ir.add(lo, ir.mul(ir.Var(t), tile))),
+            ir.Assign(t_hi, ir.Call("min", (ir.add(ir.Var(t_lo), tile), hi))),
             _swap(outer, target, local))
     return ir.For(t, ir.Const(0), ntiles, body, parallel=True)
 
