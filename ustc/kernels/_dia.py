@@ -1,0 +1,39 @@
+"""Diagonal SpMV (DIAI / DIAJ), hand-written: rows in tiles, each diagonal as a 1-D slice.
+
+Row tiles run in parallel; inside a tile every diagonal is one contiguous
+stream of values and one contiguous stream of ``x`` (no index arrays are read
+besides the offsets), which is what made DIA ~1.8x faster than 2-D indexing
+on the CPU (design §6).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+TILE = 2048
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def dia_spmv(offsets, vals, x, y, alpha, n_rows, n_cols, diag_len, by_column):
+    """``y += alpha * A @ x`` where diagonal ``d`` (offset ``o = j - i``) stores
+    ``A[i, i + o]`` at ``vals[d * diag_len + (i + o if by_column else i)]``."""
+    tiles = (n_rows + TILE - 1) // TILE
+    for t in prange(tiles):
+        lo = t * TILE
+        hi = min(lo + TILE, n_rows)
+        acc = np.zeros(hi - lo, dtype=y.dtype)
+        for d in range(offsets.size):
+            o = np.int64(offsets[d])
+            a = max(lo, -o)
+            b = min(hi, n_cols - o)
+            if a >= b:
+                continue
+            base = d * diag_len + (o if by_column else 0)
+            v = vals[base + a:base + b]
+            xs = x[a + o:b + o]
+            w = acc[a - lo:b - lo]
+            for k in range(b - a):
+                w[k] += v[k] * xs[k]
+        for k in range(hi - lo):
+            y[lo + k] += alpha * acc[k]

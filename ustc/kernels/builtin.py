@@ -1,0 +1,109 @@
+"""The built-in registered kernels: DIA SpMV, delta(b) SpMV (MACKO-style), CSR SpGEMM.
+
+Each wrapper checks nothing the registry has not matched already except what
+its ``supports`` hook declines (complex values for the Numba kernels are fine;
+boolean or integer mixes are left to generated code). The Numba modules are
+imported on first call, so importing the registry costs nothing.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from ..format.ir import TensorFormat
+from .registry import register
+
+
+def _plain(fmt: TensorFormat) -> TensorFormat:
+    """``fmt`` without index widths (widths do not change how a kernel walks it)."""
+    return TensorFormat(fmt.dims, fmt.levels) if (fmt.pos_width or fmt.crd_width) else fmt
+
+
+def _numeric(a, b) -> bool:
+    kinds = {np.dtype(a.dtype).kind, np.dtype(b.dtype).kind}
+    return kinds <= {"f", "c"} and a.device == "cpu"
+
+
+# -- DIA -------------------------------------------------------------------------------------
+def _is_dia(fmt: TensorFormat) -> bool:
+    from ..formats import DIAI, DIAJ
+
+    return _plain(fmt) in (DIAI, DIAJ)
+
+
+@register("spmv", _is_dia, "cpu", name="dia_spmv", builtin=True)
+def dia_spmv(a, b, out, alpha):
+    """``out += alpha * a @ b`` for DIAI / DIAJ: parallel row tiles, diagonals as 1-D streams."""
+    from ._dia import dia_spmv as kernel
+
+    by_column = a.format.levels[1].expr == a.format.dims[1]
+    diag_len = a.shape[1] if by_column else a.shape[0]
+    kernel(a.crd(0)[a.pos(0)[0]:a.pos(0)[1]], a.values, b, out, out.dtype.type(alpha), a.shape[0], a.shape[1],
+           diag_len, by_column)
+
+
+dia_spmv.supports = _numeric
+
+
+# -- delta(b) ------------------------------------------------------------------------------
+def _is_delta_rows(fmt: TensorFormat) -> bool:
+    if fmt.ndim != 2 or len(fmt.levels) != 2:
+        return False
+    row, col = fmt.levels
+    return (row.type.keyword == "dense" and col.type.keyword == "delta" and row.expr == fmt.dims[0]
+            and col.expr == fmt.dims[1])
+
+
+@register("spmv", _is_delta_rows, "cpu", name="delta_spmv", builtin=True)
+def delta_spmv(a, b, out, alpha):
+    """``out += alpha * a @ b`` for ``(i, j) -> (i : dense, j : delta(b[, packed]))``: gaps decoded in
+    registers; packed gaps read a 32-bit word once for 32 / b entries."""
+    from ._delta import delta_packed_spmv, delta_spmv as plain
+
+    level = a.format.levels[1].type
+    alpha = out.dtype.type(alpha)
+    if level.packed:
+        delta_packed_spmv(a.pos(1), a.crd(1), a.values, b, out, alpha, a.shape[0], level.bits)
+    else:
+        plain(a.pos(1), a.crd(1), a.values, b, out, alpha, a.shape[0])
+
+
+delta_spmv.supports = _numeric
+
+
+# -- SpGEMM ----------------------------------------------------------------------------------
+def _is_csr(fmt: TensorFormat) -> bool:
+    from ..formats import CSR
+
+    return _plain(fmt) == CSR
+
+
+@register("spgemm", _is_csr, "cpu", name="csr_spgemm", builtin=True)
+def csr_spgemm(a, b, out_format):
+    """``a @ b`` for CSR ``a`` and ``b`` (Gustavson, parallel over row chunks), in ``out_format``."""
+    from ..tensor.tensor import Tensor
+    from ._spgemm import spgemm_count, spgemm_fill
+
+    n_rows, n_cols = a.shape[0], b.shape[1]
+    chunks = min(max(n_rows, 1), 8 * (os.cpu_count() or 1))
+    sizes = spgemm_count(a.pos(1), a.crd(1), b.pos(1), b.crd(1), n_rows, n_cols, chunks)
+    pos = np.cumsum(sizes)
+    index = np.int32 if max(int(pos[-1]), n_cols) < 2**31 else np.int64
+    crd = np.empty(int(pos[-1]), dtype=index)
+    vals = np.empty(int(pos[-1]), dtype=np.result_type(a.dtype, b.dtype))
+    spgemm_fill(a.pos(1), a.crd(1), a.values, b.pos(1), b.crd(1), b.values, pos, crd, vals, n_rows, n_cols, chunks)
+    from ..formats import CSR
+
+    c = Tensor(CSR, (n_rows, n_cols), {(1, "pos"): pos.astype(index), (1, "crd"): crd}, vals)
+    return c if out_format == CSR else c.convert(out_format)
+
+
+def _spgemm_supports(a, b) -> bool:
+    from ..tensor.tensor import Tensor
+
+    return isinstance(b, Tensor) and _is_csr(b.format) and _numeric(a, b)
+
+
+csr_spgemm.supports = _spgemm_supports

@@ -1,0 +1,153 @@
+"""Operands of a matrix product, normalised: what :class:`ustc.Matmul` plans for.
+
+Sparse inputs (ustc Tensors, SciPy / torch / CuPy sparse objects) become ustc
+Tensors, zero-copy; dense inputs (NumPy, torch, CuPy) stay arrays of their
+package. :class:`OperandSpec` is the hashable part that a plan depends on —
+kind, format signature, shape, dtype, index dtypes, device — and
+:class:`Problem` is the whole plan key.
+"""
+
+from __future__ import annotations
+
+import numbers
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import DeviceError, ShapeError, UstcError
+from ..tensor import packages
+from ..tensor.tensor import Tensor
+
+
+@dataclass(frozen=True)
+class OperandSpec:
+    """What a plan depends on for one operand."""
+
+    name: str
+    sparse: bool
+    format: str | None        # format signature (sparse) or None
+    shape: tuple[int, ...]
+    dtype: str
+    index: tuple[str, ...]     # index buffer dtypes (sparse)
+    device: str
+    package: str
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+
+@dataclass(frozen=True)
+class Problem:
+    """The plan key: operands, transposes, the kind of alpha and beta, output format, options."""
+
+    a: OperandSpec
+    b: OperandSpec
+    c: OperandSpec | None
+    transpose_a: bool
+    transpose_b: bool
+    alpha: str                 # "one" or a scalar type name
+    beta: str                  # "zero" or a scalar type name
+    out_format: str | None
+    route: str | None
+    target: str
+
+    @property
+    def device(self) -> str:
+        return self.a.device
+
+
+def sparse_like(x) -> bool:
+    """A ustc Tensor or a sparse object of SciPy, torch or CuPy."""
+    if isinstance(x, Tensor):
+        return True
+    if packages.is_torch(x):
+        return x.layout is not __import__("torch").strided
+    module = type(x).__module__
+    return module.startswith("scipy.sparse") or module.startswith("cupyx.scipy.sparse")
+
+
+def normalise(x, name: str):
+    """``x`` as a ustc Tensor (sparse) or an array of its own package (dense); zero-copy."""
+    if x is None:
+        return None
+    if sparse_like(x):
+        return x if isinstance(x, Tensor) else Tensor.from_package(x)
+    if packages.is_cupy(x) or (packages.is_torch(x) and x.device.type != "cpu"):
+        return x
+    if isinstance(x, numbers.Number):
+        raise ShapeError(f"matmul: operand {name} is a scalar; scale with alpha or beta instead")
+    try:
+        return packages.host_array(x)
+    except UstcError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - anything NumPy cannot read is a bad operand
+        raise UstcError(f"matmul: operand {name} ({type(x).__name__}) is not an array or a tensor: {exc}") from None
+
+
+def spec(x, name: str) -> OperandSpec:
+    if isinstance(x, Tensor):
+        index = tuple(sorted({str(buf.dtype) for buf in x._buffers.values()}))
+        return OperandSpec(name, True, x.format.signature, tuple(x.shape), str(np.dtype(x.dtype)), index,
+                           x.device, x.package)
+    device = packages.device_of(x)
+    package = packages.TORCH if packages.is_torch(x) else packages.CUPY if packages.is_cupy(x) else packages.NUMPY
+    dtype = str(x.dtype).replace("torch.", "")
+    return OperandSpec(name, False, None, tuple(int(n) for n in x.shape), dtype, (), device, package)
+
+
+def scalar_kind(value, neutral) -> str:
+    if not isinstance(value, (numbers.Number, np.generic)):
+        raise UstcError(f"matmul: alpha and beta must be numbers, got {type(value).__name__}")
+    if value == neutral and not isinstance(value, (complex, np.complexfloating)):
+        return "one" if neutral == 1 else "zero"
+    return np.asarray(value).dtype.name
+
+
+def check_devices(specs) -> str:
+    devices = {(s.name, s.device) for s in specs if s is not None}
+    seen = sorted({d for _, d in devices})
+    if len(seen) > 1:
+        where = ", ".join(f"{n} on {d}" for n, d in sorted(devices))
+        raise DeviceError(f"matmul: operands live on different devices ({where}); move them with .to(device)")
+    return seen[0]
+
+
+def product_shape(a: OperandSpec, b: OperandSpec) -> tuple[int, ...]:
+    """NumPy ``matmul`` shape rules for 1-D, 2-D and 3-D (batched) operands."""
+    for s in (a, b):
+        if s.ndim not in (1, 2, 3):
+            raise ShapeError(f"matmul: operand {s.name} is {s.ndim}-D with shape {s.shape}; "
+                             f"matmul takes vectors, matrices and batches of matrices (3-D)")
+    if a.ndim == 3 and b.ndim == 3 and a.shape[0] != b.shape[0]:
+        raise ShapeError(f"matmul: batch sizes differ: a has {a.shape[0]}, b has {b.shape[0]} "
+                         f"(shapes {a.shape} and {b.shape})")
+    inner_a = a.shape[-1]
+    inner_b = b.shape[0] if b.ndim == 1 else b.shape[-2]
+    if inner_a != inner_b:
+        raise ShapeError(f"matmul: a has {inner_a} columns but b has {inner_b} rows "
+                         f"(shapes {a.shape} and {b.shape})")
+    batch = a.shape[:-2] if a.ndim == 3 else b.shape[:-2] if b.ndim == 3 else ()
+    rows = a.shape[-2:-1] if a.ndim >= 2 else ()
+    cols = b.shape[-1:] if b.ndim >= 2 else ()
+    return tuple(batch) + tuple(rows) + tuple(cols)
+
+
+def indices(a: OperandSpec, b: OperandSpec) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+    """Index-notation subscripts of a, b and the output (``b`` batch, ``k`` contracted)."""
+    ai = {1: ("k",), 2: ("i", "k"), 3: ("b", "i", "k")}[a.ndim]
+    bi = {1: ("k",), 2: ("k", "j"), 3: ("b", "k", "j")}[b.ndim]
+    out = (("b",) if "b" in ai + bi else ()) + tuple(x for x in ai if x == "i") + tuple(x for x in bi if x == "j")
+    return ai, bi, out
+
+
+def transposed(x, flag: bool, name: str):
+    """``x`` with its last two dimensions swapped (a view) when ``flag``."""
+    if not flag:
+        return x
+    if x.ndim < 2:
+        raise ShapeError(f"matmul: transpose_{name} needs a matrix, operand {name} is {x.ndim}-D")
+    if isinstance(x, Tensor):
+        axes = tuple(range(x.ndim - 2)) + (x.ndim - 1, x.ndim - 2)
+        return x.transpose(axes)
+    return x.mT if packages.is_torch(x) else x.swapaxes(-1, -2)

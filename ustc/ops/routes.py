@@ -1,0 +1,247 @@
+"""The routes a planned :class:`ustc.Matmul` can take, in the order they are tried.
+
+1. **registered**: a hand-written kernel for (op, format, target) from
+   :mod:`ustc.kernels` (DIA and delta SpMV, CSR SpGEMM built in);
+2. **library**: SciPy on the CPU where it beats generated code (SpGEMM on
+   SciPy formats), cuSPARSE through CuPy on a GPU (CSR / CSC / COO SpMV, SpMM);
+3. **generated**: the index-notation statement lowered for the operands'
+   formats and compiled (``ustc.codegen``), cached on disk.
+
+A route for a dense result adds ``alpha * a @ b`` into an output that already
+holds ``beta * c``; a route for a sparse result (both operands sparse) returns
+``alpha * a @ b`` as a Tensor. ``prepare`` compiles or loads everything a
+route needs; ``run`` only computes.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from .. import cache
+from ..errors import UnsupportedOperation
+from ..kernels import registry
+from ..tensor.tensor import Tensor, as_format
+from ..codegen import notation as nt
+from . import runtime
+from .operands import Problem, indices
+
+
+def op_name(p: Problem) -> str | None:
+    """'spmv' | 'spmm' | 'spgemm' for a sparse 2-D a (possibly after rewriting), else None."""
+    if not p.a.sparse or p.a.ndim != 2:
+        return None
+    if p.b.sparse:
+        return "spgemm" if p.b.ndim == 2 else None
+    return {1: "spmv", 2: "spmm"}.get(p.b.ndim)
+
+
+class Route:
+    kind = "route"
+
+    def prepare(self, a, b, out, alpha) -> None:
+        """Compile or load what ``run`` needs (no computation on the operands' values)."""
+
+    def run(self, a, b, out, alpha):
+        raise NotImplementedError
+
+    def unbind(self) -> None:
+        """Forget arguments prepared for particular operands (the plan itself stays)."""
+
+    def release(self) -> None:
+        """Drop references to operands and buffers."""
+        self.unbind()
+
+
+class RegisteredRoute(Route):
+    kind = "registered kernel"
+
+    def __init__(self, entry: registry.Registered, op: str, out_format):
+        self.entry, self.op, self.out_format = entry, op, out_format
+        self.info = f"registered kernel: {entry.name} ({op}, {entry.target})"
+
+    def prepare(self, a, b, out, alpha) -> None:
+        compile_ = getattr(self.entry.fn, "compile", None)
+        if compile_ is not None:
+            compile_(a, b, out if out is not None else self.out_format, alpha)
+
+    def run(self, a, b, out, alpha):
+        if self.op == "spgemm":
+            c = self.entry.fn(a, b, self.out_format)
+            return c if alpha == 1 else c * alpha
+        self.entry.fn(a, b, out, alpha)
+        return out
+
+
+class ScipyRoute(Route):
+    """SciPy's compiled sparse products on the host (``a @ b`` of two SciPy sparse arrays)."""
+
+    kind = "library"
+
+    def __init__(self, out_format, reason: str):
+        self.out_format = out_format
+        self.info = f"library: SciPy sparse @ ({reason})"
+
+    def run(self, a, b, out, alpha):
+        from ..tensor.interop import to_scipy
+
+        pa = to_scipy(a) if isinstance(a, Tensor) else a
+        pb = to_scipy(b) if isinstance(b, Tensor) else b
+        product = pa @ pb
+        if out is None:
+            c = Tensor.from_package(product).convert(self.out_format)
+            return c if alpha == 1 else c * alpha
+        out += alpha * np.asarray(product)
+        return out
+
+
+class CupyRoute(Route):
+    """cuSPARSE SpMV / SpMM through ``cupyx.cusparse`` for CSR, CSC and COO on the GPU."""
+
+    kind = "library"
+
+    def __init__(self, op: str, fmt: str, index: str):
+        self.op = op
+        self.info = f"library: cuSPARSE {'SpMV' if op == 'spmv' else 'SpMM'} through CuPy ({fmt}, {index})"
+
+    def run(self, a, b, out, alpha):
+        from cupyx import cusparse
+
+        fn = cusparse.spmv if self.op == "spmv" else cusparse.spmm
+        return fn(a.to_package(), b, c=out, alpha=alpha, beta=1.0) if self.op == "spmm" \
+            else fn(a.to_package(), b, y=out, alpha=alpha, beta=1.0)
+
+
+class DenseRoute(Route):
+    """Both operands dense: the array package's own ``matmul`` (BLAS / cuBLAS)."""
+
+    kind = "library"
+    info = "library: dense matmul (BLAS through the operands' package)"
+
+    def run(self, a, b, out, alpha):
+        product = a @ b
+        out += product if alpha == 1 else alpha * product
+        return out
+
+
+class GeneratedRoute(Route):
+    """A kernel generated from ``C[..] += alpha * A[..] * B[..]`` (or ``=`` into a sparse format)."""
+
+    kind = "generated"
+
+    def __init__(self, p: Problem, target: str, out_format):
+        ai, bi, oi = indices(p.a, p.b)
+        rhs: nt.Expr = nt.Mul(nt.Access("A", ai), nt.Access("B", bi))
+        self.scaled = p.alpha != "one"
+        if self.scaled:
+            rhs = nt.Mul(nt.Scalar("alpha"), rhs)
+        self.sparse_out = out_format is not None
+        self.program = nt.Program((nt.Statement(nt.Access("C", oi), rhs, accumulate=not self.sparse_out),))
+        self.target, self.out_format = target, out_format
+        self._run = self._fn = self._plan = None
+        self._args, self._bound = None, None
+        self.info = "generated"
+
+    def prepare(self, a, b, out, alpha) -> None:
+        bindings = {"A": a, "B": b, "C": self.out_format if self.sparse_out else out}
+        if self.scaled:
+            bindings["alpha"] = alpha
+        self._run = runtime.prepare(self.program, bindings, self.target)
+        module, key = cache.load(self._run.fields, self._run.generate)
+        self._plan = module.PLAN[0]
+        self._fn = getattr(module, self._plan["function"])
+        converts = ", ".join(f"{n} to {f}" for n, f in self._plan["convert"].items())
+        self.info = (f"generated: {self.target}, key {key[:12]}… ({self.program})"
+                     + (f"; converts {converts} at every execute" if converts else ""))
+        if not self.sparse_out and not self._fn.signatures:
+            self._compile(key, self._arguments(a, b, out, alpha))
+
+    def _compile(self, key: str, args) -> None:
+        import numba
+
+        t0 = time.perf_counter()
+        self._fn.compile(tuple(numba.typeof(x) for x in args))
+        cache.note_first_call(key, self._fn, time.perf_counter() - t0)
+
+    def _arguments(self, a, b, out, alpha):
+        bound = self._bound
+        same = bound is not None and bound[0] is a and bound[1] is b and bound[2] is out and bound[3] == alpha
+        if not same or self._plan["convert"]:
+            views = {"A": a, "B": b, "C": out}
+            for alias, original in self._plan["alias"].items():
+                views[alias] = views[original]
+            for name, fmt in self._plan["convert"].items():
+                views[name] = views[name].convert(fmt)
+            self._run.scalars = {"alpha": alpha} if self.scaled else {}
+            self._args, self._bound = self._run._arguments(self._plan, views, {}), (a, b, out, alpha)
+        return self._args
+
+    def run(self, a, b, out, alpha):
+        if not self.sparse_out:
+            self._fn(*self._arguments(a, b, out, alpha))
+            return out
+        tensors = self._run.tensors
+        tensors["A"].value, tensors["B"].value, tensors["C"].value = a, b, None
+        self._run.scalars = {"alpha": alpha} if self.scaled else {}
+        statement = self.program.statements[0]
+        result = self._run._statement(statement, self._plan, self._fn)
+        tensors["C"].value = None
+        return result
+
+    def unbind(self) -> None:
+        self._args = self._bound = None
+        if self._run is not None:
+            for bound in self._run.tensors.values():
+                bound.value = None
+
+    def release(self) -> None:
+        self.unbind()
+        self._run = self._fn = None
+
+
+def choose(p: Problem, a, b, out_format) -> tuple[Route, str]:
+    """The route for ``p`` and why it was chosen (``p.route`` forces one)."""
+    op = op_name(p)
+    forced = p.route
+    if not p.a.sparse and not p.b.sparse:
+        return DenseRoute(), "both operands are dense"
+    tried = []
+    if forced in (None, "registered"):
+        entry = registry.lookup(op, as_format(p.a.format), p.target, a, b) if op else None
+        if entry is not None:
+            return RegisteredRoute(entry, op, out_format), "a registered kernel matches (op, format, target)"
+        tried.append(f"no registered kernel for {op or 'this product'} on {_fmt_name(p.a)} ({p.target})")
+    if forced in (None, "library"):
+        route = _library(p, op, out_format, default=forced is None)
+        if route is not None:
+            why = "forced" if forced else "the library kernel is faster than generated code here"
+            return route, why
+        tried.append(f"no library kernel {'is faster' if forced is None else 'handles this'}")
+    if forced in (None, "generated"):
+        return GeneratedRoute(p, p.target, out_format), "; ".join(tried) or "forced"
+    raise UnsupportedOperation(f"matmul: route {forced!r} cannot run this product: {'; '.join(tried)}")
+
+
+def _library(p: Problem, op, out_format, default: bool) -> Route | None:
+    from ..tensor.interop import _scipy_kind
+
+    kinds = [_scipy_kind(as_format(s.format)) if s.sparse else "dense" for s in (p.a, p.b)]
+    if p.target == "cpu":
+        if None in kinds or p.a.ndim > 2 or p.b.ndim > 2:
+            return None
+        if op == "spgemm" or (not default and (p.a.sparse or p.b.sparse)):
+            return ScipyRoute(out_format, " x ".join(kinds) + (f" -> {_fmt_name_text(out_format)}"
+                                                               if out_format is not None else ""))
+        return None
+    if op in ("spmv", "spmm") and kinds[0] in ("csr", "csc", "coo"):
+        return CupyRoute(op, kinds[0].upper(), "/".join(p.a.index))
+    return None
+
+
+def _fmt_name(s) -> str:
+    return _fmt_name_text(as_format(s.format))
+
+
+def _fmt_name_text(fmt) -> str:
+    return fmt.name or str(fmt)
