@@ -4,7 +4,8 @@ Formats are written in a small DSL (``(i, j) -> (j : dense, i : compressed)``)
 or built from objects; see ``docs/dsl.md``.
 """
 
-from . import cache, formats
+from . import cache, formats, kernels
+from . import prune  # noqa: E402  (ustc.prune: n:m and magnitude pruning)
 from ._version import __version__
 from .errors import (ConversionWarning, DeviceError, FileFormatError, FormatError, FormatSemanticError, FormatSyntaxError,
                      KernelError, MissingDependencyError, ShapeError, SolveError, StorageError,
@@ -13,11 +14,12 @@ from .format import Dimension, LevelFormat, LevelProperty, TensorFormat, parse
 from .ops.einsum import einsum
 from .ops.jit import jit
 from .ops.matmul import matmul
+from .ops.plan import Matmul
 from .tensor import Tensor
 from .tensor.io import from_file, to_file
 from .tensor.sparsify import sparse_relu, sparsify
 
-__all__ = ["__version__", "cache", "einsum", "jit", "matmul", "formats", "Dimension", "LevelFormat", "LevelProperty", "TensorFormat", "parse", "Tensor", "sparsify", "sparse_relu", "from_file", "to_file",
+__all__ = ["__version__", "cache", "prune", "einsum", "jit", "matmul", "Matmul", "kernels", "formats", "Dimension", "LevelFormat", "LevelProperty", "TensorFormat", "parse", "Tensor", "sparsify", "sparse_relu", "from_file", "to_file",
            "UstcError", "FormatError", "FormatSyntaxError", "FormatSemanticError", "StorageError", "ShapeError",
            "DeviceError", "KernelError", "UnsupportedOperation", "FileFormatError", "SolveError",
            "MissingDependencyError", "ConversionWarning"]

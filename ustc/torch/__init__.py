@@ -1,0 +1,18 @@
+"""ustc inside PyTorch: ``TorchUST`` tensors, ``reformat_model``, ``prune_model``.
+
+Import it explicitly (``import ustc.torch``); without PyTorch installed the
+import raises :class:`ustc.MissingDependencyError` naming the ``torch`` extra.
+See ``docs/torch.md``.
+"""
+
+from ..errors import require
+
+require("torch", "torch")
+
+from . import ops  # noqa: E402,F401  (registers the intercepted ops)
+from .autograd import sddmm  # noqa: E402
+from .reformat import LayerSummary, ReformatSummary, default_reformat, prune_model, reformat_model  # noqa: E402
+from .subclass import TorchUST, dense_fallback, set_dense_fallback  # noqa: E402
+
+__all__ = ["TorchUST", "dense_fallback", "set_dense_fallback", "sddmm", "reformat_model", "prune_model",
+           "default_reformat", "LayerSummary", "ReformatSummary"]

@@ -1,0 +1,171 @@
+"""Autograd for TorchUST: products, ``to_dense`` and ``with_values``.
+
+For ``y = a @ b`` (1-D / 2-D, one operand a TorchUST):
+
+* the gradient of the dense operand is the product with the transposed sparse
+  one (``gᵀ``-side products run through ``ustc.matmul`` and its plan cache, the
+  sparse operand as a zero-copy transposed view);
+* the gradient of the sparse operand is restricted to its stored pattern: an
+  SDDMM (:func:`sddmm`) that evaluates ``(left @ right)[i, j]`` only at the
+  stored coordinates, returned as a TorchUST sharing the operand's index
+  buffers. Padding positions (structured / delta padding stay real entries;
+  DIA and block positions outside the matrix) get 0 where they lie outside.
+
+So pruned fine-tuning keeps the pattern: ``W.grad`` has ``W``'s format and
+index buffers, and an optimizer step (``W.add_(W.grad, alpha=-lr)``) updates
+stored values only.
+"""
+
+from __future__ import annotations
+
+import weakref
+
+import torch
+
+from ..errors import UnsupportedOperation
+from ..tensor import storage
+from ..tensor.tensor import Tensor
+from .matmul import is_sparse, matmul2d
+from .subclass import TorchUST, wrap_like
+
+_COORDS: "weakref.WeakKeyDictionary[Tensor, tuple]" = weakref.WeakKeyDictionary()
+_CHUNK = 1 << 22  # gathered elements per SDDMM chunk
+
+
+def pattern_coords(ust: Tensor, device) -> tuple:
+    """``(coords, index)`` as torch int64 tensors: coordinates of each stored in-bounds entry and its value slot.
+
+    Cached per ustc Tensor (the pattern never changes under a TorchUST).
+    """
+    cached = _COORDS.get(ust)
+    if cached is None or cached[1].device != torch.device(device):
+        host_ust = ust if ust.device == "cpu" else ust.to("cpu")
+        buffers, values = host_ust._flatten()
+        coords, index = storage.unpack(host_ust._layout, buffers, len(values))
+        cached = (tuple(torch.tensor(c, dtype=torch.int64, device=device) for c in coords),
+                  torch.tensor(index, dtype=torch.int64, device=device))
+        _COORDS[ust] = cached
+    return cached
+
+
+def _slots(ust: Tensor) -> int:
+    return int(ust._values.shape[-1]) if ust._values.ndim else 1
+
+
+def sddmm(pattern, left, right) -> TorchUST:
+    """``(left @ right)`` sampled at ``pattern``'s stored coordinates, as a TorchUST of that pattern.
+
+    ``pattern``: a 2-D TorchUST (m, n); ``left`` (m, r) and ``right`` (r, n)
+    dense torch tensors. Only the stored entries are computed (``nse * r``
+    multiply-adds), in chunks. Value slots outside the matrix get 0.
+    """
+    ust = pattern.ust if isinstance(pattern, TorchUST) else pattern
+    if ust.ndim != 2 or left.dim() != 2 or right.dim() != 2:
+        raise UnsupportedOperation(f"sddmm: expected a 2-D pattern and 2-D factors, got {ust.shape}, "
+                                   f"{tuple(left.shape)} and {tuple(right.shape)}")
+    (rows, cols), index = pattern_coords(ust, left.device)
+    lhs, rhs = left.contiguous(), right.t().contiguous()  # rows of both factors are contiguous
+    dtype = torch.promote_types(left.dtype, right.dtype)
+    values = torch.zeros(_slots(ust), dtype=dtype, device=left.device)
+    step = max(1, _CHUNK // max(1, lhs.shape[1]))
+    for start in range(0, len(index), step):
+        r, c = rows[start:start + step], cols[start:start + step]
+        values[index[start:start + step]] = (lhs[r] * rhs[c]).sum(1)
+    return wrap_like(ust, values)
+
+
+def sample(pattern: Tensor, dense) -> TorchUST:
+    """``dense`` (any rank) read at ``pattern``'s stored coordinates, as a TorchUST of that pattern."""
+    coords, index = pattern_coords(pattern, dense.device)
+    values = torch.zeros(_slots(pattern), dtype=dense.dtype, device=dense.device)
+    values[index] = dense[coords]
+    return wrap_like(pattern, values)
+
+
+def _dense(x):
+    return to_dense_tensor(x.ust) if is_sparse(x) else x
+
+
+class MatmulFn(torch.autograd.Function):
+    """``a @ b`` for 1-D / 2-D operands; a product of two TorchUSTs is differentiable in neither."""
+
+    @staticmethod
+    def forward(ctx, a, b):
+        if is_sparse(a) and is_sparse(b) and (a.requires_grad or b.requires_grad):
+            raise UnsupportedOperation("ustc.torch: gradients of a product of two TorchUST tensors are not "
+                                       "supported; detach one or call .to_dense() on it")
+        ctx.save_for_backward(a, b)
+        return matmul2d(a, b)
+
+    @staticmethod
+    def backward(ctx, g):
+        a, b = ctx.saved_tensors
+        g2 = g.reshape(a.shape[0] if a.dim() == 2 else 1, b.shape[1] if b.dim() == 2 else 1)
+        ga = _grad_left(a, b, g2) if ctx.needs_input_grad[0] else None
+        gb = _grad_right(a, b, g2) if ctx.needs_input_grad[1] else None
+        return ga, gb
+
+
+def _grad_left(a, b, g2):
+    """dL/da = g2 @ b2ᵀ in ``a``'s shape (at ``a``'s pattern when ``a`` is sparse)."""
+    if is_sparse(a):
+        b2 = b if b.dim() == 2 else b.unsqueeze(1)
+        if a.dim() == 2:
+            return sddmm(a, g2, b2.t())
+        return sample(a.ust, (g2 @ b2.t()).reshape(-1))
+    if is_sparse(b) and b.dim() == 2:  # g2 @ bᵀ = (b @ g2ᵀ)ᵀ, b walked as stored
+        return matmul2d(b, g2.t()).t().reshape(a.shape)
+    b2 = _dense(b).reshape(b.shape[0], -1)
+    return (g2 @ b2.t()).reshape(a.shape)
+
+
+def _grad_right(a, b, g2):
+    """dL/db = a2ᵀ @ g2 in ``b``'s shape (at ``b``'s pattern when ``b`` is sparse)."""
+    if is_sparse(b):
+        a2 = a if a.dim() == 2 else a.unsqueeze(0)
+        if b.dim() == 2:
+            return sddmm(b, a2.t(), g2)
+        return sample(b.ust, (a2.t() @ g2).reshape(-1))
+    if is_sparse(a) and a.dim() == 2:  # aᵀ @ g2 through the transposed view
+        return matmul2d(a.t(), g2).reshape(b.shape)
+    a2 = _dense(a).reshape(-1, a.shape[-1])
+    return (a2.t() @ g2).reshape(b.shape)
+
+
+class ToDense(torch.autograd.Function):
+    """``TorchUST -> dense``; the gradient is the incoming one sampled at the stored pattern."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.pattern = x.ust
+        return to_dense_tensor(x.ust)
+
+    @staticmethod
+    def backward(ctx, g):
+        return sample(ctx.pattern, g)
+
+
+class WithValues(torch.autograd.Function):
+    """``(pattern, values) -> TorchUST``: the gradient of ``values`` is the stored values of the incoming one."""
+
+    @staticmethod
+    def forward(ctx, pattern, values):
+        if values.dim() != 1 or values.shape[0] != _slots(pattern.ust):
+            raise UnsupportedOperation(f"with_values: expected a 1-D tensor of {_slots(pattern.ust)} values, "
+                                       f"got shape {tuple(values.shape)}")
+        ctx.pattern = pattern.ust
+        return wrap_like(pattern.ust, values)
+
+    @staticmethod
+    def backward(ctx, g):
+        if not is_sparse(g):
+            g = sample(ctx.pattern, g)
+        return None, g.stored_values().reshape(-1)
+
+
+def to_dense_tensor(ust: Tensor):
+    """The dense torch tensor of a ustc Tensor (a fresh tensor; no autograd)."""
+    from .subclass import to_torch
+
+    dense = ust.to_dense()
+    return to_torch(dense).clone() if dense is ust._values else to_torch(dense)

@@ -1,0 +1,105 @@
+"""The forward products of ``ustc.torch``: one call of ``ustc.matmul`` per product.
+
+``matmul2d(a, b)`` multiplies two torch tensors (1-D or 2-D; each a TorchUST or
+a dense tensor) by one ``ustc.matmul`` call, so every product goes through
+ustc's Matmul plan cache: the second call with the same formats, dtypes and
+shapes only executes. The sparse operand is always put on the left, where the
+generated kernels walk it in its stored order:
+
+* sparse ``A @ X``: ``ustc.matmul(A, X)`` (X made C-contiguous);
+* dense ``X @ B``: ``(Bᵀ @ Xᵀ)ᵀ`` with ``Bᵀ`` a zero-copy view, so
+  ``linear(x, W) = x @ W.t()`` runs ``W @ xᵀ`` over ``W`` as stored.
+
+No autograd here (see ``ustc.torch.autograd``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from .. import matmul as ustc_matmul
+from ..errors import DeviceError, ShapeError, UnsupportedOperation
+from ..tensor.tensor import Tensor
+from .subclass import TorchUST, host, numpy_dtype, to_torch
+
+
+def is_sparse(x) -> bool:
+    return isinstance(x, TorchUST)
+
+
+def _check(a, b, name: str) -> None:
+    if a.device != b.device:
+        raise DeviceError(f"ustc.torch.{name}: operands on {a.device} and {b.device}; move them to one device")
+    if a.dim() not in (1, 2) or b.dim() not in (1, 2):
+        raise ShapeError(f"ustc.torch.{name}: expected 1-D or 2-D operands, got shapes {tuple(a.shape)} "
+                         f"and {tuple(b.shape)}")
+    if a.shape[-1] != b.shape[0]:
+        raise ShapeError(f"ustc.torch.{name}: shapes {tuple(a.shape)} and {tuple(b.shape)} do not multiply "
+                         f"({a.shape[-1]} != {b.shape[0]})")
+
+
+def _contiguous(x):
+    array = host(x)
+    if isinstance(array, np.ndarray):
+        return np.ascontiguousarray(array)
+    import cupy
+
+    return cupy.ascontiguousarray(array)
+
+
+def _transposed(array):
+    """A C-contiguous copy of a 2-D array's transpose (a 1-D array as is)."""
+    if array.ndim == 1:
+        return array
+    if isinstance(array, np.ndarray):
+        return np.ascontiguousarray(array.T)
+    import cupy
+
+    return cupy.ascontiguousarray(array.T)
+
+
+def _result(out, dtype: "torch.dtype"):
+    if isinstance(out, Tensor):
+        return TorchUST(out)
+    result = to_torch(out)
+    return result if result.dtype == dtype else result.to(dtype)
+
+
+def matmul2d(a, b, name: str = "matmul"):
+    """``a @ b`` for 1-D / 2-D operands, at least one a TorchUST (dense pairs go to torch)."""
+    _check(a, b, name)
+    dtype = torch.promote_types(a.dtype, b.dtype)
+    if not is_sparse(a) and not is_sparse(b):
+        return torch.matmul(a, b)
+    if is_sparse(a) and is_sparse(b):
+        return _result(ustc_matmul(a.ust, b.ust), dtype)
+    if is_sparse(a):
+        return _result(ustc_matmul(a.ust, _contiguous(b)), dtype)
+    if b.dim() == 1:  # a (m, k) or (k,) @ a sparse vector
+        return _result(ustc_matmul(host(a), b.ust), dtype)
+    # dense @ sparse matrix: (Bᵀ @ aᵀ)ᵀ with Bᵀ a zero-copy view of the stored tensor
+    out = ustc_matmul(b.ust.T, _transposed(host(a)))
+    return _result(out.T if out.ndim == 2 else out, dtype)
+
+
+def batch_slice(x, index: int):
+    """The 2-D slice ``x[index]`` of a 3-D tensor; for a TorchUST with a leading batch level a zero-copy view."""
+    if not is_sparse(x):
+        return x[index]
+    ust = x.ust
+    fmt = ust.format
+    if fmt.batch_levels != 1 or ust.ndim != 3:
+        raise UnsupportedOperation(f"ustc.torch.bmm: a 3-D TorchUST needs one leading batch level "
+                                   f"(e.g. BatchedCSR), got {fmt}")
+    from ..tensor.interop_torch import _unbatched
+
+    buffers = {(k - 1, name): buf[index] for (k, name), buf in ust._buffers.items()}
+    sliced = Tensor(_unbatched(fmt), ust.shape[1:], buffers, ust._values[index], device=ust.device,
+                    package=ust.package)
+    return TorchUST(sliced)
+
+
+def dtype_scalar(value, dtype: "torch.dtype"):
+    """``value`` as a NumPy scalar of ``dtype`` (keeps ustc.matmul from promoting float32 to float64)."""
+    return numpy_dtype(dtype).type(value)

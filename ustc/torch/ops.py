@@ -1,0 +1,246 @@
+"""The ops TorchUST intercepts: the matmul family, views, copies, ``*_like`` and pattern-keeping updates.
+
+Every product is composed from one 2-D core: :class:`~ustc.torch.autograd.MatmulFn`
+at the torch-function level (differentiable) or ``matmul2d`` at the aten level
+(below autograd). Batched and broadcast forms reshape their dense operands
+around it, so their gradients follow from torch's own view ops.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+import torch
+import torch.nn.functional as F
+
+from ..errors import DeviceError, ShapeError, UnsupportedOperation
+from ..tensor.tensor import Tensor
+from .autograd import MatmulFn
+from .matmul import batch_slice, is_sparse, matmul2d
+from .subclass import DISPATCH, FUNCTIONS, TorchUST, host, numpy_dtype, torch_dtype, wrap_like
+
+aten = torch.ops.aten
+
+
+def _mm_ad(a, b):
+    return MatmulFn.apply(a, b)
+
+
+def _densified(x):
+    return x.to_dense() if is_sparse(x) else x
+
+
+# -- the matmul family, parameterised by the 2-D core --------------------------------------
+def matmul_nd(a, b, mm):
+    """``torch.matmul`` semantics: vectors, matrices, a batched dense side, or batched TorchUSTs."""
+    if a.dim() <= 2 and b.dim() <= 2:
+        if a.dim() == 0 or b.dim() == 0:
+            raise ShapeError("ustc.torch.matmul: both operands need at least one dimension")
+        return mm(a, b)
+    if is_sparse(b) and b.dim() == 2 and not is_sparse(a):  # (..., n, k) @ (k, m)
+        out = mm(a.reshape(-1, a.shape[-1]), b)
+        return out.reshape(*a.shape[:-1], b.shape[-1])
+    if is_sparse(a) and a.dim() == 2 and not is_sparse(b):  # (m, k) @ (..., k, n)
+        k, n = b.shape[-2], b.shape[-1]
+        columns = b.movedim(-2, 0).reshape(k, -1)
+        out = mm(a, columns).reshape(a.shape[0], *b.shape[:-2], n)
+        return out.movedim(0, -2)
+    if a.dim() == 3 and b.dim() == 3:
+        return bmm(a, b, mm)
+    raise UnsupportedOperation(f"ustc.torch.matmul: shapes {tuple(a.shape)} and {tuple(b.shape)} with "
+                               f"{'a sparse' if is_sparse(a) else 'a dense'} left operand are not supported; "
+                               f"use 2-D TorchUSTs, 3-D ones with a batch level, or .to_dense()")
+
+
+def bmm(a, b, mm):
+    """Batched product of 3-D operands, one 2-D product per batch (the plan cache serves all but the first)."""
+    if a.dim() != 3 or b.dim() != 3 or a.shape[0] != b.shape[0]:
+        raise ShapeError(f"ustc.torch.bmm: expected 3-D operands with one batch size, got {tuple(a.shape)} "
+                         f"and {tuple(b.shape)}")
+    for x in (a, b):
+        if is_sparse(x) and x.requires_grad and torch.is_grad_enabled():
+            raise UnsupportedOperation("ustc.torch.bmm: gradients w.r.t. a batched TorchUST are not supported; "
+                                       "use 2-D TorchUSTs (mm / linear) for trainable weights")
+    return torch.stack([mm(batch_slice(a, k), batch_slice(b, k)) for k in range(a.shape[0])])
+
+
+def _scaled(out, alpha):
+    return out if alpha == 1 else out * alpha
+
+
+def addmm(input, a, b, mm, *, beta=1, alpha=1):
+    """``beta * input + alpha * (a @ b)`` (``input`` ignored when beta is 0, as in torch)."""
+    out = _scaled(mm(a, b), alpha)
+    if beta == 0:
+        return out
+    term = _densified(input)
+    return out + (term if beta == 1 else beta * term)
+
+
+def linear(x, weight, bias, mm):
+    """``x @ weightᵀ + bias`` for any leading shape of ``x``."""
+    if x.dim() == 0:
+        raise ShapeError("ustc.torch.linear: the input needs at least one dimension")
+    if weight.dim() != 2:
+        raise ShapeError(f"ustc.torch.linear: the weight must be 2-D, got shape {tuple(weight.shape)}")
+    if x.dim() > 2 and not is_sparse(x):
+        out = mm(x.reshape(-1, x.shape[-1]), weight.t()).reshape(*x.shape[:-1], weight.shape[0])
+    else:
+        out = mm(x, weight.t())
+    return out if bias is None else out + _densified(bias)
+
+
+def _beta_alpha(kwargs):
+    return kwargs.get("beta", 1), kwargs.get("alpha", 1)
+
+
+def _register_functions():
+    ad = _mm_ad
+    table = {
+        "mm": lambda a, b, **kw: matmul_nd(a, b, ad) if a.dim() == 2 and b.dim() == 2 else _bad("mm", a, b),
+        "mv": lambda a, b, **kw: ad(a, b) if a.dim() == 2 and b.dim() == 1 else _bad("mv", a, b),
+        "dot": lambda a, b, **kw: ad(a, b) if a.dim() == 1 and b.dim() == 1 else _bad("dot", a, b),
+        "matmul": lambda a, b, **kw: matmul_nd(a, b, ad),
+        "bmm": lambda a, b, **kw: bmm(a, b, ad),
+        "addmm": lambda i, a, b, **kw: addmm(i, a, b, ad, beta=kw.get("beta", 1), alpha=kw.get("alpha", 1)),
+        "addmv": lambda i, a, b, **kw: addmm(i, a, b, ad, beta=kw.get("beta", 1), alpha=kw.get("alpha", 1)),
+        "baddbmm": lambda i, a, b, **kw: addmm(i, a, b, lambda x, y: bmm(x, y, ad),
+                                               beta=kw.get("beta", 1), alpha=kw.get("alpha", 1)),
+    }
+    for name, impl in table.items():
+        for owner in (torch, torch.Tensor):
+            FUNCTIONS[getattr(owner, name)] = impl
+    FUNCTIONS[torch.Tensor.__matmul__] = table["matmul"]
+    FUNCTIONS[torch.Tensor.__rmatmul__] = lambda b, a: matmul_nd(a, b, ad)
+    FUNCTIONS[F.linear] = lambda x, w, bias=None: linear(x, w, bias, ad)
+
+
+def _bad(name, a, b):
+    raise ShapeError(f"ustc.torch.{name}: unexpected operand shapes {tuple(a.shape)} and {tuple(b.shape)}")
+
+
+# -- aten level: products without autograd, views, copies ----------------------------------
+def _aten_products():
+    mm = matmul2d
+    DISPATCH[aten.mm] = lambda f, args, kw: matmul_nd(args[0], args[1], mm)
+    DISPATCH[aten.mv] = lambda f, args, kw: mm(args[0], args[1])
+    DISPATCH[aten.dot] = lambda f, args, kw: mm(args[0], args[1])
+    DISPATCH[aten.bmm] = lambda f, args, kw: bmm(args[0], args[1], mm)
+    for op in (aten.addmm, aten.addmv):
+        DISPATCH[op] = lambda f, args, kw: addmm(*args[:3], mm, beta=kw.get("beta", 1), alpha=kw.get("alpha", 1))
+    DISPATCH[aten.baddbmm] = lambda f, args, kw: addmm(*args[:3], lambda x, y: bmm(x, y, mm),
+                                                      beta=kw.get("beta", 1), alpha=kw.get("alpha", 1))
+
+
+def _transpose_2d(x, perm, name):
+    if x.dim() != 2:
+        raise UnsupportedOperation(f"ustc.torch: aten.{name} of a {x.dim()}-D TorchUST is not supported "
+                                   f"(2-D only); call .to_dense() first")
+    perm = tuple(p % 2 for p in perm)
+    return TorchUST(x.ust.T) if perm == (1, 0) else TorchUST(x.ust)
+
+
+def _to_copy(x, dtype=None, device=None, **_):
+    ust = x.ust
+    if device is not None and torch.device(device).type != x.device.type:
+        ust = ust.to(torch.device(device).type)
+    if dtype is not None and dtype != x.dtype:
+        values = ust._values.astype(numpy_dtype(dtype))
+        ust = Tensor(ust.format, ust.shape, ust._buffers, values, device=ust.device, package=ust.package)
+    elif ust is x.ust:
+        ust = ust.copy()
+    return TorchUST(ust)
+
+
+def _like(fill):
+    def impl(func, args, kwargs):
+        x = args[0]
+        dtype = kwargs.get("dtype") or x.dtype
+        if kwargs.get("layout") not in (None, torch.strided) or \
+                (kwargs.get("device") is not None and torch.device(kwargs["device"]).type != x.device.type):
+            return NotImplemented
+        values = torch.from_numpy(host(x.stored_values()).copy()).to(dtype)
+        fill(values, *args[1:])
+        return wrap_like(x.ust, values)
+    return impl
+
+
+def _aten_views():
+    DISPATCH[aten.t] = lambda f, args, kw: _transpose_2d(args[0], (1, 0), "t")
+    DISPATCH[aten.transpose] = lambda f, args, kw: _transpose_2d(
+        args[0], (1, 0) if args[1] % 2 != args[2] % 2 else (0, 1), "transpose")
+    DISPATCH[aten.permute] = lambda f, args, kw: _transpose_2d(args[0], tuple(args[1]), "permute")
+    DISPATCH[aten.detach] = lambda f, args, kw: TorchUST(args[0].ust)
+    DISPATCH[aten.alias] = lambda f, args, kw: TorchUST(args[0].ust)
+    DISPATCH[aten.clone] = lambda f, args, kw: TorchUST(args[0].ust.copy())
+    DISPATCH[aten._to_copy] = lambda f, args, kw: _to_copy(args[0], **kw)
+    DISPATCH[aten.empty_like] = _like(lambda v: None)
+    DISPATCH[aten.zeros_like] = _like(lambda v: v.zero_())
+    DISPATCH[aten.ones_like] = _like(lambda v: v.fill_(1))
+    DISPATCH[aten.full_like] = _like(lambda v, value: v.fill_(value))
+    DISPATCH[aten.rand_like] = _like(lambda v: v.uniform_())
+    DISPATCH[aten.randn_like] = _like(lambda v: v.normal_())
+    DISPATCH[aten.new_empty_strided] = _like(lambda v, *shape: None)
+
+
+# -- value updates between tensors of one pattern -------------------------------------------
+def same_pattern(a: Tensor, b: Tensor) -> bool:
+    """Whether ``a`` and ``b`` store the same positions (same format, shape and index buffers)."""
+    if a is b:
+        return True
+    if a.format != b.format or a.shape != b.shape or a._values.shape != b._values.shape:
+        return False
+    for key, buf in a._buffers.items():
+        other = b._buffers[key]
+        if buf is not other and not (buf.shape == other.shape and bool((buf == other).all())):
+            return False
+    return True
+
+
+def _values_of(x, pattern: Tensor, op: str):
+    if isinstance(x, numbers.Number):
+        return x
+    if not is_sparse(x) or not same_pattern(pattern, x.ust):
+        raise UnsupportedOperation(f"ustc.torch: aten.{op} needs TorchUSTs of one stored pattern (or a scalar "
+                                   f"factor); call .to_dense() first")
+    return x.stored_values()
+
+
+def _value_op(name: str, inplace: bool, scalar_only: bool = False):
+    def impl(func, args, kwargs):
+        self, rest = args[0], args[1:]
+        if scalar_only and not all(isinstance(r, numbers.Number) for r in rest):
+            return NotImplemented
+        if name in ("add", "sub") and any(isinstance(r, numbers.Number) for r in rest):
+            return NotImplemented  # adding a scalar fills the unstored entries too
+        values = self.stored_values()
+        others = [_values_of(r, self.ust, name) for r in rest]
+        result = func(values, *others, **kwargs)
+        return self if inplace else wrap_like(self.ust, result)
+    return impl
+
+
+def _aten_values():
+    for op in ("add", "sub"):
+        DISPATCH[getattr(aten, op)] = _value_op(op, False)
+        DISPATCH[getattr(aten, op + "_")] = _value_op(op, True)
+    for op in ("mul", "div"):
+        DISPATCH[getattr(aten, op)] = _value_op(op, False, scalar_only=True)
+        DISPATCH[getattr(aten, op + "_")] = _value_op(op, True, scalar_only=True)
+    DISPATCH[aten.neg] = _value_op("neg", False)
+    DISPATCH[aten.zero_] = _value_op("zero_", True)
+    DISPATCH[aten.copy_] = _value_op("copy_", True)
+
+
+def _check_devices(*xs):
+    devices = {x.device.type for x in xs if isinstance(x, torch.Tensor)}
+    if len(devices) > 1:
+        raise DeviceError(f"ustc.torch: operands on {sorted(devices)}")
+
+
+_register_functions()
+_aten_products()
+_aten_views()
+_aten_values()
+__all__ = ["matmul_nd", "bmm", "addmm", "linear", "same_pattern", "math", "torch_dtype"]
