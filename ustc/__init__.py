@@ -15,11 +15,12 @@ from .ops.einsum import einsum
 from .ops.jit import jit
 from .ops.matmul import matmul
 from .ops.plan import Matmul
+from .ops.solve import SolveInfo, solve
 from .tensor import Tensor
 from .tensor.io import from_file, to_file
 from .tensor.sparsify import sparse_relu, sparsify
 
-__all__ = ["__version__", "cache", "prune", "einsum", "jit", "matmul", "Matmul", "kernels", "formats", "Dimension", "LevelFormat", "LevelProperty", "TensorFormat", "parse", "Tensor", "sparsify", "sparse_relu", "from_file", "to_file",
+__all__ = ["__version__", "cache", "prune", "einsum", "jit", "matmul", "Matmul", "solve", "SolveInfo", "kernels", "formats", "Dimension", "LevelFormat", "LevelProperty", "TensorFormat", "parse", "Tensor", "sparsify", "sparse_relu", "from_file", "to_file",
            "UstcError", "FormatError", "FormatSyntaxError", "FormatSemanticError", "StorageError", "ShapeError",
            "DeviceError", "KernelError", "UnsupportedOperation", "FileFormatError", "SolveError",
            "MissingDependencyError", "ConversionWarning"]
