@@ -15,7 +15,10 @@ unless ``--shape INDEX=N`` says otherwise. Extents are run-time arguments, so
 the code does not depend on them. ``--emit source`` prints the module kept in
 the kernel cache (``ustc cache``); ``llvm`` and ``asm`` run the kernel once on
 the placeholders and print Numba's LLVM IR / assembly for every kernel
-function. A comment header names the command and the index dtypes used.
+function. ``--target cuda`` emits the numba-cuda module (``source``) or PTX for
+sm_90 (``ptx``, each kernel also linked to a cubin with nvJitLink; ``--verbose``
+adds registers and spills); neither needs a GPU or a CUDA driver. A comment
+header names the command and the index dtypes used.
 
 Errors print ``ustc compile: error: ...`` to stderr and exit 1; usage errors exit 2.
 """
@@ -37,7 +40,7 @@ DTYPES = ("float64", "float32", "int64", "int32", "complex128", "complex64")
 INDEX_DTYPES = ("int32", "int64")
 EMITS = ("source", "llvm", "asm", "ptx")
 TARGETS = ("cpu", "cuda")
-CUDA_MESSAGE = "the cuda target arrives with the CUDA target issue; use --target cpu"
+CUDA_EMITS = ("source", "ptx")
 _MAX_EXTENT = 1 << 12
 _MAX_ELEMENTS = 1 << 24
 
@@ -182,6 +185,8 @@ def _command(args) -> str:
         words += ["--shape", item]
     words += ["--target", args.target, "--dtype", args.dtype, "--index-dtype", args.index_dtype,
               "--emit", args.emit]
+    if args.schedule and args.target == "cuda":
+        words += ["--schedule", args.schedule]
     return " ".join(shlex.quote(w) for w in words)
 
 
@@ -233,12 +238,27 @@ def _machine_code(run, module, emit: str) -> str:
     return "\n".join(parts)
 
 
+def _ptx(run_, verbose: bool) -> str:
+    """PTX for sm_90 of every CUDA kernel (linked to a cubin with nvJitLink as a check)."""
+    from ..ops import cuda_ptx
+
+    parts = []
+    for k in cuda_ptx.compile_run(run_):
+        lines = [f"// ---- {k.name}: {k.statement}", f"//      ({k.signature})"]
+        if verbose:
+            lines.append(f"// {k.report()}")
+        parts.append("\n".join(lines) + "\n" + k.ptx.rstrip() + "\n")
+    return "\n".join(parts)
+
+
 def run(args) -> int:
     from .. import cache
     from ..ops import runtime
 
-    if args.target == "cuda" or args.emit == "ptx" or args.target not in runtime.TARGETS:
-        raise UstcError(CUDA_MESSAGE)
+    if args.target == "cuda" and args.emit not in CUDA_EMITS:
+        raise UstcError(f"--target cuda emits {' or '.join(CUDA_EMITS)} (got --emit {args.emit})")
+    if args.emit == "ptx" and args.target != "cuda":
+        raise UstcError("--emit ptx needs --target cuda")
     shape = _pairs(args.shape, "--shape", _extent)
     program, formats, _ = _program(args)
     bindings, extents = placeholders(program, formats, args.dtype, args.index_dtype, shape)
@@ -246,15 +266,18 @@ def run(args) -> int:
         # conversions are reported from the module's PLAN (the same on a cache hit), Numba's
         # performance hints do not concern a listing
         warnings.simplefilter("ignore")
-        run_ = runtime.prepare(program, bindings, args.target)
+        run_ = runtime.prepare(program, bindings, args.target, args.schedule if args.target == "cuda" else None)
         module, _ = cache.load(run_.fields, run_.generate)
         if args.emit == "source":
             with open(module.__file__, encoding="utf-8") as fh:
                 body = fh.read()
+        elif args.emit == "ptx":
+            body = _ptx(run_, args.verbose)
         else:
             body = _machine_code(run_, module, args.emit)
     notes = _conversions(module.PLAN)
-    text = _header(args, bindings, extents, notes, ";" if args.emit == "llvm" else "#") + body
+    comment = ";" if args.emit == "llvm" else "//" if args.emit == "ptx" else "#"
+    text = _header(args, bindings, extents, notes, comment) + body
     if not text.endswith("\n"):
         text += "\n"
     if args.output:
@@ -317,5 +340,9 @@ def register(sub) -> None:
     parser.add_argument("--index-dtype", choices=INDEX_DTYPES, default="int32",
                         help="dtype of pos/crd buffers (default: int32)")
     parser.add_argument("--emit", choices=EMITS, default="source", help="default: source")
+    parser.add_argument("--schedule", metavar="KIND[:WIDTH]",
+                        help="cuda: thread_per_row, warp_per_row[:LANES] or serial (default: chosen per kernel)")
+    parser.add_argument("--verbose", action="store_true",
+                        help="with --emit ptx: registers, spills and stack of each kernel (from nvJitLink)")
     parser.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
     parser.set_defaults(run=_guarded(parser))

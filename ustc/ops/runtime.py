@@ -29,7 +29,7 @@ from ..tensor import packages
 from ..tensor.tensor import Tensor, as_format
 from ..codegen import notation as nt
 
-TARGETS = ("cpu",)
+TARGETS = ("cpu", "cuda")
 
 
 @dataclass
@@ -47,35 +47,48 @@ class Bound:
         return self.format is not None
 
 
-def execute(program: nt.Program, bindings: dict, target: str = "cpu") -> dict:
-    """Run ``program``; returns ``{output name: result}`` (arrays updated in place, new tensors)."""
-    run = prepare(program, bindings, target)
+def execute(program: nt.Program, bindings: dict, target: str | None = None, schedule=None) -> dict:
+    """Run ``program``; returns ``{output name: result}`` (arrays updated in place, new tensors).
+
+    ``target`` None: ``cuda`` when the operands live there, else ``cpu``. ``schedule``
+    (cuda only): a :class:`ustc.codegen.emit_cuda.Schedule` or its kind, e.g. ``"warp_per_row"``."""
+    run = prepare(program, bindings, target, schedule)
     return run.run()
 
 
-def source(program: nt.Program, bindings: dict, target: str = "cpu") -> str:
+def source(program: nt.Program, bindings: dict, target: str | None = None, schedule=None) -> str:
     """The generated kernel module's text for these operands."""
-    run = prepare(program, bindings, target)
+    run = prepare(program, bindings, target, schedule)
     return run.module_source()
 
 
-def prepare(program: nt.Program, bindings: dict, target: str) -> "Run":
+def prepare(program: nt.Program, bindings: dict, target: str | None, schedule=None) -> "Run":
+    from . import cuda_host
+
+    device = cuda_host.check_devices(bindings)
+    target = target or ("cuda" if device == "cuda" else "cpu")
     if target not in TARGETS:
         raise UnsupportedOperation(f"target {target!r} is not available (targets: {', '.join(TARGETS)})")
     tensors = {}
     for name in program.tensors:
         if name not in bindings:
             raise KernelError(f"no operand bound to tensor '{name}'")
-        tensors[name] = _bind(name, bindings[name], name in program.outputs)
+        tensors[name] = _bind(name, bindings[name], name in program.outputs, target)
     scalars = {s: bindings[s] for st in program.statements for s in st.rhs.scalars()}
     extents = _extents(program, tensors)
     _settle_outputs(program, tensors, extents, scalars)
-    return Run(program, tensors, scalars, extents, target)
+    return Run(program, tensors, scalars, extents, target, schedule, device)
 
 
-def _bind(name: str, value, is_output: bool) -> Bound:
+def _bind(name: str, value, is_output: bool, target: str = "cpu") -> Bound:
+    if target == "cuda" and not isinstance(value, (Tensor, str, TensorFormat)):
+        from .cuda_host import device_array
+
+        array = device_array(value)
+        if array is not None:
+            return Bound(name, array, None, tuple(array.shape), np.dtype(array.dtype))
     if isinstance(value, Tensor):
-        if value.device != "cpu":
+        if value.device != "cpu" and target != "cuda":
             raise DeviceError(f"tensor '{name}' is on {value.device}; the cpu target needs host tensors")
         return Bound(name, value, value.format, value.shape, np.dtype(value.dtype))
     if isinstance(value, (str, TensorFormat)):
@@ -134,9 +147,9 @@ def _at(access, message: str) -> str:
 class Run:
     """A prepared program: its cache key, kernel module and the statements' plans."""
 
-    def __init__(self, program, tensors, scalars, extents, target):
+    def __init__(self, program, tensors, scalars, extents, target, schedule=None, device="cpu"):
         self.program, self.tensors, self.scalars = program, tensors, scalars
-        self.extents, self.target = extents, target
+        self.extents, self.target, self.schedule, self.device = extents, target, schedule, device
         self.fields = self._fields()
         self.key = cache.kernel_key(self.fields)
 
@@ -149,8 +162,13 @@ class Run:
             else:
                 operands[name] = {"format": "ndarray", "ndim": len(b.shape), "dtype": str(b.dtype)}
         scalars = {s: type(v).__name__ for s, v in sorted(self.scalars.items())}
-        return {"op": str(self.program), "operands": operands, "scalars": scalars, "target": self.target,
-                "compiler": compiler_fingerprint()}
+        fields = {"op": str(self.program), "operands": operands, "scalars": scalars, "target": self.target,
+                  "compiler": compiler_fingerprint()}
+        if self.target == "cuda":
+            from . import cuda_host
+
+            fields.update(cuda_host.fields(self))
+        return fields
 
     def generate(self) -> str:
         from ..codegen.compile import Operand, compile_program
@@ -158,6 +176,10 @@ class Run:
 
         ops = {n: Operand(n, b.format, len(b.shape), str(b.dtype)) for n, b in self.tensors.items()}
         header = self.header()
+        if self.target == "cuda":
+            from . import cuda_host
+
+            return cuda_host.generate(self, ops, header)
         module = compile_program(self.program, ops, header)
         return CpuEmitter().emit(module) + f"\n\nPLAN = {module.meta['plan']!r}\n"
 
@@ -169,7 +191,8 @@ class Run:
         for name, b in self.tensors.items():
             lines.append(f"{name:<8}: {b.format.signature if b.sparse else f'dense {len(b.shape)}-D array'} "
                          f"[{b.dtype}]")
-        lines += [f"target  : {self.target} (numba njit)", f"versions: ustc {__version__}, numba {numba.__version__}",
+        compiler = "numba njit" if self.target == "cpu" else f"numba-cuda, cc {self.fields.get('cc')}"
+        lines += [f"target  : {self.target} ({compiler})", f"versions: ustc {__version__}, numba {numba.__version__}",
                   f"key     : {self.key}"]
         return tuple(lines)
 
@@ -183,12 +206,18 @@ class Run:
         results = {}
         for statement, plan in zip(self.program.statements, module.PLAN):
             fn = getattr(module, plan["function"])
-            first = not fn.signatures
+            call = fn if self.target == "cpu" else self._launcher(module, plan)
+            first = not getattr(fn, "signatures", None)
             t0 = time.perf_counter()
-            results[statement.lhs.tensor] = self._statement(statement, plan, fn)
+            results[statement.lhs.tensor] = self._statement(statement, plan, call)
             if first:
                 cache.note_first_call(key, fn, time.perf_counter() - t0)
         return results
+
+    def _launcher(self, module, plan):
+        from . import cuda_host
+
+        return cuda_host.launcher(module, plan, {n: b.value for n, b in self.tensors.items()})
 
     # -- one statement --------------------------------------------------------------------
     def _statement(self, statement: nt.Statement, plan: dict, fn):
@@ -231,6 +260,10 @@ class Run:
             coords = [np.concatenate([a, b]) for a, b in zip(old_coords, coords)]
             values = np.concatenate([old_values, values])
         result = assemble(coords, values, out.shape, out.format)
+        if self.device == "cuda":  # pragma: no cover - needs a GPU
+            from .cuda_host import place
+
+            result = place(result, self.device)
         if isinstance(old, Tensor):  # the caller's tensor object takes the new storage
             package = old.package
             old.__dict__.update(result.__dict__)
@@ -303,7 +336,8 @@ def compiler_fingerprint() -> str:
     from .. import codegen
 
     digest = hashlib.sha256()
-    for path in sorted(Path(codegen.__file__).parent.glob("*.py")) + [Path(__file__)]:
+    own = [Path(__file__), Path(__file__).with_name("cuda_host.py")]
+    for path in sorted(Path(codegen.__file__).parent.glob("*.py")) + own:
         digest.update(path.name.encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()[:16]
 

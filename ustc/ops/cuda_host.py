@@ -1,0 +1,236 @@
+"""Host side of the ``cuda`` target: devices, schedules, generated modules, launches.
+
+:mod:`ustc.ops.runtime` calls in here when ``target="cuda"``. Nothing here imports
+``numba.cuda`` at module level (``import ustc`` stays free of it).
+
+* Where kernels run: on a GPU (CuPy arrays and torch CUDA tensors are passed
+  zero-copy through ``__cuda_array_interface__``; host arrays are copied by Numba),
+  or in Numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``), where NumPy arrays play
+  device arrays. Without either, running raises :class:`ustc.DeviceError`; generating
+  source and PTX (``ustc compile --target cuda``) needs neither.
+* The cache key adds the compute capability (``"simulator"`` there), the caller's
+  schedule and the lanes per row that row statistics ask for
+  (:func:`codegen.emit_cuda.vector_width`), so one kernel serves every matrix
+  whose rows fall in the same bucket.
+* Sparse outputs: the counting and filling kernels run on the device; the host turns
+  counts into offsets and assembles the output format (then moves it to the
+  operands' device).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import threading
+
+import numpy as np
+
+from ..errors import DeviceError
+from ..tensor import packages
+from ..tensor.tensor import Tensor
+
+_compile_only = threading.local()
+
+
+def simulator() -> bool:
+    """Kernels run in Numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``)."""
+    return os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0")
+
+
+@functools.lru_cache(maxsize=1)
+def compute_capability() -> str:
+    """``"9.0"`` for the current device, ``"simulator"``, or ``"none"`` without a device."""
+    if simulator():
+        return "simulator"
+    from numba import cuda
+
+    if not cuda.is_available():
+        return "none"
+    major, minor = cuda.get_current_device().compute_capability
+    return f"{major}.{minor}"
+
+
+def require_device() -> None:
+    if compute_capability() != "none":
+        return
+    raise DeviceError("the cuda target needs an NVIDIA GPU with a CUDA driver, or Numba's CUDA simulator "
+                      "(NUMBA_ENABLE_CUDASIM=1); 'ustc compile --target cuda' works without either")
+
+
+# -- operands ------------------------------------------------------------------------------
+
+def device_array(value):
+    """A device array (CuPy, or torch CUDA viewed through DLPack) or None for host data."""
+    if packages.is_cupy(value):
+        return value
+    if packages.is_torch(value) and value.device.type == "cuda":  # pragma: no cover - needs a GPU
+        import cupy
+
+        return cupy.from_dlpack(value.detach())
+    return None
+
+
+def check_devices(bindings: dict) -> str:
+    """The device all tensor operands share; DeviceError naming both when they differ."""
+    seen: dict[str, str] = {}
+    for name, value in bindings.items():
+        if isinstance(value, Tensor):
+            device = value.device
+        elif packages.is_cupy(value) or packages.is_torch(value):
+            device = packages.device_of(value)
+        else:
+            continue
+        seen.setdefault(device, name)
+    if len(seen) > 1:
+        (d0, n0), (d1, n1) = list(seen.items())[:2]
+        raise DeviceError(f"operands live on different devices: '{n0}' is on {d0}, '{n1}' is on {d1}; "
+                          f"move them with t.to('{d1}') or t.to('{d0}')")
+    return next(iter(seen), "cpu")
+
+
+# -- cache key and generation --------------------------------------------------------------
+
+def row_widths(tensors: dict) -> dict:
+    """``{"A:1": lanes}`` for compressed levels whose mean / longest segment asks for lanes."""
+    from ..codegen.emit_cuda import vector_width
+
+    out = {}
+    for name, b in tensors.items():
+        t = b.value
+        if not isinstance(t, Tensor):
+            continue
+        for (k, kind), pos in t._buffers.items():
+            if kind != "pos" or getattr(pos, "ndim", 1) != 1 or len(pos) < 2:
+                continue
+            lengths = pos[1:] - pos[:-1]
+            mean = float((pos[-1] - pos[0]) / (len(pos) - 1))
+            width = vector_width(mean, int(lengths.max()))
+            if width:
+                out[f"{name}:{k}"] = width
+    return out
+
+
+def fields(run) -> dict:
+    return {"cc": compute_capability(), "schedule": None if run.schedule is None else str(run.schedule),
+            "widths": row_widths(run.tensors)}
+
+
+def generate(run, operands: dict, header: tuple) -> str:
+    """The CUDA module's source: kernels, launch wrappers, ``PLAN`` and ``SCHEDULES``."""
+    from ..codegen import optimize
+    from ..codegen.compile import compile_program
+    from ..codegen.emit_cuda import CudaEmitter, choose_schedule
+
+    module = compile_program(run.program, operands, header, optimize.CUDA)
+    widths = {(k.split(":")[0], int(k.split(":")[1])): w for k, w in run.fields["widths"].items()}
+    sim = run.fields["cc"] == "simulator"
+    schedules = {fn.name: choose_schedule(fn, widths, run.schedule, simulator=sim) for fn in module.functions}
+    text = CudaEmitter().emit(module, schedules)
+    described = {name: s.describe() for name, s in schedules.items()}
+    return text + f"\n\nPLAN = {module.meta['plan']!r}\nSCHEDULES = {described!r}\n"
+
+
+# -- launching -----------------------------------------------------------------------------
+
+def launcher(module, plan: dict, views: dict):
+    """The launch wrapper of ``plan``'s kernel, bound to the operands' current stream."""
+    name = plan["function"]
+    launch = getattr(module, "launch_" + name)
+    record = getattr(_compile_only, "record", None)
+    if record is not None:
+        return functools.partial(_recorded, module, name, launch, record)
+    require_device()
+    if simulator():
+        install_simulated_shuffle()
+    stream = current_stream(views.values())
+    return functools.partial(launch, stream=stream) if stream is not None else launch
+
+
+class _Recorder:
+    """Stands in for a kernel: ``kernel[grid, block, stream](*args)`` records, launches nothing."""
+
+    def __init__(self, name, kernel, record):
+        self.name, self.kernel, self.record = name, kernel, record
+
+    def __getitem__(self, config):
+        return lambda *args: self.record.append((self.name, self.kernel, args))
+
+
+def _recorded(module, name, launch, record, *args):
+    kernel = getattr(module, name)
+    setattr(module, name, _Recorder(name, kernel, record))
+    try:
+        return launch(*args)
+    finally:
+        setattr(module, name, kernel)
+
+
+@contextlib.contextmanager
+def compile_only(record: list):
+    """Within: kernels are not launched; ``(name, kernel, arguments)`` of each launch go to
+    ``record`` (what :mod:`ustc.ops.cuda_ptx` compiles to PTX). Needs no device."""
+    _compile_only.record = record
+    try:
+        yield record
+    finally:
+        _compile_only.record = None
+
+
+def current_stream(values):  # pragma: no cover - a real stream needs a GPU
+    """CuPy's (or torch's) current stream as a Numba stream, when an operand lives there."""
+    for value in values:
+        arrays = [value] if not isinstance(value, Tensor) else [value._values]
+        for a in arrays:
+            if packages.is_cupy(a):
+                import cupy
+                from numba import cuda
+
+                return cuda.external_stream(cupy.cuda.get_current_stream().ptr)
+            if packages.is_torch(a) and a.device.type == "cuda":
+                import torch
+                from numba import cuda
+
+                return cuda.external_stream(torch.cuda.current_stream().cuda_stream)
+    return None
+
+
+def place(result: Tensor, device: str) -> Tensor:
+    """A sparse output assembled on the host, moved to the operands' device."""
+    return result.to(device) if device == "cuda" and result.device != "cuda" else result
+
+
+# -- the simulator's missing warp shuffle --------------------------------------------------
+
+_SHUFFLE_LOCK = threading.Lock()
+
+
+def install_simulated_shuffle() -> None:
+    """Numba's simulator has no ``shfl_*_sync``; add ``shfl_down_sync`` with the hardware's
+    meaning: the 32 lanes of a warp meet at a barrier, each reads lane + delta (its own value
+    past the warp's end). Every lane of the warp must call it, as on the GPU."""
+    from numba.cuda.simulator import kernelapi
+
+    cls = kernelapi.FakeCUDAModule
+    if getattr(cls, "_ustc_shuffle", False):
+        return
+
+    def shfl_down_sync(self, mask, value, delta):
+        thread = threading.current_thread()
+        lane, warp = thread.thread_id % 32, (tuple(thread.blockIdx), thread.thread_id // 32)
+        with _SHUFFLE_LOCK:
+            warps = self.__dict__.setdefault("_ustc_warps", {})
+            if warp not in warps:
+                block = self.blockDim.x * self.blockDim.y * self.blockDim.z
+                lanes = min(32, block - warp[1] * 32)
+                warps[warp] = (threading.Barrier(lanes), [None] * 32, lanes)
+            barrier, slots, lanes = warps[warp]
+        slots[lane] = value
+        barrier.wait()
+        source = lane + delta
+        out = slots[source] if source < lanes else value
+        barrier.wait()
+        return type(value)(out) if isinstance(value, (int, float, np.generic)) else out
+
+    cls.shfl_down_sync = shfl_down_sync
+    cls._ustc_shuffle = True
