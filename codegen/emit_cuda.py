@@ -34,6 +34,7 @@ SCHEDULES = ("thread_per_row", "warp_per_row", "serial")
 WARP = 32
 FULL_MASK = "0xFFFFFFFF"
 SCALAR_ROLES = ("size", "lo", "extent", "scalar")
+ARITHMETIC = ("+", "-", "*", "//", "%", "&", ">>", "<<")
 
 
 @dataclass(frozen=True)
@@ -54,7 +55,8 @@ class Schedule:
 
     def describe(self) -> str:
         text = f"{self.kind}" + (f"(width={self.width})" if self.kind == "warp_per_row" else "")
-        return text + f", {self.threads} threads/block" + (f" — {self.reason}" if self.reason else "")
+        text += ", one thread" if self.kind == "serial" else f", {self.threads} threads/block"
+        return text + (f" — {self.reason}" if self.reason else "")
 
 
 def vector_width(mean: float, longest: int) -> int:
@@ -93,7 +95,7 @@ def mapping(fn: ir.Function, warp: bool = False) -> Mapping:
         if s.parallel and not post:
             found = _warp_loop(s, fn) if warp else None
             return Mapping(s, False, *found) if found else Mapping(s)
-        if not s.parallel and _distributable(s, pre, post):
+        if _distributable(s, pre, post):  # a parallel loop whose rows all add into one sum, too
             return Mapping(s, atomic=True)
         break
     return Mapping(None)
@@ -261,6 +263,7 @@ class CudaEmitter(CpuEmitter):
     # -- device kernel ----------------------------------------------------------------------
     def kernel(self, fn: ir.Function, schedule: Schedule) -> list[str]:
         self.width = schedule.width
+        self._index_arrays = {p.name for p in fn.params if p.role[0] in ("pos", "crd")}
         m = self._mapping(fn, schedule)
         params = [p.name for p in fn.params] + (["result"] if _returns(fn) else [])
         out = [f"# schedule: {schedule.describe()}", "@cuda.jit(cache=True)",
@@ -271,7 +274,8 @@ class CudaEmitter(CpuEmitter):
         after = False
         for s in fn.body:
             if s is m.loop:
-                body += self.warp_loop(s, m) if m.warp is not None else self.grid_loop(s, m.atomic)
+                body += self.warp_loop(s, m) if m.warp is not None else \
+                    self.grid_loop(s, m.atomic and not s.parallel)
                 after = True
             else:
                 self._atomic = after and m.atomic
@@ -331,15 +335,23 @@ class CudaEmitter(CpuEmitter):
             return [f"{pad}cuda.atomic.add({s.array}, {index}, {self.expr(s.value)})"]
         if isinstance(s, ir.Return):
             return [f"{pad}result[0] = {self.expr(s.value)}"]
+        if isinstance(s, ir.For) and s.parallel:  # threads come from the grid, not from prange
+            s = ir.For(s.var, s.start, s.stop, s.body, False, s.step)
         return super().stmt(s, depth)
 
     def _expr(self, e: ir.Expr) -> tuple[str, int]:
-        if isinstance(e, ir.Bin) and e.op == ">>" and isinstance(e.left, ir.Load):
-            # a bit-packed word: shift it as a signed 64-bit value (unsigned words mixed with
-            # signed coordinates would promote differently in the simulator's NumPy scalars)
-            word = f"np.int64({self.expr(e.left)})"
-            return f"{word} >> {self.expr(e.right, 9)}", 8
+        if isinstance(e, ir.Bin) and e.op in ARITHMETIC:
+            # index words in arithmetic (delta gaps, packed words) as signed 64-bit: free on the
+            # GPU, and the simulator's NumPy scalars would otherwise overflow uint8 / uint32
+            e = ir.Bin(e.op, self._widened(e.left), self._widened(e.right))
         return super()._expr(e)
+
+    def _widened(self, e: ir.Expr) -> ir.Expr:
+        if isinstance(e, ir.Load) and e.array in self._index_arrays:
+            return ir.Call("np.int64", (e,))
+        return e
+
+    _index_arrays: set = frozenset()
 
     # -- host wrapper ----------------------------------------------------------------------------
     def launcher(self, fn: ir.Function, schedule: Schedule) -> list[str]:

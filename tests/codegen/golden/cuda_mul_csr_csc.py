@@ -1,0 +1,48 @@
+# golden file: C[i, j] = A[i, j] * B[i, j]
+
+import numpy as np
+from numba import cuda
+
+
+def blocks_for(work, threads, limit):
+    """Blocks for `work` grid-stride iterations: at least 1, at most `limit`."""
+    return max(1, min(limit, (work + threads - 1) // threads))
+
+
+# schedule: thread_per_row, 256 threads/block — no shared row reduction
+@cuda.jit(cache=True)
+def kernel_0(emit, C_crd0, C_crd1, C_vals, C_offsets, A_lvl1_pos, A_lvl1_crd, A_vals, B_lvl1_pos, B_lvl1_crd, B_vals, n_i):
+    """C[i, j] = A[i, j] * B[i, j]"""
+    for i in range(cuda.grid(1), n_i, cuda.gridsize(1)):
+        C_n = C_offsets[i] if emit else 0
+        A_p1 = A_lvl1_pos[i]
+        A_p1_end = A_lvl1_pos[i + 1]
+        B_p1 = B_lvl1_pos[i]
+        B_p1_end = B_lvl1_pos[i + 1]
+        while A_p1 < A_p1_end and B_p1 < B_p1_end:
+            A_c1 = A_lvl1_crd[A_p1]
+            B_c1 = B_lvl1_crd[B_p1]
+            j = min(A_c1, B_c1)
+            A_here1 = A_c1 == j
+            B_here1 = B_c1 == j
+            if A_here1 and B_here1:
+                if emit:
+                    C_crd0[C_n] = i
+                    C_crd1[C_n] = j
+                    C_vals[C_n] = A_vals[np.uintp(A_p1)] * B_vals[np.uintp(B_p1)]
+                C_n += 1
+            if A_here1:
+                A_p1 += 1
+            if B_here1:
+                B_p1 += 1
+        if emit == False:
+            C_offsets[i + 1] = C_n
+
+
+def launch_kernel_0(emit, C_crd0, C_crd1, C_vals, C_offsets, A_lvl1_pos, A_lvl1_crd, A_vals, B_lvl1_pos, B_lvl1_crd, B_vals, n_i, stream=0):
+    """Launch kernel_0 on `stream` (thread_per_row)."""
+    blocks = blocks_for(n_i, 256, 4096)
+    kernel_0[blocks, 256, stream](emit, C_crd0, C_crd1, C_vals, C_offsets, A_lvl1_pos, A_lvl1_crd, A_vals, B_lvl1_pos, B_lvl1_crd, B_vals, n_i)
+
+
+PLAN = [{'function': 'kernel_0', 'params': [['emit'], ['out_crd', 'C', 0], ['out_crd', 'C', 1], ['out_vals', 'C'], ['out_offsets', 'C'], ['pos', 'A', 1], ['crd', 'A', 1], ['vals', 'A'], ['pos', 'B', 1], ['crd', 'B', 1], ['vals', 'B'], ['extent', 'i']], 'convert': {'B': '(d0, d1) -> (d0 : dense, d1 : compressed)'}, 'alias': {}, 'order': ['i', 'j'], 'sparse_output': True, 'rows': 'i', 'statement': 'C[i, j] = A[i, j] * B[i, j]', 'accumulate': False}]

@@ -1,0 +1,29 @@
+# golden file: y[i] += A[i, j] * x[j]
+
+import numpy as np
+from numba import cuda
+
+
+def blocks_for(work, threads, limit):
+    """Blocks for `work` grid-stride iterations: at least 1, at most `limit`."""
+    return max(1, min(limit, (work + threads - 1) // threads))
+
+
+# schedule: thread_per_row, 256 threads/block — no shared row reduction, atomic updates
+@cuda.jit(cache=True)
+def kernel_0(y, A_lvl1_pos, A_lvl1_crd, A_vals, x, n_j):
+    """y[i] += A[i, j] * x[j]"""
+    # iterations may update the same output elements: atomic adds
+    for j in range(cuda.grid(1), n_j, cuda.gridsize(1)):
+        for A_p1 in range(A_lvl1_pos[j], A_lvl1_pos[j + 1]):
+            i = A_lvl1_crd[A_p1]
+            cuda.atomic.add(y, np.uintp(i), A_vals[np.uintp(A_p1)] * x[np.uintp(j)])
+
+
+def launch_kernel_0(y, A_lvl1_pos, A_lvl1_crd, A_vals, x, n_j, stream=0):
+    """Launch kernel_0 on `stream` (thread_per_row)."""
+    blocks = blocks_for(n_j, 256, 4096)
+    kernel_0[blocks, 256, stream](y, A_lvl1_pos, A_lvl1_crd, A_vals, x, n_j)
+
+
+PLAN = [{'function': 'kernel_0', 'params': [['array', 'y'], ['pos', 'A', 1], ['crd', 'A', 1], ['vals', 'A'], ['array', 'x'], ['extent', 'j']], 'convert': {}, 'alias': {}, 'order': ['j', 'i'], 'sparse_output': False, 'rows': None, 'statement': 'y[i] += A[i, j] * x[j]', 'accumulate': True}]

@@ -1,0 +1,38 @@
+# golden file: y[i] += A[i, j] * x[j]
+
+import numpy as np
+from numba import cuda
+
+
+def blocks_for(work, threads, limit):
+    """Blocks for `work` grid-stride iterations: at least 1, at most `limit`."""
+    return max(1, min(limit, (work + threads - 1) // threads))
+
+
+# schedule: warp_per_row(width=8), 256 threads/block — requested
+@cuda.jit(cache=True)
+def kernel_0(y, A_lvl1_pos, A_lvl1_crd, A_vals, x, n_i):
+    """y[i] += A[i, j] * x[j]"""
+    lane = cuda.threadIdx.x % 8  # 8 lanes per i
+    group = cuda.threadIdx.x % 32 // 8  # 4 i per warp
+    for i_base in range(cuda.grid(1) // 32 * 4, n_i, cuda.gridsize(1) // 32 * 4):
+        i = i_base + group
+        acc = 0.0
+        if i < n_i:
+            for A_p1 in range(np.int64(A_lvl1_pos[i]) + lane, A_lvl1_pos[i + 1], 8):
+                j = A_lvl1_crd[A_p1]
+                acc += A_vals[np.uintp(A_p1)] * x[np.uintp(j)]
+        acc += cuda.shfl_down_sync(0xFFFFFFFF, acc, 4)
+        acc += cuda.shfl_down_sync(0xFFFFFFFF, acc, 2)
+        acc += cuda.shfl_down_sync(0xFFFFFFFF, acc, 1)
+        if lane == 0 and i < n_i:
+            y[np.uintp(i)] += acc
+
+
+def launch_kernel_0(y, A_lvl1_pos, A_lvl1_crd, A_vals, x, n_i, stream=0):
+    """Launch kernel_0 on `stream` (warp_per_row)."""
+    blocks = blocks_for(n_i * 8, 256, 4096)
+    kernel_0[blocks, 256, stream](y, A_lvl1_pos, A_lvl1_crd, A_vals, x, n_i)
+
+
+PLAN = [{'function': 'kernel_0', 'params': [['array', 'y'], ['pos', 'A', 1], ['crd', 'A', 1], ['vals', 'A'], ['array', 'x'], ['extent', 'i']], 'convert': {}, 'alias': {}, 'order': ['i', 'j'], 'sparse_output': False, 'rows': None, 'statement': 'y[i] += A[i, j] * x[j]', 'accumulate': True}]

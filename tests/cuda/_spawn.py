@@ -1,0 +1,30 @@
+"""Run ``matrix.py MODE`` in a fresh process (its own kernel cache) and parse its JSON lines."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+MATRIX = Path(__file__).with_name("matrix.py")
+
+
+def run_matrix(mode: str, cache_dir, simulator: bool, timeout: int = 600) -> list[dict]:
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    env["USTC_CACHE_DIR"] = str(cache_dir)
+    env["NUMBA_CACHE_DIR"] = str(Path(cache_dir) / "numba")
+    if simulator:
+        env["NUMBA_ENABLE_CUDASIM"] = "1"
+    done = subprocess.run([sys.executable, str(MATRIX), mode], capture_output=True, text=True, env=env,
+                          timeout=timeout)
+    assert done.returncode == 0, done.stderr[-4000:]
+    records = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    assert records, f"no results from {MATRIX.name} {mode}:\n{done.stderr[-4000:]}"
+    return records
+
+
+def failures(records: list[dict]) -> str:
+    bad = [r for r in records if not r["ok"]]
+    return "\n\n".join(f"{r['case']}: {r.get('error', '')}\n{r.get('trace', '')}{r.get('got', '')}" for r in bad)

@@ -1,0 +1,198 @@
+"""The CUDA correctness matrix, run as a script in a process of its own.
+
+    python tests/cuda/matrix.py sim    # NUMBA_ENABLE_CUDASIM=1: run each kernel, compare with NumPy
+    python tests/cuda/matrix.py ptx    # no simulator: PTX for sm_90 + nvJitLink cubin per kernel
+
+Prints one JSON object per case (``{"case", "ok", ...}``) on stdout. The simulator
+replaces ``numba.cuda`` at import, so the two modes cannot share a process; tests
+(``test_simulator.py``, ``test_ptx.py``) spawn this script once per mode and batch
+every case into that one process. Sizes are tiny: the simulator runs each CUDA
+thread as a Python thread.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+import traceback
+import warnings
+
+import numpy as np
+import scipy.sparse as sp
+
+import ustc
+from ustc.codegen import notation as nt
+from ustc.ops import library, runtime
+
+F = ustc.formats
+RNG = np.random.default_rng(7)
+M, N, K = 10, 12, 3
+
+
+def sparse(m=M, n=N, density=0.35, fmt=None, seed=0):
+    a = sp.random(m, n, density=density, format="csr", random_state=seed, dtype=np.float64)
+    a.data[:] = np.round(a.data * 8 + 1)
+    t = ustc.Tensor.from_package(a)
+    return t if fmt is None else t.convert(tensor_format=fmt)
+
+
+def two_four(m=M, n=N):
+    """A matrix with at most 2 nonzeros in each group of 4 columns."""
+    dense = RNG.integers(1, 9, (m, n)).astype(np.float64)
+    for r in range(m):
+        for g in range(0, n, 4):
+            dense[r, g + RNG.choice(4, 2, replace=False)] = 0
+    return dense
+
+
+def skewed(m=M, n=40):
+    """One long row, the rest short (warp schedules with long and short rows)."""
+    dense = np.zeros((m, n))
+    dense[3, :] = RNG.integers(1, 9, n)
+    dense[7, ::9] = 2.0
+    return dense
+
+
+def dense(*shape):
+    return RNG.integers(-4, 5, shape).astype(np.float64)
+
+
+def csf3():
+    a = np.zeros((4, 5, 6))
+    idx = RNG.integers(0, [4, 5, 6], (14, 3))
+    a[tuple(idx.T)] = RNG.integers(1, 9, 14)
+    return a
+
+
+def D(t):
+    return np.asarray(t.to_dense()) if isinstance(t, ustc.Tensor) else t
+
+
+def program(*texts):
+    return library.parse_program(list(texts))
+
+
+SPMV = "y[i] = A[i,j] * x[j]"
+
+
+def cases():
+    """(name, program, bindings-maker, output, oracle(dense operands), schedule)."""
+    out = []
+
+    def spmv(name, a, schedule=None):
+        out.append((name, program(SPMV), lambda: {"A": a(), "x": dense(N), "y": np.zeros(M)}, "y",
+                    lambda b: D(b["A"]) @ b["x"], schedule))
+
+    spmv("spmv_csr", lambda: sparse(fmt=F.CSR))
+    spmv("spmv_csr_warp32", lambda: sparse(fmt=F.CSR), "warp_per_row")
+    spmv("spmv_csr_warp4", lambda: sparse(fmt=F.CSR), "warp_per_row:4")
+    spmv("spmv_csc_atomic", lambda: sparse(fmt=F.CSC))
+    spmv("spmv_dcsr", lambda: sparse(fmt=F.DCSR))
+    spmv("spmv_coo_nonzero_chunks", lambda: sparse(fmt=F.COO(2)))
+    spmv("spmv_diai_streaming", lambda: sparse(density=0.2, fmt=F.DIAI))
+    spmv("spmv_diaj_streaming", lambda: sparse(density=0.2, fmt=F.DIAJ))
+    spmv("spmv_bsr22", lambda: sparse(fmt=F.BSR(2, 2)))
+    spmv("spmv_bsc22", lambda: sparse(fmt=F.BSC(2, 2)))
+    spmv("spmv_delta4_packed", lambda: sparse(fmt=F.DELTA(4, True)))
+    spmv("spmv_delta2", lambda: sparse(fmt=F.DELTA(2)))
+    spmv("spmv_structured24", lambda: ustc.Tensor.from_package(two_four()).convert(tensor_format=F.Structured(2, 4)))
+    out.append(("spmv_skewed_auto_warp", program(SPMV),
+                lambda: {"A": ustc.Tensor.from_package(sp.csr_array(skewed())), "x": dense(40), "y": np.zeros(M)},
+                "y", lambda b: D(b["A"]) @ b["x"], None))
+
+    def spmm(name, fmt, schedule=None):
+        out.append((name, program("C[i,k] = A[i,j] * B[j,k]"),
+                    lambda: {"A": sparse(fmt=fmt), "B": dense(N, K), "C": np.zeros((M, K))}, "C",
+                    lambda b: D(b["A"]) @ b["B"], schedule))
+
+    spmm("spmm_csr", F.CSR)
+    spmm("spmm_csr_warp8", F.CSR, "warp_per_row:8")
+    spmm("spmm_bsr22_tile", F.BSR(2, 2))
+    spmm("spmm_coo", F.COO(2))
+    out.append(("spmm_structured24", program("C[i,k] = A[i,j] * B[j,k]"),
+                lambda: {"A": ustc.Tensor.from_package(two_four()).convert(tensor_format=F.Structured(2, 4)),
+                         "B": dense(N, K), "C": np.zeros((M, K))}, "C", lambda b: D(b["A"]) @ b["B"], None))
+    out.append(("sddmm_csr", program("C[i,j] = A[i,j] * B[i,k] * E[k,j]"),
+                lambda: {"A": sparse(fmt=F.CSR), "B": dense(M, K), "E": dense(K, N), "C": F.CSR}, "C",
+                lambda b: D(b["A"]) * (b["B"] @ b["E"]), None))
+    out.append(("sddmm_csr_dense_out", program("C[i,j] = A[i,j] * B[i,k] * E[k,j]"),
+                lambda: {"A": sparse(fmt=F.CSR), "B": dense(M, K), "E": dense(K, N), "C": np.zeros((M, N))}, "C",
+                lambda b: D(b["A"]) * (b["B"] @ b["E"]), None))
+
+    def binary(name, text, fa, fb, fc, op):
+        out.append((name, program(text), lambda: {"A": sparse(fmt=fa, seed=1), "B": sparse(fmt=fb, seed=2), "C": fc},
+                    "C", lambda b: op(D(b["A"]), D(b["B"])), None))
+
+    binary("add_csr_dcsr", "C[i,j] = A[i,j] + B[i,j]", F.CSR, F.DCSR, F.CSR, np.add)
+    binary("add_csr_coo", "C[i,j] = A[i,j] + B[i,j]", F.CSR, F.COO(2), F.CSR, np.add)
+    binary("add_csr_csr_to_coo", "C[i,j] = A[i,j] + B[i,j]", F.CSR, F.CSR, F.COO(2), np.add)
+    binary("mul_csr_csc", "C[i,j] = A[i,j] * B[i,j]", F.CSR, F.CSC, F.CSR, np.multiply)
+    binary("mul_coo_csr", "C[i,j] = A[i,j] * B[i,j]", F.COO(2), F.CSR, F.CSR, np.multiply)
+    binary("mul_bsr_csr", "C[i,j] = A[i,j] * B[i,j]", F.BSR(2, 2), F.CSR, F.CSR, np.multiply)
+    out.append(("mul_csr_dense", program("C[i,j] = A[i,j] * B[i,j]"),
+                lambda: {"A": sparse(fmt=F.CSR), "B": dense(M, N), "C": np.zeros((M, N))}, "C",
+                lambda b: D(b["A"]) * b["B"], None))
+    out.append(("mul_dia_dense_to_csr", program("C[i,j] = A[i,j] * B[i,j]"),
+                lambda: {"A": sparse(density=0.2, fmt=F.DIAI), "B": dense(M, N), "C": F.CSR}, "C",
+                lambda b: D(b["A"]) * b["B"], None))
+    for fmt_name, fmt in (("csr", F.CSR), ("coo", F.COO(2)), ("csc", F.CSC)):
+        out.append((f"sum_axis0_{fmt_name}", program("s[j] = A[i,j]"),
+                    lambda fmt=fmt: {"A": sparse(fmt=fmt), "s": np.zeros(N)}, "s", lambda b: D(b["A"]).sum(0), None))
+        out.append((f"sum_axis1_{fmt_name}", program("s[i] = A[i,j]"),
+                    lambda fmt=fmt: {"A": sparse(fmt=fmt), "s": np.zeros(M)}, "s", lambda b: D(b["A"]).sum(1), None))
+    total = nt.Program((nt.Statement(nt.Access("s", ()), nt.Access("A", ("i", "j"))),))
+    out.append(("sum_all_csr", total, lambda: {"A": sparse(fmt=F.CSR), "s": np.zeros(())}, "s",
+                lambda b: D(b["A"]).sum(), None))
+    out.append(("mttkrp_csf3", program("Y[i,j] = B[i,k,l] * C[k,j] * E[l,j]"),
+                lambda: {"B": ustc.Tensor.from_package(csf3()).convert(tensor_format=F.CSF(3)), "C": dense(5, K),
+                         "E": dense(6, K), "Y": np.zeros((4, K))}, "Y",
+                lambda b: np.einsum("ikl,kj,lj->ij", D(b["B"]), b["C"], b["E"]), None))
+    out.append(("mttkrp_coo3", program("Y[i,j] = B[i,k,l] * C[k,j] * E[l,j]"),
+                lambda: {"B": ustc.Tensor.from_package(csf3()).convert(tensor_format=F.COO(3)), "C": dense(5, K),
+                         "E": dense(6, K), "Y": np.zeros((4, K))}, "Y",
+                lambda b: np.einsum("ikl,kj,lj->ij", D(b["B"]), b["C"], b["E"]), None))
+    return out
+
+
+def run_sim(case) -> dict:
+    name, prog, make, output, oracle, schedule = case
+    bindings = make()
+    expected = oracle(bindings)
+    result = runtime.execute(prog, bindings, target="cuda", schedule=schedule)[output]
+    got = D(result)
+    ok = bool(np.allclose(got, expected))
+    text = runtime.source(prog, bindings, target="cuda", schedule=schedule)
+    schedules = [line.split(": ", 1)[1] for line in text.splitlines() if line.startswith("# schedule: ")]
+    return {"ok": ok, "schedules": schedules, **({} if ok else {"got": np.asarray(got).tolist(),
+                                                                "expected": np.asarray(expected).tolist()})}
+
+
+def run_ptx(case) -> dict:
+    from ustc.ops import cuda_ptx
+
+    name, prog, make, output, oracle, schedule = case
+    prepared = runtime.prepare(prog, make(), "cuda", schedule)
+    kernels = cuda_ptx.compile_run(prepared)
+    return {"ok": bool(kernels) and all(k.cubin_bytes > 0 for k in kernels),
+            "kernels": [{"name": k.name, "registers": k.registers, "spill_stores": k.spill_stores,
+                         "spill_loads": k.spill_loads, "cubin_bytes": k.cubin_bytes, "sm": "sm_90"}
+                        for k in kernels]}
+
+
+def main(mode: str) -> int:
+    warnings.simplefilter("ignore")
+    runner = run_sim if mode == "sim" else run_ptx
+    for case in cases():
+        t0 = time.perf_counter()
+        try:
+            record = runner(case)
+        except Exception as exc:  # noqa: BLE001 - reported per case
+            record = {"ok": False, "error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc()[-3000:]}
+        record.update(case=case[0], seconds=round(time.perf_counter() - t0, 3))
+        print(json.dumps(record), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))

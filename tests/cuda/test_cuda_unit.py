@@ -1,0 +1,117 @@
+"""The CUDA target's pieces that run in this process: schedules, thread mappings, devices, CLI.
+
+Kernels themselves run in ``test_simulator.py`` / compile in ``test_ptx.py`` (subprocesses).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import warnings
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import ustc
+from ustc.cli.main import main as cli_main
+from ustc.codegen import notation as nt
+from ustc.codegen import optimize
+from ustc.codegen.compile import Operand, compile_program
+from ustc.codegen.emit_cuda import CudaEmitter, Schedule, choose_schedule, mapping, vector_width
+from ustc.ops import cuda_host, library, runtime
+
+F = ustc.formats
+
+
+def functions(text: str, formats: dict):
+    program = library.parse_program(text)
+    operands = {}
+    for st in program.statements:
+        for access in [st.lhs, *st.rhs.accesses()]:
+            operands[access.tensor] = Operand(access.tensor, formats.get(access.tensor), len(access.indices),
+                                              "float64")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ustc.ConversionWarning)
+        return compile_program(program, operands, ("test",), optimize.CUDA)
+
+
+def test_vector_width_by_mean_row_length():
+    assert vector_width(1.5, 3) == 0          # short rows: a thread per row
+    assert vector_width(4.0, 9) == 4
+    assert vector_width(7.0, 7) == 8          # the 7-point stencil: 8 lanes
+    assert vector_width(300.0, 900) == 32
+    assert vector_width(2.0, 5000) == 32      # skewed: a warp per row
+
+
+def test_schedule_heuristic_and_overrides():
+    fn = functions("y[i] = A[i,j] * x[j]", {"A": F.CSR}).functions[0]
+    assert choose_schedule(fn).kind == "thread_per_row"
+    chosen = choose_schedule(fn, {("A", 1): 8})
+    assert (chosen.kind, chosen.width) == ("warp_per_row", 8) and "mean row length" in chosen.reason
+    assert choose_schedule(fn, {("A", 1): 8}, "thread_per_row").kind == "thread_per_row"
+    assert choose_schedule(fn, None, "warp_per_row:16").width == 16
+    assert choose_schedule(fn, None, Schedule("warp_per_row", 4, threads=128)).threads == 128
+    sim = choose_schedule(fn, simulator=True)
+    assert (sim.threads, sim.max_blocks) == (32, 2)
+    spmm = functions("C[i,k] = A[i,j] * B[j,k]", {"A": F.CSR}).functions[0]
+    fallback = choose_schedule(spmm, None, "warp_per_row")
+    assert fallback.kind == "thread_per_row" and "no shared row reduction" in fallback.reason
+    with pytest.raises(ValueError, match="unknown CUDA schedule"):
+        Schedule("block_per_planet")
+    with pytest.raises(ValueError, match="power of two"):
+        Schedule("warp_per_row", 3)
+
+
+def test_thread_mappings_follow_the_loop_ir():
+    csr = functions("y[i] = A[i,j] * x[j]", {"A": F.CSR}).functions[0]
+    assert mapping(csr).loop.parallel and not mapping(csr).atomic
+    csc = functions("y[i] = A[i,j] * x[j]", {"A": F.CSC}).functions[0]
+    assert mapping(csc).atomic and not mapping(csc).loop.parallel
+    add = functions("C[i,j] = A[i,j] + B[i,j]", {"A": F.CSR, "B": F.DCSR, "C": F.CSR}).functions[0]
+    assert mapping(add).loop is None  # entries appended one after another: one thread
+    text = CudaEmitter().emit(functions("y[i] = A[i,j] * x[j]", {"A": F.CSC}))
+    assert "cuda.atomic.add(y," in text and "prange" not in text
+    assert "cuda.atomic" not in CudaEmitter().emit(functions("y[i] = A[i,j] * x[j]", {"A": F.CSR}))
+
+
+def test_cuda_tuning_keeps_the_cpu_kernels():
+    assert optimize.CPU == optimize.Tuning()
+    text = CudaEmitter().emit(functions("y[i] = A[i,j] * x[j]", {"A": F.DIAI}))
+    assert "i_tile" in text and "1024" not in text  # one row per thread, diagonals streamed
+
+
+def test_mixing_devices_names_both():
+    a = ustc.Tensor.from_package(sp.random(4, 4, density=0.5, format="csr", random_state=0))
+    on_gpu = ustc.Tensor(a.format, a.shape, a._buffers, a.values, device="cuda")
+    program = library.parse_program("y[i] = A[i,j] * x[j]")
+    with pytest.raises(ustc.DeviceError, match="'A' is on cuda, 'x' is on cpu|'x' is on cpu.*'A' is on cuda"):
+        runtime.execute(program, {"A": on_gpu, "x": ustc.Tensor.from_package(np.ones(4)), "y": np.zeros(4)})
+    assert cuda_host.check_devices({"A": a, "x": np.ones(4)}) == "cpu"
+
+
+@pytest.mark.skipif(cuda_host.simulator(), reason="checks the no-device error, not the simulator")
+def test_running_without_a_device_says_how(monkeypatch):
+    monkeypatch.setattr(cuda_host, "compute_capability", lambda: "none")
+    a = ustc.Tensor.from_package(sp.random(4, 4, density=0.5, format="csr", random_state=0))
+    program = library.parse_program("y[i] = A[i,j] * x[j]")
+    with pytest.raises(ustc.DeviceError, match="NUMBA_ENABLE_CUDASIM=1"):
+        runtime.execute(program, {"A": a, "x": np.ones(4), "y": np.zeros(4)}, target="cuda")
+
+
+def test_import_ustc_does_not_import_numba_cuda():
+    code = "import sys, ustc, ustc.ops.runtime; print('numba.cuda' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.stdout.strip() == "False", done.stderr
+
+
+@pytest.mark.skipif(cuda_host.simulator(), reason="PTX needs NVVM, not the simulator")
+def test_cli_emits_cuda_source_and_ptx(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("USTC_CACHE_DIR", str(tmp_path))
+    assert cli_main(["compile", "CSR", "--op", "spmv", "--target", "cuda", "--schedule", "warp_per_row:8"]) == 0
+    source = capsys.readouterr().out
+    assert "@cuda.jit(cache=True)" in source and "def launch_kernel_0(" in source
+    assert "cuda.shfl_down_sync" in source and "A_lvl1_pos" in source
+    assert cli_main(["compile", "COO", "--op", "spmv", "--target", "cuda", "--emit", "ptx", "--verbose"]) == 0
+    ptx = capsys.readouterr().out
+    assert ".target sm_90" in ptx and " registers, 0 bytes spill stores" in ptx
