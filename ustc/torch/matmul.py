@@ -15,11 +15,14 @@ No autograd here (see ``ustc.torch.autograd``).
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import torch
 
 from .. import matmul as ustc_matmul
 from ..errors import DeviceError, ShapeError, UnsupportedOperation
+from ..tensor import packages
 from ..tensor.tensor import Tensor
 from .subclass import TorchUST, host, numpy_dtype, to_torch
 
@@ -59,6 +62,19 @@ def _transposed(array):
     return cupy.ascontiguousarray(array.T)
 
 
+def operand(x) -> Tensor:
+    """The ustc Tensor of a TorchUST as a NumPy-package alias (same buffers; a shallow copy).
+
+    ``ustc.matmul`` sees host arrays whatever package the buffers came from.
+    """
+    ust = x.ust
+    if ust.package != packages.TORCH:
+        return ust
+    alias = copy.copy(ust)
+    alias._package = packages.NUMPY
+    return alias
+
+
 def _result(out, dtype: "torch.dtype"):
     if isinstance(out, Tensor):
         return TorchUST(out)
@@ -73,13 +89,15 @@ def matmul2d(a, b, name: str = "matmul"):
     if not is_sparse(a) and not is_sparse(b):
         return torch.matmul(a, b)
     if is_sparse(a) and is_sparse(b):
-        return _result(ustc_matmul(a.ust, b.ust), dtype)
+        return _result(ustc_matmul(operand(a), operand(b)), dtype)
     if is_sparse(a):
-        return _result(ustc_matmul(a.ust, _contiguous(b)), dtype)
-    if b.dim() == 1:  # a (m, k) or (k,) @ a sparse vector
-        return _result(ustc_matmul(host(a), b.ust), dtype)
+        return _result(ustc_matmul(operand(a), _contiguous(b)), dtype)
+    if b.dim() == 1 and a.dim() == 1:  # a dot product commutes: the sparse vector goes left
+        return _result(ustc_matmul(operand(b), host(a)), dtype)
+    if b.dim() == 1:  # dense matrix @ sparse vector: no sparse-right route; the vector is short
+        return _result(ustc_matmul(host(a), np.asarray(b.ust.to_dense())), dtype)
     # dense @ sparse matrix: (Bᵀ @ aᵀ)ᵀ with Bᵀ a zero-copy view of the stored tensor
-    out = ustc_matmul(b.ust.T, _transposed(host(a)))
+    out = ustc_matmul(operand(b).T, _transposed(host(a)))
     return _result(out.T if out.ndim == 2 else out, dtype)
 
 

@@ -23,6 +23,7 @@ from torch import nn
 from .. import prune as ustc_prune
 from ..errors import ShapeError
 from ..formats import CSR, Structured
+from ..format.ir import TensorFormat
 from ..tensor.tensor import Tensor
 from .subclass import TorchUST, format_label
 
@@ -76,8 +77,15 @@ def fits_nm(weight, n: int = 2, m: int = 4) -> bool:
     return bool(((w != 0).reshape(w.shape[0], -1, m).sum(-1) <= n).all())
 
 
+def with_widths(fmt: TensorFormat, pos_width: int = 0, crd_width: int = 0) -> TensorFormat:
+    """``fmt`` with posWidth / crdWidth set (narrow index buffers: fewer bytes, faster kernels)."""
+    return TensorFormat(fmt.dims, fmt.levels, pos_width, crd_width)
+
+
 def default_reformat(weight, *, min_zeros: float = 0.5):
-    """The default choice: ``Structured(2, 4)`` when the pattern allows, CSR above ``min_zeros`` zeros, else None.
+    """The default choice: ``Structured(2, 4)`` (uint8 in-block coordinates) when at least half the
+    entries are zero and every block of 4 along a row holds at most 2 nonzeros; CSR (uint16 column
+    indices where they fit) above ``min_zeros`` zeros; else None (stay dense).
 
     Density is the share of nonzero entries; an all-dense-enough weight stays dense.
     """
@@ -85,9 +93,9 @@ def default_reformat(weight, *, min_zeros: float = 0.5):
     if w.device.type == "cpu":
         w = w.contiguous()
     if fits_nm(w, 2, 4) and 1 - _density(w) >= 0.5:
-        fmt = Structured(2, 4)
+        fmt = with_widths(Structured(2, 4), crd_width=8)  # in-block coordinates fit a byte
     elif 1 - _density(w) > min_zeros:
-        fmt = CSR
+        fmt = with_widths(CSR, crd_width=16) if w.shape[1] <= 1 << 16 else CSR
     else:
         return None
     return TorchUST(Tensor.from_dense(w.cpu(), fmt).to(w.device.type))

@@ -28,6 +28,7 @@ then the op runs on dense copies, with one warning per op.
 from __future__ import annotations
 
 import contextlib
+import functools
 import warnings
 
 import numpy as np
@@ -216,12 +217,16 @@ def format_label(fmt) -> str:
     return str(fmt)
 
 
+@functools.lru_cache(maxsize=1)
 def _named_2d():
     from .. import formats
 
     named = [(nf.name, nf.format()) for nf in formats.NAMED if nf.name not in ("BSR", "BSC", "Structured", "DELTA")]
-    return named + [(f"{k}({b}, {c})", getattr(formats, k)(b, c)) for k in ("BSR", "BSC") for b in (1, 2, 3, 4, 8, 16)
-                    for c in (1, 2, 3, 4, 8, 16)]
+    sizes = (1, 2, 3, 4, 8, 16)
+    named += [(f"{k}({b}, {c})", getattr(formats, k)(b, c)) for k in ("BSR", "BSC") for b in sizes for c in sizes]
+    named += [(f"Structured({n}, {m})", formats.Structured(n, m)) for m in (2, 4, 8, 16) for n in range(m + 1)]
+    named += [(f"DELTA({b})", formats.DELTA(b)) for b in (1, 2, 4, 8, 16, 32)]
+    return named + [(f"DELTA({b}, packed)", formats.DELTA(b, True)) for b in (1, 2, 4, 8)]
 
 
 def _describe(args) -> str:
