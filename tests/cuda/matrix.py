@@ -2,6 +2,7 @@
 
     python tests/cuda/matrix.py sim    # NUMBA_ENABLE_CUDASIM=1: run each kernel, compare with NumPy
     python tests/cuda/matrix.py ptx    # no simulator: PTX for sm_90 + nvJitLink cubin per kernel
+    python tests/cuda/matrix.py gpu    # a real GPU: launch each kernel, compare with NumPy
 
 Prints one JSON object per case (``{"case", "ok", ...}``) on stdout. The simulator
 replaces ``numba.cuda`` at import, so the two modes cannot share a process; tests
@@ -182,7 +183,7 @@ def run_ptx(case) -> dict:
 
 def main(mode: str) -> int:
     warnings.simplefilter("ignore")
-    runner = run_sim if mode == "sim" else run_ptx
+    runner = run_ptx if mode == "ptx" else run_sim  # "sim" and "gpu" (a real device) run the kernels
     for case in cases():
         t0 = time.perf_counter()
         try:
