@@ -83,19 +83,26 @@ def with_widths(fmt: TensorFormat, pos_width: int = 0, crd_width: int = 0) -> Te
 
 
 def default_reformat(weight, *, min_zeros: float = 0.5):
-    """The default choice: ``Structured(2, 4)`` (uint8 in-block coordinates) when at least half the
-    entries are zero and every block of 4 along a row holds at most 2 nonzeros; CSR (uint16 column
-    indices where they fit) above ``min_zeros`` zeros; else None (stay dense).
+    """The default choice for a 2-D weight, by its zeros:
+
+    * ``Structured(2, 4)`` (uint8 in-block coordinates) when every block of 4
+      along a row holds at most 2 nonzeros, unless CSR would take fewer bytes;
+    * CSR (uint16 column indices where they fit) above ``min_zeros`` zeros;
+    * else None: the weight stays dense.
 
     Density is the share of nonzero entries; an all-dense-enough weight stays dense.
     """
     w = weight.detach()
     if w.device.type == "cpu":
         w = w.contiguous()
-    if fits_nm(w, 2, 4) and 1 - _density(w) >= 0.5:
+    rows, cols = w.shape
+    nnz, item = int(torch.count_nonzero(w)), w.element_size()
+    csr_bytes = nnz * (item + (2 if cols <= 1 << 16 else 4)) + (rows + 1) * 4
+    structured_bytes = rows * cols // 2 * (item + 1)
+    if fits_nm(w, 2, 4) and not (1 - _density(w) > min_zeros and csr_bytes < structured_bytes):
         fmt = with_widths(Structured(2, 4), crd_width=8)  # in-block coordinates fit a byte
     elif 1 - _density(w) > min_zeros:
-        fmt = with_widths(CSR, crd_width=16) if w.shape[1] <= 1 << 16 else CSR
+        fmt = with_widths(CSR, crd_width=16) if cols <= 1 << 16 else CSR
     else:
         return None
     return TorchUST(Tensor.from_dense(w.cpu(), fmt).to(w.device.type))
