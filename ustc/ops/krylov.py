@@ -134,15 +134,18 @@ def gmres(op: Operator, b, x, dinv, rtol, atol, maxiter, restart: int):
             _precondition(z, dinv, V[k])
             op.apply(z, w)
             done += 1
-            for j in range(k + 1):
-                H[j, k] = vec.dot(V[j], w)
-                w -= H[j, k] * V[j]
-            H[k + 1, k] = _norm2(w)
-            if H[k + 1, k] != 0:
-                V[k + 1] = w / H[k + 1, k]
+            for _ in range(2):  # modified Gram-Schmidt, twice: keeps V orthogonal near convergence
+                for j in range(k + 1):
+                    h = vec.dot(V[j], w)
+                    H[j, k] += h
+                    w -= h * V[j]
+            h_next = _norm2(w)
+            H[k + 1, k] = h_next
+            if h_next != 0:
+                V[k + 1] = w / h_next
             _givens(H, cs, sn, g, k)
             k += 1
-            if abs(g[k]) <= stop or H[k, k - 1] == 0:
+            if abs(g[k]) <= stop or h_next == 0:   # converged, or the Krylov space is exhausted
                 break
         y = np.linalg.solve(np.triu(H[:k, :k]), g[:k]) if k else np.zeros(0, dtype=b.dtype)
         _precondition(z, dinv, y @ V[:k])

@@ -85,13 +85,20 @@ def normalise(x, name: str):
         raise UstcError(f"matmul: operand {name} ({type(x).__name__}) is not an array or a tensor: {exc}") from None
 
 
-def spec(x, name: str) -> OperandSpec:
+def package_of(x) -> str:
+    """The package a dense input came from (its result goes back as that package)."""
+    return packages.TORCH if packages.is_torch(x) else packages.CUPY if packages.is_cupy(x) else packages.NUMPY
+
+
+def spec(x, name: str, package: str | None = None) -> OperandSpec:
+    """``x``'s plan-relevant description; ``package``: where a dense ``x`` came from (before
+    :func:`normalise` viewed it as NumPy)."""
     if isinstance(x, Tensor):
         index = tuple(sorted({str(buf.dtype) for buf in x._buffers.values()}))
         return OperandSpec(name, True, x.format.signature, tuple(x.shape), str(np.dtype(x.dtype)), index,
                            x.device, x.package)
     device = packages.device_of(x)
-    package = packages.TORCH if packages.is_torch(x) else packages.CUPY if packages.is_cupy(x) else packages.NUMPY
+    package = package or package_of(x)
     dtype = str(x.dtype).replace("torch.", "")
     return OperandSpec(name, False, None, tuple(int(n) for n in x.shape), dtype, (), device, package)
 

@@ -69,9 +69,10 @@ def bind(a, b, c, alpha, beta, transpose_a: bool, transpose_b: bool, options: di
     a1 = ops.transposed(ops.normalise(a, "a"), bool(transpose_a), "a")
     b1 = ops.transposed(ops.normalise(b, "b"), bool(transpose_b), "b")
     c1 = ops.normalise(c, "c")
+    pa, pb = ops.package_of(a), ops.package_of(b)
     if not isinstance(a1, Tensor) and isinstance(b1, Tensor) and a1.ndim == 1 and b1.ndim == 2:
-        a1, b1 = ops.transposed(b1, True, "b"), a1   # x @ B is B^T @ x: a sparse-left SpMV
-    sa, sb = ops.spec(a1, "a"), ops.spec(b1, "b")
+        a1, b1, pa, pb = ops.transposed(b1, True, "b"), a1, pb, pa   # x @ B is B^T @ x: a sparse-left SpMV
+    sa, sb = ops.spec(a1, "a", pa), ops.spec(b1, "b", pb)
     sc = ops.spec(c1, "c") if c1 is not None else None
     device = ops.check_devices([sa, sb, sc])
     shape = ops.product_shape(sa, sb)

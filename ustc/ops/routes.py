@@ -240,8 +240,16 @@ def _library(p: Problem, op, out_format, default: bool) -> Route | None:
 
 
 def _fmt_name(s) -> str:
-    return _fmt_name_text(as_format(s.format))
+    return _fmt_name_text(as_format(s.format)) if s.sparse else f"a dense {s.ndim}-D array"
 
 
 def _fmt_name_text(fmt) -> str:
-    return fmt.name or str(fmt)
+    """The registry name of ``fmt`` when it is a named format (widths aside), else its signature."""
+    from ..formats import NAMED
+    from ..tensor.interop import plain_format
+
+    plain = plain_format(fmt)
+    for nf in NAMED:
+        if plain_format(nf.format()) == plain:
+            return nf.name if not nf.example else f"{nf.name}{nf.format().name[len(nf.name):]}"
+    return str(fmt)

@@ -1,0 +1,182 @@
+"""ustc.matmul / ustc.Matmul against NumPy on random data, over the format registry."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import ustc
+from conftest import named_2d, random_dense, sparse, tol
+
+SHAPES = [(7, 5), (1, 9), (9, 1), (0, 4), (4, 0), (6, 6)]
+
+
+@pytest.mark.parametrize("fmt", named_2d())
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+def test_spmv_spmm_every_named_format(fmt, shape, rng):
+    a = random_dense(rng, shape)
+    A = sparse(a, fmt)
+    a = A.to_dense()                       # n:m formats pruned the data
+    x, X = rng.standard_normal(shape[1]), rng.standard_normal((shape[1], 3))
+    np.testing.assert_allclose(ustc.matmul(A, x), a @ x, **tol(a.dtype))
+    np.testing.assert_allclose(ustc.matmul(A, X), a @ X, **tol(a.dtype))
+    z = rng.standard_normal(shape[0])
+    np.testing.assert_allclose(ustc.matmul(z, A), z @ a, **tol(a.dtype))
+    np.testing.assert_allclose(ustc.matmul(A, z, transpose_a=True), a.T @ z, **tol(a.dtype))
+
+
+@pytest.mark.parametrize("fmt", named_2d())
+def test_all_zero_operand(fmt, rng):
+    A = sparse(np.zeros((5, 8)), fmt)
+    np.testing.assert_array_equal(ustc.matmul(A, rng.standard_normal(8)), np.zeros(5))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex128, np.int64])
+@pytest.mark.parametrize("fmt", ["CSR", "DIAI", "DELTA(4, packed)", "COO", "BSR(2, 2)"])
+def test_dtypes(fmt, dtype, rng):
+    a = (random_dense(rng, (10, 12), dtype=np.complex128 if dtype == np.complex128 else np.float64) * 4)
+    a = a.astype(dtype)
+    x = (rng.standard_normal(12) * 3).astype(dtype)
+    A = ustc.Tensor.from_dense(a, fmt)
+    y = ustc.matmul(A, x)
+    assert y.dtype == np.result_type(a.dtype, x.dtype)
+    np.testing.assert_allclose(y, a @ x, **tol(dtype))
+
+
+def test_alpha_beta_c_and_out(rng):
+    a = random_dense(rng, (6, 4))
+    A = ustc.Tensor.from_dense(a, "CSR")
+    x, c = rng.standard_normal(4), rng.standard_normal(6)
+    c0 = c.copy()
+    np.testing.assert_allclose(ustc.matmul(A, x, c, alpha=2.5, beta=-0.5), 2.5 * a @ x - 0.5 * c0)
+    np.testing.assert_array_equal(c, c0)                      # c is not modified ...
+    out = ustc.matmul(A, x, c, alpha=1, beta=2, out=c)        # ... unless it is also out
+    assert out is c
+    np.testing.assert_allclose(c, a @ x + 2 * c0)
+    np.testing.assert_allclose(ustc.matmul(A, x, c0, beta=0), a @ x)
+
+
+def test_dot_and_dense_dense(rng):
+    x, y = rng.standard_normal(5), rng.standard_normal(5)
+    assert ustc.matmul(x, y) == pytest.approx(x @ y)
+    X, Y = rng.standard_normal((3, 5)), rng.standard_normal((5, 2))
+    mm = ustc.Matmul(X, Y).plan()
+    assert mm.plan_info.startswith("library: dense matmul")
+    np.testing.assert_allclose(mm.execute(), X @ Y)
+
+
+def test_row_vector_times_column(rng):
+    v = random_dense(rng, (1, 9), density=0.6)
+    V = ustc.Tensor.from_dense(v, "CSR")
+    w = rng.standard_normal((9, 1))
+    np.testing.assert_allclose(ustc.matmul(V, w), v @ w)
+
+
+@pytest.mark.parametrize("fa", ["CSR", "CSC", "COO", "DCSR", "BSR(2, 2)", "DIAI"])
+@pytest.mark.parametrize("fb", ["CSR", "CSC", "COO"])
+def test_spgemm_mixed_formats(fa, fb, rng):
+    a, b = random_dense(rng, (8, 6)), random_dense(rng, (6, 10))
+    A, B = ustc.Tensor.from_dense(a, fa), ustc.Tensor.from_dense(b, fb)
+    C = ustc.matmul(A, B)
+    assert isinstance(C, ustc.Tensor)
+    np.testing.assert_allclose(C.to_dense(), a @ b, atol=1e-12)
+    C.validate()
+    C2 = ustc.matmul(A, B, alpha=-2.0, options={"out_format": "COO"})
+    assert C2.format == ustc.TensorFormat.parse("COO")
+    np.testing.assert_allclose(C2.to_dense(), -2 * a @ b, atol=1e-12)
+
+
+def test_spgemm_with_sparse_c(rng):
+    a, b, c = random_dense(rng, (5, 5)), random_dense(rng, (5, 5)), random_dense(rng, (5, 5))
+    A, B, C = (ustc.Tensor.from_dense(m, "CSR") for m in (a, b, c))
+    np.testing.assert_allclose(ustc.matmul(A, B, C, beta=3.0).to_dense(), a @ b + 3 * c, atol=1e-12)
+
+
+@pytest.mark.parametrize("ta", [False, True])
+@pytest.mark.parametrize("tb", [False, True])
+def test_transposes(ta, tb, rng):
+    a, b = random_dense(rng, (5, 7)), rng.standard_normal((7, 3))
+    A = ustc.Tensor.from_dense(a.T if ta else a, "CSR")
+    B = b.T.copy() if tb else b
+    np.testing.assert_allclose(ustc.matmul(A, B, transpose_a=ta, transpose_b=tb), a @ b)
+    Bs = ustc.Tensor.from_dense(B, "CSC")
+    got = ustc.matmul(A, Bs, transpose_a=ta, transpose_b=tb)
+    np.testing.assert_allclose(got.to_dense(), a @ b, atol=1e-12)
+
+
+def test_batched(rng):
+    a = random_dense(rng, (3, 4, 5))
+    A = ustc.Tensor.from_dense(a, "BatchedCSR")
+    B3, B2 = rng.standard_normal((3, 5, 2)), rng.standard_normal((5, 2))
+    np.testing.assert_allclose(ustc.matmul(A, B3), a @ B3)
+    np.testing.assert_allclose(ustc.matmul(A, B2), a @ B2)        # b broadcast over the batch
+    S = ustc.Tensor.from_dense(a[0], "CSR")
+    np.testing.assert_allclose(ustc.matmul(S, rng.standard_normal((3, 5, 2)) * 0 + B3), a[0] @ B3)
+    with pytest.raises(ustc.ShapeError, match="batch sizes differ"):
+        ustc.matmul(A, rng.standard_normal((2, 5, 2)))
+
+
+def test_sparse_right_operand_dense_left(rng):
+    b = random_dense(rng, (6, 4))
+    B = ustc.Tensor.from_dense(b, "CSC")
+    X = rng.standard_normal((3, 6))
+    np.testing.assert_allclose(ustc.matmul(X, B), X @ b)
+
+
+def test_inputs_not_mutated(rng):
+    a = random_dense(rng, (6, 6))
+    A = ustc.Tensor.from_dense(a, "COO")
+    before = {k: v.copy() for k, v in A.buffers.items()}
+    vals = A.values.copy()
+    x = rng.standard_normal(6)
+    x0 = x.copy()
+    ustc.matmul(A, x, alpha=3)
+    ustc.matmul(A, A)
+    np.testing.assert_array_equal(x, x0)
+    np.testing.assert_array_equal(A.values, vals)
+    for k, v in A.buffers.items():
+        np.testing.assert_array_equal(v, before[k])
+
+
+def test_errors_name_the_operand(rng):
+    A = ustc.Tensor.from_dense(random_dense(rng, (4, 5)), "CSR")
+    with pytest.raises(ustc.ShapeError, match="a has 5 columns but b has 4 rows"):
+        ustc.matmul(A, np.ones(4))
+    with pytest.raises(ustc.ShapeError, match="c has shape"):
+        ustc.matmul(A, np.ones(5), np.ones(3), beta=1)
+    with pytest.raises(ustc.ShapeError, match="operand b is 4-D"):
+        ustc.matmul(A, np.ones((1, 1, 5, 2)))
+    with pytest.raises(ustc.ShapeError, match="transpose_b needs a matrix"):
+        ustc.matmul(A, np.ones(5), transpose_b=True)
+    with pytest.raises(ustc.UstcError, match="unknown option 'rout'"):
+        ustc.matmul(A, np.ones(5), options={"rout": "generated"})
+    with pytest.raises(ustc.UstcError, match="alpha and beta must be numbers"):
+        ustc.matmul(A, np.ones(5), alpha="2")
+    with pytest.raises(ustc.ShapeError, match="out has shape"):
+        ustc.matmul(A, np.ones(5), out=np.zeros(3))
+
+
+def test_mixed_devices_name_both(rng):
+    A = ustc.Tensor.from_dense(random_dense(rng, (4, 5)), "CSR")
+    G = ustc.Tensor(A.format, A.shape, A.buffers, A.values, device="cuda", package="cupy")
+    with pytest.raises(ustc.DeviceError, match="a on cuda, b on cpu"):
+        ustc.matmul(G, np.ones(5))
+
+
+def test_torch_operands_come_back_as_torch(rng):
+    torch = pytest.importorskip("torch")
+    a = random_dense(rng, (5, 4))
+    A = ustc.Tensor.from_dense(a, "CSR")
+    x = torch.randn(4, dtype=torch.float64)
+    y = ustc.matmul(A, x)
+    assert isinstance(y, torch.Tensor)
+    np.testing.assert_allclose(y.numpy(), a @ x.numpy())
+    S = torch.from_numpy(a).to_sparse_csr()
+    np.testing.assert_allclose(np.asarray(ustc.matmul(S, x)), a @ x.numpy())
+
+
+def test_scipy_operand_zero_copy(rng):
+    sp = pytest.importorskip("scipy.sparse")
+    s = sp.random(20, 30, density=0.2, random_state=3, format="csr")
+    x = rng.standard_normal(30)
+    np.testing.assert_allclose(ustc.matmul(s, x), s @ x)
