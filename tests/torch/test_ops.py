@@ -181,3 +181,12 @@ def test_wrap_any_format_and_errors():
     T = TorchUST(t)
     assert T.shape == (4, 4) and T.dtype == torch.float64 and T.nse == t.nse and T.storage_bytes == t.nbytes
     close(T @ torch.ones(4, dtype=torch.float64), torch.ones(4, dtype=torch.float64))
+
+
+def test_inference_mode_and_single_rows(csr):
+    T, W = csr
+    x = torch.randn(1, 8, dtype=torch.float64)
+    with torch.inference_mode():
+        close(F.linear(x, T), F.linear(x, W))
+        assert T.t().shape == (8, 6) and T.detach().shape == T.shape
+    close(T @ x.t(), W @ x.t())

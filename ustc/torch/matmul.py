@@ -88,6 +88,10 @@ def matmul2d(a, b, name: str = "matmul"):
     dtype = torch.promote_types(a.dtype, b.dtype)
     if not is_sparse(a) and not is_sparse(b):
         return torch.matmul(a, b)
+    if not is_sparse(a) and a.dim() == 2 and a.shape[0] == 1 and b.dim() == 2:  # one row: an SpMV
+        return matmul2d(a.reshape(-1), b, name).reshape(1, -1)
+    if not is_sparse(b) and b.dim() == 2 and b.shape[1] == 1 and a.dim() == 2:  # one column: an SpMV
+        return matmul2d(a, b.reshape(-1), name).reshape(-1, 1)
     if is_sparse(a) and is_sparse(b):
         return _result(ustc_matmul(operand(a), operand(b)), dtype)
     if is_sparse(a):

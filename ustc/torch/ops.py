@@ -85,14 +85,17 @@ def linear(x, weight, bias, mm):
     if weight.dim() != 2:
         raise ShapeError(f"ustc.torch.linear: the weight must be 2-D, got shape {tuple(weight.shape)}")
     if x.dim() > 2 and not is_sparse(x):
-        out = mm(x.reshape(-1, x.shape[-1]), weight.t()).reshape(*x.shape[:-1], weight.shape[0])
+        out = mm(x.reshape(-1, x.shape[-1]), _transposed_weight(weight)).reshape(*x.shape[:-1], weight.shape[0])
     else:
-        out = mm(x, weight.t())
+        out = mm(x, _transposed_weight(weight))
     return out if bias is None else out + _densified(bias)
 
 
-def _beta_alpha(kwargs):
-    return kwargs.get("beta", 1), kwargs.get("alpha", 1)
+def _transposed_weight(weight):
+    """``weight.t()``; for a TorchUST that autograd need not track, the zero-copy view made directly."""
+    if is_sparse(weight) and not (weight.requires_grad and torch.is_grad_enabled()):
+        return TorchUST(weight.ust.T)
+    return weight.t()
 
 
 def _register_functions():
@@ -166,13 +169,22 @@ def _like(fill):
     return impl
 
 
+def _view(impl):
+    """A view op's result made outside inference mode: torch gives views their base's version
+    counter, which an inference tensor cannot take."""
+    def run(func, args, kwargs):
+        with torch.inference_mode(False):
+            return impl(func, args, kwargs)
+    return run
+
+
 def _aten_views():
-    DISPATCH[aten.t] = lambda f, args, kw: _transpose_2d(args[0], (1, 0), "t")
-    DISPATCH[aten.transpose] = lambda f, args, kw: _transpose_2d(
-        args[0], (1, 0) if args[1] % 2 != args[2] % 2 else (0, 1), "transpose")
-    DISPATCH[aten.permute] = lambda f, args, kw: _transpose_2d(args[0], tuple(args[1]), "permute")
-    DISPATCH[aten.detach] = lambda f, args, kw: TorchUST(args[0].ust)
-    DISPATCH[aten.alias] = lambda f, args, kw: TorchUST(args[0].ust)
+    DISPATCH[aten.t] = _view(lambda f, args, kw: _transpose_2d(args[0], (1, 0), "t"))
+    DISPATCH[aten.transpose] = _view(lambda f, args, kw: _transpose_2d(
+        args[0], (1, 0) if args[1] % 2 != args[2] % 2 else (0, 1), "transpose"))
+    DISPATCH[aten.permute] = _view(lambda f, args, kw: _transpose_2d(args[0], tuple(args[1]), "permute"))
+    DISPATCH[aten.detach] = _view(lambda f, args, kw: TorchUST(args[0].ust))
+    DISPATCH[aten.alias] = _view(lambda f, args, kw: TorchUST(args[0].ust))
     DISPATCH[aten.clone] = lambda f, args, kw: TorchUST(args[0].ust.copy())
     DISPATCH[aten._to_copy] = lambda f, args, kw: _to_copy(args[0], **kw)
     DISPATCH[aten.empty_like] = _like(lambda v: None)
