@@ -14,7 +14,7 @@ from typing import Callable
 from .. import formats
 from ..errors import FormatError
 from ..format import Dimension, LevelFormat, LevelProperty, TensorFormat
-from . import demo_kernels, demo_tensors
+from . import demo_kernels, demo_ops, demo_tensors
 from .table import render
 
 RULE = "=" * 78
@@ -129,6 +129,8 @@ SECTIONS: list[tuple[str, Callable[[], list[str]]]] = [
     ("Fused sparsification", demo_tensors.sparsification),
     ("A kernel in index notation, generated and compiled", demo_kernels.jit_kernel),
     ("Operations on mixed formats", demo_kernels.operations),
+    ("Planned SpMV in three formats, and the route each took", demo_ops.planned_spmv),
+    ("A CG solve over one planned Matmul", demo_ops.cg_solve),
     ("The kernel cache", demo_kernels.kernel_cache),
 ]
 

@@ -1,0 +1,133 @@
+"""Planned operations against SciPy: execute-only vs one-shot Matmul, CG, SpGEMM.
+
+    python benchmarks/bench_ops.py [--side N] [--repeat N] [--write]
+
+All rows are measured in one run on the 3-D 7-point stencil of side ``n``
+(default 114: 1.48M rows, 10.3M nonzeros, float64) and on a small random
+matrix (2,000 x 2,000, 10 nonzeros per row), so ratios compare like with like.
+
+* **Execute-only vs one-shot**: ``Matmul.execute()`` after ``plan()``, against
+  ``ustc.matmul(A, x)`` (binding, plan-cache lookup, output allocation) and the
+  first call of a new plan (``Matmul(A, x).plan().execute()`` with the kernel
+  already in the disk cache), for CSR (generated kernel) and DIAI (registered).
+* **CG**: ``ustc.solve(A, b, "cg", rtol=1e-6)`` against
+  ``scipy.sparse.linalg.cg(A, b, rtol=1e-6)`` from x0 = 0 (same stopping rule,
+  ``||r|| <= rtol ||b||``). Target: >= 1.5x faster.
+* **SpGEMM**: ``A @ A`` of the stencil, ustc CSR (registered Gustavson kernel)
+  against SciPy. Target: >= 1.0x.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+import numpy as np
+import scipy.sparse as sp
+import scipy.sparse.linalg as spla
+
+from _common import machine, median_ms, write_section
+from bench_convert import stencil_csr
+
+import ustc
+
+
+def matmul_rows(name: str, csr, repeat: int) -> list[tuple]:
+    x = np.random.default_rng(0).random(csr.shape[1])
+    rows = []
+    scipy_ms, _ = median_ms(lambda: csr @ x, repeat)
+    rows.append((name, "SciPy `csr @ x`", scipy_ms, scipy_ms))
+    for fmt in ("CSR", "DIAI"):
+        A = ustc.Tensor.from_package(csr)
+        if fmt != "CSR":
+            A = A.convert(fmt)
+        ustc.Matmul(A, x).plan().execute()                     # kernel in the disk cache
+        t0 = time.perf_counter()
+        mm = ustc.Matmul(A, x).plan()
+        mm.execute()
+        first = (time.perf_counter() - t0) * 1e3
+        execute, _ = median_ms(mm.execute, repeat)
+        one_shot, _ = median_ms(lambda: ustc.matmul(A, x), repeat)
+        route = mm.plan_info.split(" [")[0].split(" (")[0].split(",")[0]
+        rows.append((name, f"ustc {fmt} ({route})", execute, scipy_ms, one_shot, first))
+    return rows
+
+
+def cg_rows(csr, rtol: float) -> list[tuple]:
+    b = np.random.default_rng(1).random(csr.shape[0])
+    counter = []
+    t0 = time.perf_counter()
+    x_ref, info = spla.cg(csr, b, rtol=rtol, maxiter=5000, callback=lambda xk: counter.append(1))
+    scipy_s = time.perf_counter() - t0
+    assert info == 0
+    rows = [("SciPy `cg` (CSR)", scipy_s, len(counter), np.linalg.norm(b - csr @ x_ref) / np.linalg.norm(b))]
+    for fmt in ("CSR", "DIAI"):
+        A = ustc.Tensor.from_package(csr) if fmt == "CSR" else ustc.Tensor.from_package(csr).convert(fmt)
+        ustc.solve(A, b[:] * 0 + 1, "cg", rtol=1e-1)          # compile / load outside the timing
+        t0 = time.perf_counter()
+        x, info = ustc.solve(A, b, "cg", rtol=rtol, maxiter=5000, return_info=True)
+        seconds = time.perf_counter() - t0
+        rows.append((f"ustc `solve(A, b, 'cg')` ({fmt})", seconds, info.iterations,
+                     np.linalg.norm(b - csr @ x) / np.linalg.norm(b)))
+    return rows
+
+
+def spgemm_rows(csr, repeat: int) -> list[tuple]:
+    scipy_ms, _ = median_ms(lambda: csr @ csr, max(3, repeat // 3))
+    A = ustc.Tensor.from_package(csr)
+    C = ustc.matmul(A, A)
+    ref = csr @ csr
+    ref.sort_indices()
+    assert np.array_equal(C.pos(1), ref.indptr) and np.array_equal(C.crd(1), ref.indices)
+    assert np.allclose(C.values, ref.data)
+    ms, _ = median_ms(lambda: ustc.matmul(A, A), max(3, repeat // 3))
+    return [("SciPy `csr @ csr`", scipy_ms, scipy_ms), ("ustc CSR (csr_spgemm)", ms, scipy_ms)]
+
+
+def report(side, csr, small_rows, big_rows, cg, spgemm, rtol) -> str:
+    lines = [f"Machine: {machine()}", "",
+             f"Stencil side {side}: {csr.shape[0]:,} rows, {csr.nnz:,} nonzeros, float64; small: 2,000 x 2,000 "
+             f"random, 20,000 nonzeros.", "",
+             "SpMV: execute-only against one-shot (ms, medians):", "",
+             "| problem | kernel | execute | one-shot `ustc.matmul` | new plan + first execute | SciPy / execute |",
+             "|---|---|---:|---:|---:|---:|"]
+    for name, kernel, ms, scipy_ms, *rest in small_rows + big_rows:
+        one, first = (f"{rest[0]:.3f}", f"{rest[1]:.3f}") if rest else ("—", "—")
+        lines.append(f"| {name} | {kernel} | {ms:.3f} | {one} | {first} | {scipy_ms / ms:.2f}x |")
+    base = cg[0][1]
+    lines += ["", f"CG to rtol {rtol:g} from x0 = 0 (one run each):", "",
+              "| solver | seconds | iterations | ms / iteration | final relative residual | speed-up vs SciPy |",
+              "|---|---:|---:|---:|---:|---:|"]
+    for name, s, it, res in cg:
+        lines.append(f"| {name} | {s:.2f} | {it} | {1e3 * s / max(it, 1):.2f} | {res:.2e} | {base / s:.2f}x |")
+    lines += ["", "SpGEMM `A @ A` of the stencil (ms, medians; results checked equal to SciPy's, sorted):", "",
+              "| kernel | ms | speed-up vs SciPy |", "|---|---:|---:|"]
+    for name, ms, ref in spgemm:
+        lines.append(f"| {name} | {ms:.1f} | {ref / ms:.2f}x |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--side", type=int, default=114)
+    ap.add_argument("--repeat", type=int, default=15)
+    ap.add_argument("--rtol", type=float, default=1e-6)
+    ap.add_argument("--write", action="store_true", help="replace '## Planned operations' in docs/benchmarks.md")
+    args = ap.parse_args(argv)
+    small = sp.random(2000, 2000, density=0.005, random_state=2, format="csr")
+    small.sort_indices()
+    csr = stencil_csr(args.side)
+    small_rows = matmul_rows("small", small, args.repeat * 20)
+    big_rows = matmul_rows("stencil", csr, args.repeat)
+    spgemm = spgemm_rows(csr, args.repeat)
+    cg = cg_rows(csr, args.rtol)
+    text = report(args.side, csr, small_rows, big_rows, cg, spgemm, args.rtol)
+    print(text)
+    if args.write:
+        write_section("Planned operations", text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
