@@ -152,3 +152,26 @@ def test_cuda_linear():
     assert Tc.device.type == "cuda"
     x = torch.randn(3, 8, dtype=torch.float64, device="cuda")
     torch.testing.assert_close(F.linear(x, Tc), F.linear(x, W.cuda()))
+
+
+def test_docstring_examples_run():
+    import doctest
+
+    import ustc.torch.reformat
+    import ustc.torch.subclass
+
+    for module in (ustc.prune, ustc.torch.subclass, ustc.torch.reformat):
+        result = doctest.testmod(module, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+        assert result.attempted > 0 and result.failed == 0, module.__name__
+
+
+def test_docs_torch_md_summary_table():
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "torch.md").read_text()
+    model = torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 256)).eval()
+    ustc.torch.prune_model(model, method="2:4")
+    summary = ustc.torch.reformat_model(model)
+    assert str(summary) in text
+    with torch.inference_mode():
+        assert model(torch.randn(32, 256)).shape == (32, 256)
