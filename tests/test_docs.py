@@ -1,4 +1,4 @@
-"""The user docs are executable: every example in docs/dsl.md runs and prints what it shows."""
+"""The user docs are executable: every example in docs/dsl.md and docs/ops.md runs and prints what it shows."""
 
 import doctest
 from pathlib import Path
@@ -8,7 +8,7 @@ import pytest
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 
 
-@pytest.mark.parametrize("name", ["dsl.md"])
+@pytest.mark.parametrize("name", ["dsl.md", "ops.md"])
 def test_doc_examples(name):
     result = doctest.testfile(str(DOCS / name), module_relative=False,
                               optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)

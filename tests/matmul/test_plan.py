@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import ustc
-from conftest import random_dense
+from matmul_helpers import random_dense
 from ustc.ops import plan_cache
 
 

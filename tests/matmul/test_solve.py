@@ -8,7 +8,7 @@ import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
 import ustc
-from conftest import named_2d
+from matmul_helpers import named_2d
 
 
 def spd(n, seed=0):

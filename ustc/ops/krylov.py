@@ -43,7 +43,6 @@ def _norm2(x) -> float:
 
 
 def cg(op: Operator, b, x, dinv, rtol, atol, maxiter):
-    n = b.size
     r, q = np.empty_like(b), np.empty_like(b)
     stop = max(rtol * _norm2(b), atol)
     rr = vec.residual(r, b, op.apply(x, q))

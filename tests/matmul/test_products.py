@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import ustc
-from conftest import named_2d, random_dense, sparse, tol
+from matmul_helpers import named_2d, random_dense, sparse, tol
 
 SHAPES = [(7, 5), (1, 9), (9, 1), (0, 4), (4, 0), (6, 6)]
 
