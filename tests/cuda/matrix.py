@@ -181,10 +181,35 @@ def run_ptx(case) -> dict:
                         for k in kernels]}
 
 
+def matmul_cases():
+    """ustc.Matmul planned for the cuda target (generated route): plan once, execute twice."""
+    def spmv_twice(fmt):
+        A, x = sparse(fmt=fmt), dense(N)
+        mm = ustc.Matmul(A, x, alpha=2.0, options={"target": "cuda"}).plan()
+        first = mm.execute().copy()
+        x *= -1
+        return [first, mm.execute()], [2 * D(A) @ -x, 2 * D(A) @ x], mm.plan_info
+
+    def spmm_one_shot(fmt):
+        A, B = sparse(fmt=fmt), dense(N, K)
+        return [ustc.matmul(A, B, options={"target": "cuda"})], [D(A) @ B], "one-shot"
+
+    return [("matmul_spmv_csr_planned", lambda: spmv_twice(F.CSR)),
+            ("matmul_spmv_coo_planned", lambda: spmv_twice(F.COO(2))),
+            ("matmul_spmm_bsr_one_shot", lambda: spmm_one_shot(F.BSR(2, 2)))]
+
+
+def run_matmul(case) -> dict:
+    got, expected, info = case[1]()
+    ok = all(np.allclose(g, e) for g, e in zip(got, expected))
+    return {"ok": ok and (info == "one-shot" or info.startswith("generated: cuda")), "plan_info": info}
+
+
 def main(mode: str) -> int:
     warnings.simplefilter("ignore")
     runner = run_ptx if mode == "ptx" else run_sim  # "sim" and "gpu" (a real device) run the kernels
-    for case in cases():
+    extra = [] if mode == "ptx" else [(case, run_matmul) for case in matmul_cases()]
+    for case, runner in [(case, runner) for case in cases()] + extra:
         t0 = time.perf_counter()
         try:
             record = runner(case)

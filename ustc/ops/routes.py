@@ -139,7 +139,7 @@ class GeneratedRoute(Route):
         self.sparse_out = out_format is not None
         self.program = nt.Program((nt.Statement(nt.Access("C", oi), rhs, accumulate=not self.sparse_out),))
         self.target, self.out_format = target, out_format
-        self._run = self._fn = self._plan = None
+        self._run = self._fn = self._call = self._plan = None
         self._args, self._bound = None, None
         self.info = "generated"
 
@@ -151,10 +151,12 @@ class GeneratedRoute(Route):
         module, key = cache.load(self._run.fields, self._run.generate)
         self._plan = module.PLAN[0]
         self._fn = getattr(module, self._plan["function"])
+        # on a GPU the module's launch wrapper picks the grid; on the CPU the njit function runs
+        self._call = self._run._launcher(module, self._plan) if self.target == "cuda" else self._fn
         converts = ", ".join(f"{n} to {f}" for n, f in self._plan["convert"].items())
         self.info = (f"generated: {self.target}, key {key[:12]}… ({self.program})"
                      + (f"; converts {converts} at every execute" if converts else ""))
-        if not self.sparse_out and not self._fn.signatures:
+        if not self.sparse_out and self.target == "cpu" and not self._fn.signatures:
             self._compile(key, self._arguments(a, b, out, alpha))
 
     def _compile(self, key: str, args) -> None:
@@ -179,13 +181,13 @@ class GeneratedRoute(Route):
 
     def run(self, a, b, out, alpha):
         if not self.sparse_out:
-            self._fn(*self._arguments(a, b, out, alpha))
+            self._call(*self._arguments(a, b, out, alpha))
             return out
         tensors = self._run.tensors
         tensors["A"].value, tensors["B"].value, tensors["C"].value = a, b, None
         self._run.scalars = {"alpha": alpha} if self.scaled else {}
         statement = self.program.statements[0]
-        result = self._run._statement(statement, self._plan, self._fn)
+        result = self._run._statement(statement, self._plan, self._call)
         tensors["C"].value = None
         return result
 
@@ -197,7 +199,7 @@ class GeneratedRoute(Route):
 
     def release(self) -> None:
         self.unbind()
-        self._run = self._fn = None
+        self._run = self._fn = self._call = None
 
 
 def choose(p: Problem, a, b, out_format) -> tuple[Route, str]:
@@ -234,7 +236,7 @@ def _library(p: Problem, op, out_format, default: bool) -> Route | None:
             return ScipyRoute(out_format, " x ".join(kinds) + (f" -> {_fmt_name_text(out_format)}"
                                                                if out_format is not None else ""))
         return None
-    if op in ("spmv", "spmm") and kinds[0] in ("csr", "csc", "coo"):
+    if op in ("spmv", "spmm") and kinds[0] in ("csr", "csc", "coo") and p.device == "cuda":
         return CupyRoute(op, kinds[0].upper(), "/".join(p.a.index))
     return None
 
