@@ -124,7 +124,18 @@ class Space:
         return tuple(refs)
 
     def _check(self) -> None:
-        """An iterated level at an index another operand derives: convert one of the two."""
+        """An iterated level at an index another operand derives: convert one of the two.
+
+        Two operands deriving each other's indices (DIAI's ``j = v + i`` next to DIAJ's
+        ``i = j - v``) leave no loop variable to start from: the later one takes the
+        earlier one's levels (any pattern fits them) or, failing that, plain levels."""
+        for d in self.derived.values():
+            chained = [self.derived[v] for v in d.deps if v in self.derived]
+            if chained:
+                first, later = sorted((d, chained[0]), key=lambda x: x.owner)
+                self._replan_like(first.owner, later.owner,
+                                  f"index '{later.name}' is derived from '{first.name}', which "
+                                  f"{self.accesses[first.owner].tensor}'s format derives in turn")
         for slot, refs in self.levels.items():
             for ref in refs:
                 d = self.derived.get(ref.var)
@@ -139,6 +150,13 @@ class Space:
                     target = like(owner_fmt, owner.indices, self.formats[ref.tensor], access.indices)
                     raise Replan(ref.tensor, target, why, slot)
                 raise Replan(owner.tensor, plain_format(owner_fmt), why, d.owner)
+
+    def _replan_like(self, model_slot: int, slot: int, why: str) -> None:
+        model, access = self.accesses[model_slot], self.accesses[slot]
+        model_fmt, fmt = self.formats[model.tensor], self.formats[access.tensor]
+        if set(model.indices) == set(access.indices) and _holds_any_pattern(model_fmt):
+            raise Replan(access.tensor, like(model_fmt, model.indices, fmt, access.indices), why, slot)
+        raise Replan(access.tensor, plain_format(fmt), why, slot)
 
     # -- queries ---------------------------------------------------------------------
     def nodes_of(self, var: str) -> frozenset[str]:
@@ -226,6 +244,14 @@ def _blocks_only(fmt: TensorFormat) -> bool:
     """Non-plain levels are only block maps (every pattern fits, fill-in bounded by the block)."""
     return all(isinstance(lv.expr, (fx.Dimension, fx.FloorDiv, fx.Mod)) for lv in fmt.levels) and \
         not any(lv.type.keyword in ("structured", "range") for lv in fmt.levels)
+
+
+def _holds_any_pattern(fmt: TensorFormat) -> bool:
+    """Every sparsity pattern fits ``fmt`` (no n:m level, no singleton below a unique level)."""
+    levels = fmt.levels
+    return not any(lv.type.keyword == "structured" or
+                   (lv.type.keyword == "singleton" and k and levels[k - 1].type.unique)
+                   for k, lv in enumerate(levels))
 
 
 def plain_format(fmt: TensorFormat) -> TensorFormat:

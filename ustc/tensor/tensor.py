@@ -329,6 +329,10 @@ class Tensor:
         return draw_raw(self, path, **options)
 
     # -- arithmetic (generated kernels; see ustc.ops.elementwise) ---------------------
+    # NumPy operators with an ndarray on the left (``x @ A``, ``x * A``) defer to the
+    # reflected methods below instead of treating the tensor as a 0-d object array.
+    __array_ufunc__ = None
+
     def __add__(self, other):
         from ..ops.elementwise import binary
 
