@@ -57,6 +57,7 @@ class Bound:
     shape: tuple[int, ...]
     dtype: np.dtype
     package: str
+    out_format: object = None     # TensorFormat of a sparse result
 
 
 def bind(a, b, c, alpha, beta, transpose_a: bool, transpose_b: bool, options: dict) -> Bound:
@@ -92,7 +93,7 @@ def bind(a, b, c, alpha, beta, transpose_a: bool, transpose_b: bool, options: di
     dense = [s for s in (sa, sb) if not s.sparse]
     package = dense[0].package if dense else sa.package
     return Bound(a1, b1, c1 if beta_kind != "zero" else None, alpha, beta, problem, shape,
-                 np.result_type(*[np.dtype(d) for d in dtypes]), package)
+                 np.result_type(*[np.dtype(d) for d in dtypes]), package, out_format)
 
 
 def _default_out_format(a: Tensor):
@@ -127,7 +128,7 @@ class Matmul:
     def plan(self) -> "Matmul":
         """Choose the route, compile or load its kernel, allocate the output. Returns ``self``."""
         bound = self._require()
-        route, why = choose(self.problem, bound.a, bound.b, _out_format(self.problem))
+        route, why = choose(self.problem, bound.a, bound.b, bound.out_format)
         out = None if self.problem.out_format else self._allocate(bound)
         route.prepare(bound.a, bound.b, out, bound.alpha)
         self._route, self._out, self.plans = route, out, self.plans + 1
@@ -225,6 +226,3 @@ class Matmul:
             return target[()]
         return packages.wrap(target, bound.package)
 
-
-def _out_format(problem: ops.Problem):
-    return as_format(problem.out_format) if problem.out_format else None

@@ -22,7 +22,7 @@ import numpy as np
 from .. import cache
 from ..errors import UnsupportedOperation
 from ..kernels import registry
-from ..tensor.tensor import Tensor, as_format
+from ..tensor.tensor import Tensor
 from ..codegen import notation as nt
 from . import runtime
 from .operands import Problem, indices
@@ -210,12 +210,12 @@ def choose(p: Problem, a, b, out_format) -> tuple[Route, str]:
         return DenseRoute(), "both operands are dense"
     tried = []
     if forced in (None, "registered"):
-        entry = registry.lookup(op, as_format(p.a.format), p.target, a, b) if op else None
+        entry = registry.lookup(op, a.format, p.target, a, b) if op else None
         if entry is not None:
             return RegisteredRoute(entry, op, out_format), "a registered kernel matches (op, format, target)"
-        tried.append(f"no registered kernel for {op or 'this product'} on {_fmt_name(p.a)} ({p.target})")
+        tried.append(f"no registered kernel for {op or 'this product'} on {_fmt_name(p.a, a)} ({p.target})")
     if forced in (None, "library"):
-        route = _library(p, op, out_format, default=forced is None)
+        route = _library(p, a, b, op, out_format, default=forced is None)
         if route is not None:
             why = "forced" if forced else "the library kernel is faster than generated code here"
             return route, why
@@ -225,10 +225,10 @@ def choose(p: Problem, a, b, out_format) -> tuple[Route, str]:
     raise UnsupportedOperation(f"matmul: route {forced!r} cannot run this product: {'; '.join(tried)}")
 
 
-def _library(p: Problem, op, out_format, default: bool) -> Route | None:
+def _library(p: Problem, a, b, op, out_format, default: bool) -> Route | None:
     from ..tensor.interop import _scipy_kind
 
-    kinds = [_scipy_kind(as_format(s.format)) if s.sparse else "dense" for s in (p.a, p.b)]
+    kinds = [_scipy_kind(x.format) if s.sparse else "dense" for s, x in ((p.a, a), (p.b, b))]
     if p.target == "cpu":
         if None in kinds or p.a.ndim > 2 or p.b.ndim > 2:
             return None
@@ -241,8 +241,8 @@ def _library(p: Problem, op, out_format, default: bool) -> Route | None:
     return None
 
 
-def _fmt_name(s) -> str:
-    return _fmt_name_text(as_format(s.format)) if s.sparse else f"a dense {s.ndim}-D array"
+def _fmt_name(s, x) -> str:
+    return _fmt_name_text(x.format) if s.sparse else f"a dense {s.ndim}-D array"
 
 
 def _fmt_name_text(fmt) -> str:
