@@ -39,8 +39,10 @@ def _quiet_conversions():
 
 @pytest.fixture
 def fresh_cache(tmp_path, monkeypatch):
-    """An empty kernel cache for one test (kernels are generated, so planner warnings show)."""
+    """An empty kernel cache and zeroed counters for one test (kernels are generated, so
+    planner warnings show and ``cache.stats()`` counts only this test)."""
     monkeypatch.setenv("USTC_CACHE_DIR", str(tmp_path / "kernels"))
     cache._forget()
+    cache.reset_stats()
     yield tmp_path / "kernels"
     cache._forget()
