@@ -8,17 +8,16 @@ around it, so their gradients follow from torch's own view ops.
 
 from __future__ import annotations
 
-import math
 import numbers
 
 import torch
 import torch.nn.functional as F
 
-from ..errors import DeviceError, ShapeError, UnsupportedOperation
+from ..errors import ShapeError, UnsupportedOperation
 from ..tensor.tensor import Tensor
 from .autograd import MatmulFn
 from .matmul import batch_slice, is_sparse, matmul2d
-from .subclass import DISPATCH, FUNCTIONS, TorchUST, host, numpy_dtype, torch_dtype, wrap_like
+from .subclass import DISPATCH, FUNCTIONS, TorchUST, host, numpy_dtype, wrap_like
 
 aten = torch.ops.aten
 
@@ -245,14 +244,8 @@ def _aten_values():
     DISPATCH[aten.copy_] = _value_op("copy_", True)
 
 
-def _check_devices(*xs):
-    devices = {x.device.type for x in xs if isinstance(x, torch.Tensor)}
-    if len(devices) > 1:
-        raise DeviceError(f"ustc.torch: operands on {sorted(devices)}")
-
-
 _register_functions()
 _aten_products()
 _aten_views()
 _aten_values()
-__all__ = ["matmul_nd", "bmm", "addmm", "linear", "same_pattern", "math", "torch_dtype"]
+__all__ = ["matmul_nd", "bmm", "addmm", "linear", "same_pattern"]
