@@ -73,11 +73,21 @@ def _unrolled(loop: ir.For, acc: str, zero) -> list[ir.Stmt]:
 
 
 def tile_parallel(body, tile: int = TILE) -> list[ir.Stmt]:
-    """Hoist tiles of a nested parallel loop above the sequential loops that enclose it."""
-    out = []
+    """Hoist tiles of a nested parallel loop above the sequential loops that enclose it.
+
+    Assignments just before the outer loop to variables the loop updates (a delta level's
+    running coordinate) start each walk of it, so they move into every tile."""
+    out: list[ir.Stmt] = []
     for s in body:
         inner = _nested_parallel(s) if isinstance(s, ir.For) and not s.parallel else None
-        out.append(_tiled(s, inner, tile) if inner is not None else s)
+        if inner is None:
+            out.append(s)
+            continue
+        written = {w.name for w in ir.walk(s.body) if isinstance(w, ir.Assign)}
+        setup: list[ir.Stmt] = []
+        while out and isinstance(out[-1], ir.Assign) and out[-1].name in written:
+            setup.insert(0, out.pop())
+        out.append(_tiled(s, inner, tile, tuple(setup)))
     return out
 
 
@@ -91,7 +101,7 @@ def _nested_parallel(loop: ir.For):
     return _nested_parallel(last)
 
 
-def _tiled(outer: ir.For, target: ir.For, tile: int = TILE) -> ir.For:
+def _tiled(outer: ir.For, target: ir.For, tile: int = TILE, setup: tuple[ir.Stmt, ...] = ()) -> ir.For:
     lo, hi = target.full
     t, t_lo, t_hi = f"{target.var}_tile", f"{target.var}_tlo", f"{target.var}_thi"
     span = ir.sub(hi, lo)
@@ -100,7 +110,7 @@ def _tiled(outer: ir.For, target: ir.For, tile: int = TILE) -> ir.For:
                     stop=ir.Call("min", (ir.Var(t_hi), target.stop)), parallel=False, full=None)
     body = (ir.Assign(t_lo, ir.add(lo, ir.mul(ir.Var(t), tile))),
             ir.Assign(t_hi, ir.Call("min", (ir.add(ir.Var(t_lo), tile), hi))),
-            _swap(outer, target, local))
+            *setup, _swap(outer, target, local))
     return ir.For(t, ir.Const(0), ntiles, body, parallel=True)
 
 

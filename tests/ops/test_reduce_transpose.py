@@ -95,3 +95,16 @@ def test_transpose_bad_axes_raise():
     A = sparse(F.CSF(3), (2, 3, 4), seed=2)
     with pytest.raises(ustc.ShapeError, match="permutation"):
         A.transpose((0, 0, 1))
+
+
+@pytest.mark.parametrize("shape", [(4, 3), (3, 2500)], ids=["one-tile", "three-tiles"])
+def test_delta_diagonal_level_under_tiled_rows(shape):
+    """Regression: a delta level over ``j - i`` keeps a running coordinate; when the parallel
+    row loop was tiled above the diagonal loop its start (``lo - 1``) stayed outside the
+    prange, so Numba took it for a reduction variable starting at 0 (wrong diagonals)."""
+    fmt = ustc.TensorFormat.parse("(i, j) -> (j - i : delta(1), j : range)")
+    A = sparse(fmt, shape, seed=seed_of("delta-dia", shape))
+    x = np.arange(shape[1], dtype=np.float64)
+    a = A.to_dense()
+    assert_matches(ustc.einsum("ij,j->i", A, x), a @ x)
+    assert_matches(A.sum(0), a.sum(axis=0))
