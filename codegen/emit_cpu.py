@@ -57,11 +57,13 @@ class CpuEmitter:
             op = "+=" if s.accumulate else "="
             return [f"{pad}{s.array}[{self.subscript(s.index)}] {op} {self.expr(s.value)}"]
         if isinstance(s, ir.For):
-            rng = "prange" if s.parallel else "range"
             bounds = self.expr(s.stop) if s.start == ir.Const(0) else f"{self.expr(s.start)}, {self.expr(s.stop)}"
             bounds += f", {s.step}" if s.step != 1 else ""
             bounds = f"0, {bounds}" if s.step != 1 and s.start == ir.Const(0) else bounds
-            return [f"{pad}for {s.var} in {rng}({bounds}):"] + self.nested(s.body, depth)
+            if s.parallel:  # Numba types a prange index unsigned: -i would wrap, so bind a signed copy
+                signed = ir.Assign(s.var, ir.Call("np.intp", (ir.Var(f"{s.var}_u"),)))
+                return [f"{pad}for {s.var}_u in prange({bounds}):"] + self.nested((signed,) + tuple(s.body), depth)
+            return [f"{pad}for {s.var} in range({bounds}):"] + self.nested(s.body, depth)
         if isinstance(s, ir.While):
             return [f"{pad}while {self.expr(s.cond)}:"] + self.nested(s.body, depth)
         if isinstance(s, ir.If):

@@ -77,16 +77,16 @@ class Cursor:
         if kw == "structured":
             n = self.ref.ltype.n
             return ir.mul(p, n), ir.add(ir.mul(p, n), n)
-        return ir.load(self.buf("pos"), p), ir.load(self.buf("pos"), ir.add(p, 1))
+        return ir.load(self.buf("pos"), _position(p)), ir.load(self.buf("pos"), _position(ir.add(p, 1)))
 
     def coord_at(self, q: ir.Expr) -> ir.Expr:
-        return ir.load(self.buf("crd"), q)
+        return ir.load(self.buf("crd"), _position(q))
 
     def gap(self, q: ir.Expr) -> ir.Expr:
         """Delta levels: 1 + the stored gap at position q (unpacking bit-packed words)."""
         lt = self.ref.ltype
         if not lt.packed:
-            return ir.add(1, ir.load(self.buf("crd"), q))
+            return ir.add(1, ir.load(self.buf("crd"), _position(q)))
         bit = ir.mul(q, lt.bits)
         word = ir.load(self.buf("crd"), ir.Bin(">>", bit, ir.Const(5)))
         shifted = ir.Bin(">>", word, ir.Bin("&", bit, ir.Const(31)))
@@ -168,3 +168,8 @@ class Cursor:
     def child(self) -> tuple[ir.Expr, ir.Expr | None]:
         """Position (and run end, when deduplicated) handed to the next level."""
         return ir.Var(self.p), (ir.Var(self.run) if self.dedup else None)
+
+
+def _position(q: ir.Expr) -> ir.Expr:
+    """A position as a subscript: positions are never negative, so targets may skip the wrap check."""
+    return q if isinstance(q, (ir.Const, ir.Index)) else ir.Index(q)

@@ -180,3 +180,14 @@ def test_scipy_operand_zero_copy(rng):
     s = sp.random(20, 30, density=0.2, random_state=3, format="csr")
     x = rng.standard_normal(30)
     np.testing.assert_allclose(ustc.matmul(s, x), s @ x)
+
+
+@pytest.mark.parametrize("fmt", ["BSR(1, 1)", "BSR(1, 3)", "BSC(1, 2)", "BSR(3, 1)"])
+def test_unit_blocks(fmt, rng):
+    """Blocks of one row or column: guards like ``max(0, -i)`` on a prange index (Numba types it unsigned,
+    so the emitter binds a signed copy)."""
+    a = random_dense(rng, (7, 9), density=0.5)
+    A = ustc.Tensor.from_dense(a, fmt)
+    x, z = rng.standard_normal(9), rng.standard_normal(7)
+    np.testing.assert_allclose(ustc.matmul(A, x), a @ x)
+    np.testing.assert_allclose(ustc.matmul(z, A), z @ a)

@@ -2,8 +2,10 @@
 
 Each wrapper checks nothing the registry has not matched already except what
 its ``supports`` hook declines (complex values for the Numba kernels are fine;
-boolean or integer mixes are left to generated code). The Numba modules are
-imported on first call, so importing the registry costs nothing.
+boolean or integer mixes are left to generated code). The wrappers read the
+tensors' host buffers (``_buffers`` / ``_values``, NumPy views whatever package
+the tensor came from), since Numba types NumPy arrays only. The Numba modules
+are imported on first call, so importing the registry costs nothing.
 """
 
 from __future__ import annotations
@@ -40,8 +42,9 @@ def dia_spmv(a, b, out, alpha):
 
     by_column = a.format.levels[1].expr == a.format.dims[1]
     diag_len = a.shape[1] if by_column else a.shape[0]
-    kernel(a.crd(0)[a.pos(0)[0]:a.pos(0)[1]], a.values, b, out, out.dtype.type(alpha), a.shape[0], a.shape[1],
-           diag_len, by_column)
+    pos, offsets = a._buffers[(0, "pos")], a._buffers[(0, "crd")]
+    kernel(offsets[pos[0]:pos[1]], a._values, b, out, out.dtype.type(alpha), a.shape[0], a.shape[1], diag_len,
+           by_column)
 
 
 dia_spmv.supports = _numeric
@@ -64,10 +67,11 @@ def delta_spmv(a, b, out, alpha):
 
     level = a.format.levels[1].type
     alpha = out.dtype.type(alpha)
+    pos, gaps = a._buffers[(1, "pos")], a._buffers[(1, "crd")]
     if level.packed:
-        delta_packed_spmv(a.pos(1), a.crd(1), a.values, b, out, alpha, a.shape[0], level.bits)
+        delta_packed_spmv(pos, gaps, a._values, b, out, alpha, a.shape[0], level.bits)
     else:
-        plain(a.pos(1), a.crd(1), a.values, b, out, alpha, a.shape[0])
+        plain(pos, gaps, a._values, b, out, alpha, a.shape[0])
 
 
 delta_spmv.supports = _numeric
@@ -88,12 +92,13 @@ def csr_spgemm(a, b, out_format):
 
     n_rows, n_cols = a.shape[0], b.shape[1]
     chunks = min(max(n_rows, 1), 8 * (os.cpu_count() or 1))
-    sizes = spgemm_count(a.pos(1), a.crd(1), b.pos(1), b.crd(1), n_rows, n_cols, chunks)
+    apos, acrd, bpos, bcrd = a._buffers[(1, "pos")], a._buffers[(1, "crd")], b._buffers[(1, "pos")], b._buffers[(1, "crd")]
+    sizes = spgemm_count(apos, acrd, bpos, bcrd, n_rows, n_cols, chunks)
     pos = np.cumsum(sizes)
     index = np.int32 if max(int(pos[-1]), n_cols) < 2**31 else np.int64
     crd = np.empty(int(pos[-1]), dtype=index)
     vals = np.empty(int(pos[-1]), dtype=np.result_type(a.dtype, b.dtype))
-    spgemm_fill(a.pos(1), a.crd(1), a.values, b.pos(1), b.crd(1), b.values, pos, crd, vals, n_rows, n_cols, chunks)
+    spgemm_fill(apos, acrd, a._values, bpos, bcrd, b._values, pos, crd, vals, n_rows, n_cols, chunks)
     from ..formats import CSR
 
     c = Tensor(CSR, (n_rows, n_cols), {(1, "pos"): pos.astype(index), (1, "crd"): crd}, vals)

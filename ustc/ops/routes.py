@@ -156,7 +156,7 @@ class GeneratedRoute(Route):
         converts = ", ".join(f"{n} to {f}" for n, f in self._plan["convert"].items())
         self.info = (f"generated: {self.target}, key {key[:12]}… ({self.program})"
                      + (f"; converts {converts} at every execute" if converts else ""))
-        if not self.sparse_out and self.target == "cpu" and not self._fn.signatures:
+        if not self.sparse_out and self.target == "cpu" and not getattr(self._fn, "signatures", True):
             self._compile(key, self._arguments(a, b, out, alpha))
 
     def _compile(self, key: str, args) -> None:

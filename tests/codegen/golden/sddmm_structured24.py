@@ -7,12 +7,13 @@ from numba import njit, prange
 @njit(cache=True, nogil=True, parallel=True)
 def kernel_0(emit, C_crd0, C_crd1, C_vals, C_offsets, A_lvl1_size, A_lvl2_crd, A_vals, B, D, n_i, n_j, n_k):
     """C[i, j] = A[i, j] * B[i, k] * D[k, j]"""
-    for i in prange(n_i):
+    for i_u in prange(n_i):
+        i = np.intp(i_u)
         C_n = C_offsets[i] if emit else 0
         for v_j_div4 in range(A_lvl1_size):
             A_p1 = i * A_lvl1_size + v_j_div4
             for A_p2 in range(A_p1 * 2, A_p1 * 2 + 2):
-                v_j_mod4 = A_lvl2_crd[A_p2]
+                v_j_mod4 = A_lvl2_crd[np.uintp(A_p2)]
                 j = 4 * v_j_div4 + v_j_mod4
                 if 0 <= j and j < n_j:
                     acc = 0.0

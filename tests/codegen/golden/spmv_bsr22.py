@@ -7,9 +7,10 @@ from numba import njit, prange
 @njit(cache=True, nogil=True, parallel=True)
 def kernel_0(y, A_lvl0_size, A_lvl1_pos, A_lvl1_crd, A_lvl2_size, A_lvl3_size, A_vals, x, n_i, n_j):
     """y[i] += A[i, j] * x[j]"""
-    for v_i_div2 in prange(A_lvl0_size):
-        for A_p1 in range(A_lvl1_pos[v_i_div2], A_lvl1_pos[v_i_div2 + 1]):
-            v_j_div2 = A_lvl1_crd[A_p1]
+    for v_i_div2_u in prange(A_lvl0_size):
+        v_i_div2 = np.intp(v_i_div2_u)
+        for A_p1 in range(A_lvl1_pos[np.uintp(v_i_div2)], A_lvl1_pos[np.uintp(v_i_div2 + 1)]):
+            v_j_div2 = A_lvl1_crd[np.uintp(A_p1)]
             for v_i_mod2 in range(max(0, -(2 * v_i_div2)), min(A_lvl2_size, n_i - 2 * v_i_div2)):
                 i = 2 * v_i_div2 + v_i_mod2
                 A_p2 = A_p1 * A_lvl2_size + v_i_mod2
