@@ -89,41 +89,21 @@ def bicg_x(x, alpha, ph, omega, sh):
 
 
 @njit(cache=True, nogil=True)
-def lower_csr(pos, crd, vals, b, x, unit):
-    """Forward substitution ``L x = b`` on canonical CSR rows; ``b``, ``x`` are (n, k).
-    Returns -1, or the first row whose diagonal is missing or zero."""
+def triangular_csr(pos, crd, vals, b, x, unit, lower):
+    """Substitution on canonical CSR rows: forward (``lower``: ``L x = b``) from the first row,
+    else backward (``U x = b``) from the last; ``b``, ``x`` are (n, k). Entries on the other
+    side of the diagonal are ignored. Returns -1, or the first row whose diagonal is missing
+    or zero."""
     n, k = b.shape
     acc = np.empty(k, dtype=x.dtype)
-    for i in range(n):
+    for step in range(n):
+        i = step if lower else n - 1 - step
         for c in range(k):
             acc[c] = b[i, c]
         diag = x.dtype.type(1) if unit else x.dtype.type(0)
         for p in range(pos[i], pos[i + 1]):
             j = crd[p]
-            if j < i:
-                for c in range(k):
-                    acc[c] -= vals[p] * x[j, c]
-            elif j == i and not unit:
-                diag = vals[p]
-        if diag == 0:
-            return i
-        for c in range(k):
-            x[i, c] = acc[c] / diag
-    return -1
-
-
-@njit(cache=True, nogil=True)
-def upper_csr(pos, crd, vals, b, x, unit):
-    """Backward substitution ``U x = b`` (as :func:`lower_csr`, rows from the last)."""
-    n, k = b.shape
-    acc = np.empty(k, dtype=x.dtype)
-    for i in range(n - 1, -1, -1):
-        for c in range(k):
-            acc[c] = b[i, c]
-        diag = x.dtype.type(1) if unit else x.dtype.type(0)
-        for p in range(pos[i], pos[i + 1]):
-            j = crd[p]
-            if j > i:
+            if (j < i) if lower else (j > i):
                 for c in range(k):
                     acc[c] -= vals[p] * x[j, c]
             elif j == i and not unit:

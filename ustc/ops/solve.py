@@ -121,8 +121,8 @@ def _triangular(a: Tensor, b: np.ndarray, lower: bool, unit: bool):
     csr = _csr(a)
     b2 = b.reshape(b.shape[0], -1)
     x = np.empty_like(b2)
-    kernel = vec.lower_csr if lower else vec.upper_csr
-    bad = kernel(csr.pos(1), csr.crd(1), csr.values.astype(b2.dtype, copy=False), b2, x, unit)
+    values = csr._values.astype(b2.dtype, copy=False)
+    bad = vec.triangular_csr(csr._buffers[(1, "pos")], csr._buffers[(1, "crd")], values, b2, x, unit, lower)
     if bad >= 0:
         raise SolveError(f"solve: the triangular matrix is singular: diagonal entry ({bad}, {bad}) is "
                          f"missing or zero")
