@@ -19,7 +19,7 @@ def spgemm_count(apos, acrd, bpos, bcrd, n_rows, n_cols, chunks):
     for ch in prange(chunks):
         lo = n_rows * ch // chunks
         hi = n_rows * (ch + 1) // chunks
-        mark = np.full(n_cols, -1, dtype=np.int64)
+        mark = np.full(n_cols, -1, dtype=np.int32)
         for i in range(lo, hi):
             count = 0
             for pa in range(apos[i], apos[i + 1]):
@@ -27,7 +27,7 @@ def spgemm_count(apos, acrd, bpos, bcrd, n_rows, n_cols, chunks):
                 for pb in range(bpos[k], bpos[k + 1]):
                     j = bcrd[pb]
                     if mark[j] != i:
-                        mark[j] = i
+                        mark[j] = np.int32(i)
                         count += 1
             sizes[i + 1] = count
     return sizes
@@ -51,7 +51,7 @@ def spgemm_fill(apos, acrd, avals, bpos, bcrd, bvals, pos, crd, vals, n_rows, n_
     for ch in prange(chunks):
         lo = n_rows * ch // chunks
         hi = n_rows * (ch + 1) // chunks
-        mark = np.full(n_cols, -1, dtype=np.int64)
+        mark = np.full(n_cols, -1, dtype=np.int32)
         acc = np.zeros(n_cols, dtype=vals.dtype)
         for i in range(lo, hi):
             top = pos[i]
@@ -61,7 +61,7 @@ def spgemm_fill(apos, acrd, avals, bpos, bcrd, bvals, pos, crd, vals, n_rows, n_
                 for pb in range(bpos[k], bpos[k + 1]):
                     j = bcrd[pb]
                     if mark[j] != i:
-                        mark[j] = i
+                        mark[j] = np.int32(i)
                         crd[top] = j
                         top += 1
                     acc[j] += av * bvals[pb]

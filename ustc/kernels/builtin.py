@@ -10,8 +10,6 @@ are imported on first call, so importing the registry costs nothing.
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 
 from ..format.ir import TensorFormat
@@ -91,7 +89,10 @@ def csr_spgemm(a, b, out_format):
     from ._spgemm import spgemm_count, spgemm_fill
 
     n_rows, n_cols = a.shape[0], b.shape[1]
-    chunks = min(max(n_rows, 1), 8 * (os.cpu_count() or 1))
+    import numba
+
+    # two row chunks per thread: each owns a marker and an accumulator of n_cols entries
+    chunks = min(max(n_rows, 1), 2 * numba.get_num_threads())
     apos, acrd, bpos, bcrd = a._buffers[(1, "pos")], a._buffers[(1, "crd")], b._buffers[(1, "pos")], b._buffers[(1, "crd")]
     sizes = spgemm_count(apos, acrd, bpos, bcrd, n_rows, n_cols, chunks)
     pos = np.cumsum(sizes)
@@ -108,7 +109,8 @@ def csr_spgemm(a, b, out_format):
 def _spgemm_supports(a, b) -> bool:
     from ..tensor.tensor import Tensor
 
-    return isinstance(b, Tensor) and _is_csr(b.format) and _numeric(a, b)
+    # the row markers are int32
+    return isinstance(b, Tensor) and _is_csr(b.format) and _numeric(a, b) and a.shape[0] < 2**31 - 1
 
 
 csr_spgemm.supports = _spgemm_supports
