@@ -162,3 +162,23 @@ def test_shape_mismatch_raises():
         A * np.ones((3, 5))
     with pytest.raises(ustc.ShapeError):
         A - np.ones(4)
+
+
+def test_unordered_block_format_with_plain_operand():
+    """Regression: B was converted to A's block levels, A (unordered) then to plain levels, B
+    back to A's ... until the planner gave up ('could not find a loop order'); an unordered
+    format is no longer a conversion model."""
+    fa = ustc.TensorFormat.parse("(d) -> (d floordiv 2 : compressed(nonunique, nonordered), d mod 2 : delta(1))")
+    for fb in (F.CSF(1), ustc.TensorFormat.parse("(d) -> (d floordiv 1 : dense, d mod 1 : structured[1, 1])")):
+        A, B = sparse(fa, (7,), seed=3), sparse(fb, (7,), seed=4)
+        assert_matches(A + B, A.to_dense() + B.to_dense())
+        assert_matches(A * B, A.to_dense() * B.to_dense())
+
+
+@pytest.mark.xfail(strict=True, reason="narrow unsigned crd (crdWidth=8 -> uint8) of a 'j - i' level: Numba mixes "
+                                       "uint8 and int64 loop bounds into float64 (typing error) or wraps (wrong sums); "
+                                       "coordinates loaded from crd need a signed cast in the lowering")
+def test_diagonal_level_with_narrow_crd_width():
+    fmt = ustc.TensorFormat.parse("(i, j, k) -> (j - i : compressed, i : range, k : dense), crdWidth=8")
+    A = Tensor.from_dense(np.array([[[0.0], [0.7]]]), fmt)
+    assert_matches(A.sum(0), A.to_dense().sum(axis=0))
