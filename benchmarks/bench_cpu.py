@@ -6,10 +6,10 @@ The matrix is the 3-D 7-point stencil of side ``n`` (default 114: 1.48M rows,
 10.3M nonzeros, float64; like SuiteSparse atmosmodl). All rows of the table are
 measured in one run, so ratios compare like with like on a shared machine.
 
-* **Execute-only**: ustc kernels are called directly with their prepared
-  arguments (the generated Numba function, after its first call), like a
-  ``Matmul.execute``; ``A @ x`` (the full call: binding, key, cache lookup,
-  output allocation) is reported next to it. Peers: SciPy CSR and COO
+* **Execute-only**: ``ustc.Matmul(A, x).plan()`` then ``execute(out=y)``, for
+  the route Matmul takes (a registered hand-written kernel where one matches)
+  and, forced, for the generated kernel; ``A @ x`` (the one-shot call: binding,
+  plan-cache lookup, output allocation) is reported next to the route taken. Peers: SciPy CSR and COO
   ``A @ x``, PyTorch CPU ``torch.mv`` on CSR with int32 and int64 indices and on
   COO, pydata ``sparse.COO @ x``.
 * **Bandwidth**: the bytes each kernel must move (index, value, ``x`` and ``y``
@@ -28,7 +28,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 import warnings
 
 import numpy as np
@@ -37,24 +36,6 @@ from _common import machine, median_ms, write_section
 from bench_convert import stencil_csr
 
 import ustc
-from ustc import cache
-from ustc.codegen import notation as nt
-from ustc.ops import runtime
-
-SPMV = nt.Program((nt.Statement(nt.Access("y", ("i",)),
-                                nt.Mul(nt.Access("A", ("i", "j")), nt.Access("x", ("j",))), True),))
-SPMM = nt.Program((nt.Statement(nt.Access("Y", ("i", "k")),
-                                nt.Mul(nt.Access("A", ("i", "j")), nt.Access("X", ("j", "k"))), True),))
-
-
-def prepared(program, bindings):
-    """The generated function and its arguments: what an execute-only call runs."""
-    run = runtime.prepare(program, bindings, "cpu")
-    module, _ = cache.load(run.fields, run.generate)
-    plan = module.PLAN[0]
-    views = {n: b.value for n, b in run.tensors.items()}
-    fn, args = getattr(module, plan["function"]), run._arguments(plan, views, {})
-    return lambda: fn(*args)
 
 
 def triad_gbs(n: int = 2**25) -> float:
@@ -75,7 +56,7 @@ def index_bytes(t: ustc.Tensor) -> int:
 
 
 def spmv_rows(csr, repeat: int) -> list[tuple]:
-    n, nnz = csr.shape[0], csr.nnz
+    n = csr.shape[0]
     x = np.random.default_rng(0).random(n)
     vec_bytes = 3 * 8 * n  # x read, y read and written
     rows = []
@@ -86,15 +67,20 @@ def spmv_rows(csr, repeat: int) -> list[tuple]:
     rows.append(("SciPy COO", scipy_coo, coo.data.nbytes + coo.row.nbytes + coo.col.nbytes + vec_bytes))
     rows += torch_rows(csr, x, repeat, vec_bytes)
     rows += pydata_rows(coo, x, repeat, vec_bytes)
-    for name in ("CSR", "DIAI", "COO", "DELTA(16)"):
+    for name in ("CSR", "DIAI", "COO", "DELTA(16)", "DELTA(8, packed)"):
         A = ustc.Tensor.from_package(csr if name != "COO" else coo)
         if name not in ("CSR", "COO"):
             A = A.convert(name)
-        y = np.zeros(n)
-        fn = prepared(SPMV, {"y": y, "A": A, "x": x})
-        ms, _ = median_ms(fn, repeat, warmup=2)
+        moved = A.values.nbytes + index_bytes(A) + vec_bytes
         full, _ = median_ms(lambda: A @ x, repeat)
-        rows.append((f"ustc {name}", ms, A.values.nbytes + index_bytes(A) + vec_bytes, full))
+        taken = ustc.Matmul(A, x).plan()  # the route Matmul picks, then generated code if that differs
+        plans = [taken] + ([] if taken.plan_info.startswith("generated")
+                           else [ustc.Matmul(A, x, options={"route": "generated"}).plan()])
+        for k, mm in enumerate(plans):
+            y = np.empty(n)
+            ms, _ = median_ms(lambda: mm.execute(out=y), repeat, warmup=2)
+            label = mm.plan_info.split(" (")[0].split(",")[0]
+            rows.append((f"ustc {name} ({label})", ms, moved, full if k == 0 else None))
     return rows
 
 
@@ -136,9 +122,9 @@ def spmm_rows(csr, repeat: int, k: int = 16) -> list[tuple]:
     X = np.random.default_rng(1).random((n, k))
     scipy_ms, _ = median_ms(lambda: csr @ X, max(2, repeat // 2))
     A = ustc.Tensor.from_package(csr)
-    Y = np.zeros((n, k))
-    fn = prepared(SPMM, {"Y": Y, "A": A, "X": X})
-    ms, _ = median_ms(fn, max(2, repeat // 2), warmup=2)
+    Y = np.empty((n, k))
+    mm = ustc.Matmul(A, X).plan()
+    ms, _ = median_ms(lambda: mm.execute(out=Y), max(2, repeat // 2), warmup=2)
     moved = csr.data.nbytes + csr.indices.nbytes + csr.indptr.nbytes + 3 * 8 * n * k
     return [("SciPy CSR SpMM", scipy_ms, moved), ("ustc CSR SpMM", ms, moved)]
 
@@ -172,14 +158,15 @@ def report(side, csr, spmv, spmm, bandwidth, cold, warm) -> str:
              "| kernel | execute ms | full call ms | vs SciPy CSR | GB/s | % of triad |", "|---|---|---|---|---|---|"]
     for row in spmv + spmm:
         name, ms, moved = row[:3]
-        full = f"{row[3]:.2f}" if len(row) > 3 else "—"
+        full = f"{row[3]:.2f}" if len(row) > 3 and row[3] is not None else "—"
         base = scipy_csr if "SpMM" not in name else spmm[0][1]
         gbs = moved / ms / 1e6
         lines.append(f"| {name} | {ms:.2f} | {full} | {base / ms:.2f}× | {gbs:.1f} | {100 * gbs / bandwidth:.0f}% |")
     ratio = warm["first"] / cold["first"]
     lines += ["", "\"vs SciPy CSR\" is SciPy CSR time / this time (SpMM rows: SciPy CSR SpMM / this); higher is "
-              "better. Execute-only ustc times call the generated function directly; the full call adds "
-              "binding, the cache lookup and allocating y.", "",
+              "better. Execute-only ustc times are `Matmul.execute(out=y)` after `plan()` (the label names the "
+              "route); the full call (`A @ x`, one-shot, for the route Matmul takes) adds binding, the "
+              "plan-cache lookup and allocating y.", "",
               f"First `A @ x` in a new process: cold cache {cold['first']:.2f} s "
               f"(generated {cold['stats']['generated']}, compiled {cold['stats']['compiled']}); warm cache "
               f"{warm['first']:.2f} s (generated {warm['stats']['generated']}, compiled "
