@@ -80,7 +80,7 @@ def tile_parallel(body, tile: int = TILE) -> list[ir.Stmt]:
     out: list[ir.Stmt] = []
     for s in body:
         inner = _nested_parallel(s) if isinstance(s, ir.For) and not s.parallel else None
-        if inner is None:
+        if inner is None or _stores_follow_outer(s, inner):
             out.append(s)
             continue
         written = {w.name for w in ir.walk(s.body) if isinstance(w, ir.Assign)}
@@ -99,6 +99,36 @@ def _nested_parallel(loop: ir.For):
     if last.parallel:
         return last if last.full is not None else None
     return _nested_parallel(last)
+
+
+def _stores_follow_outer(outer: ir.For, target: ir.For) -> bool:
+    """Whether ``target`` stores at subscripts computed from the enclosing loops' variables
+    (DIAJ: ``y[j - d]`` under the diagonal loop ``d``): its iterations are disjoint within one
+    walk of those loops but not across them, so tiles hoisted above them would race."""
+    outer_names: set[str] = set()
+    loop = outer
+    while loop is not target:
+        outer_names.add(loop.var)
+        outer_names.update(a.name for a in loop.body[:-1])
+        loop = loop.body[-1]
+    depends = set(outer_names)
+    for s in ir.walk(target.body):
+        if isinstance(s, ir.Assign) and _variables(s.value) & depends:
+            depends.add(s.name)
+        elif isinstance(s, ir.Store) and any(_variables(i) & depends for i in s.index):
+            return True
+    return False
+
+
+def _variables(e) -> set[str]:
+    if isinstance(e, ir.Var):
+        return {e.name}
+    found: set[str] = set()
+    for value in vars(e).values() if isinstance(e, ir.Expr) else ():
+        for child in value if isinstance(value, tuple) else (value,):
+            if isinstance(child, ir.Expr):
+                found |= _variables(child)
+    return found
 
 
 def _tiled(outer: ir.For, target: ir.For, tile: int = TILE, setup: tuple[ir.Stmt, ...] = ()) -> ir.For:
