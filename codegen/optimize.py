@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 
 from . import loopir as ir
 
-TILE = 1024
+TILE = 16384
 
 
 @dataclass(frozen=True)

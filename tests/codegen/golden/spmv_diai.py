@@ -7,10 +7,10 @@ from numba import njit, prange
 @njit(cache=True, nogil=True, parallel=True)
 def kernel_0(y, A_lvl0_pos, A_lvl0_crd, A_lvl1_size, A_vals, x, n_i, n_j):
     """y[i] += A[i, j] * x[j]"""
-    for i_tile_u in prange((n_i + 1023) // 1024):
+    for i_tile_u in prange((n_i + 16383) // 16384):
         i_tile = np.intp(i_tile_u)
-        i_tlo = i_tile * 1024
-        i_thi = min(i_tlo + 1024, n_i)
+        i_tlo = i_tile * 16384
+        i_thi = min(i_tlo + 16384, n_i)
         for A_p0 in range(A_lvl0_pos[0], A_lvl0_pos[1]):
             v_j_minus_i = A_lvl0_crd[np.uintp(A_p0)]
             for i in range(max(i_tlo, max(0, -v_j_minus_i)), min(i_thi, min(n_i, n_j - v_j_minus_i))):
