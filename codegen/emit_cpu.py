@@ -12,6 +12,15 @@ from __future__ import annotations
 
 from . import loopir as ir
 
+def parallel(fn: ir.Function) -> bool:
+    """Whether ``fn`` has a loop marked parallel."""
+    return any(isinstance(s, ir.For) and s.parallel for s in ir.walk(fn.body))
+
+
+def serial_name(name: str) -> str:
+    return f"{name}_serial"
+
+
 PRECEDENCE = {"or": 1, "and": 2, "==": 4, "!=": 4, "<": 4, "<=": 4, ">": 4, ">=": 4, "|": 5, "&": 7,
               ">>": 8, "<<": 8, "+": 9, "-": 9, "*": 10, "//": 10, "%": 10}
 ATOM = 12
@@ -24,6 +33,7 @@ class CpuEmitter:
 
     def __init__(self, unsigned_index: bool = True):
         self.unsigned_index = unsigned_index
+        self._serial = False
 
     # -- module and functions ---------------------------------------------------------------
     def emit(self, module: ir.Module) -> str:
@@ -34,12 +44,21 @@ class CpuEmitter:
         return "\n".join(lines).rstrip() + "\n"
 
     def function(self, fn: ir.Function) -> list[str]:
-        parallel = any(isinstance(s, ir.For) and s.parallel for s in ir.walk(fn.body))
-        flags = "cache=True, nogil=True" + (", parallel=True" if parallel else "")
-        out = [f"@njit({flags})", f"def {fn.name}({', '.join(p.name for p in fn.params)}):"]
+        """The function; a parallel one is followed by its serial twin ``<name>_serial`` (same body,
+        ``range`` for ``prange``), which the host calls for small operands: Numba compiles it only
+        if it is called."""
+        if not parallel(fn):
+            return self._function(fn, fn.name, "cache=True, nogil=True")
+        twin = self._function(fn, serial_name(fn.name), "cache=True, nogil=True", serial=True)
+        return self._function(fn, fn.name, "cache=True, nogil=True, parallel=True") + ["", ""] + twin
+
+    def _function(self, fn: ir.Function, name: str, flags: str, serial: bool = False) -> list[str]:
+        self._serial = serial
+        out = [f"@njit({flags})", f"def {name}({', '.join(p.name for p in fn.params)}):"]
         if fn.doc:
-            out.append(f'    """{fn.doc}"""')
+            out.append(f'    """{fn.doc}"""' if not serial else f'    """{fn.doc} (serial: for small operands)"""')
         body = self.block(fn.body, 1)
+        self._serial = False
         return out + (body or ["    pass"])
 
     # -- statements -----------------------------------------------------------------------------
@@ -60,7 +79,7 @@ class CpuEmitter:
             bounds = self.expr(s.stop) if s.start == ir.Const(0) else f"{self.expr(s.start)}, {self.expr(s.stop)}"
             bounds += f", {s.step}" if s.step != 1 else ""
             bounds = f"0, {bounds}" if s.step != 1 and s.start == ir.Const(0) else bounds
-            if s.parallel:  # Numba types a prange index unsigned: -i would wrap, so bind a signed copy
+            if s.parallel and not self._serial:  # Numba types a prange index unsigned: -i would wrap
                 signed = ir.Assign(s.var, ir.Call("np.intp", (ir.Var(f"{s.var}_u"),)))
                 return [f"{pad}for {s.var}_u in prange({bounds}):"] + self.nested((signed,) + tuple(s.body), depth)
             return [f"{pad}for {s.var} in range({bounds}):"] + self.nested(s.body, depth)

@@ -195,6 +195,8 @@ def reduced_level(fn: ir.Function, m: Mapping):
         return None
     roles = {p.name: p.role for p in fn.params}
     for e in (m.warp.start, m.warp.stop):
+        if isinstance(e, ir.Call) and e.fn == "np.intp":  # a signed view of an index load
+            e = e.args[0]
         if isinstance(e, ir.Load) and roles.get(e.array, ("",))[0] == "pos":
             return roles[e.array][1], roles[e.array][2]
     return None

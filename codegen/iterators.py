@@ -77,16 +77,17 @@ class Cursor:
         if kw == "structured":
             n = self.ref.ltype.n
             return ir.mul(p, n), ir.add(ir.mul(p, n), n)
-        return ir.load(self.buf("pos"), _position(p)), ir.load(self.buf("pos"), _position(ir.add(p, 1)))
+        return (_signed(ir.load(self.buf("pos"), _position(p))),
+                _signed(ir.load(self.buf("pos"), _position(ir.add(p, 1)))))
 
     def coord_at(self, q: ir.Expr) -> ir.Expr:
-        return ir.load(self.buf("crd"), _position(q))
+        return _signed(ir.load(self.buf("crd"), _position(q)))
 
     def gap(self, q: ir.Expr) -> ir.Expr:
         """Delta levels: 1 + the stored gap at position q (unpacking bit-packed words)."""
         lt = self.ref.ltype
         if not lt.packed:
-            return ir.add(1, ir.load(self.buf("crd"), _position(q)))
+            return ir.add(1, _signed(ir.load(self.buf("crd"), _position(q))))
         bit = ir.mul(q, lt.bits)
         word = ir.load(self.buf("crd"), ir.Bin(">>", bit, ir.Const(5)))
         shifted = ir.Bin(">>", word, ir.Bin("&", bit, ir.Const(31)))
@@ -173,3 +174,9 @@ class Cursor:
 def _position(q: ir.Expr) -> ir.Expr:
     """A position as a subscript: positions are never negative, so targets may skip the wrap check."""
     return q if isinstance(q, (ir.Const, ir.Index)) else ir.Index(q)
+
+
+def _signed(load: ir.Expr) -> ir.Expr:
+    """An index buffer's element as a signed machine integer: narrow unsigned buffers (uint8,
+    uint16 from small widths) mixed with signed loop variables would otherwise promote to float."""
+    return ir.Call("np.intp", (load,))

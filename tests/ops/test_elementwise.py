@@ -175,13 +175,17 @@ def test_unordered_block_format_with_plain_operand():
         assert_matches(A * B, A.to_dense() * B.to_dense())
 
 
-@pytest.mark.xfail(strict=True, reason="narrow unsigned crd (crdWidth=8 -> uint8) of a 'j - i' level: Numba mixes "
-                                       "uint8 and int64 loop bounds into float64 (typing error) or wraps (wrong sums); "
-                                       "coordinates loaded from crd need a signed cast in the lowering")
 def test_diagonal_level_with_narrow_crd_width():
+    """Narrow unsigned crd (crdWidth=8 -> uint8) mixed with int64 loop variables made Numba
+    promote to float64 (a typing error) or wrap; index loads are now cast to a signed intp."""
     fmt = ustc.TensorFormat.parse("(i, j, k) -> (j - i : compressed, i : range, k : dense), crdWidth=8")
     A = Tensor.from_dense(np.array([[[0.0], [0.7]]]), fmt)
     assert_matches(A.sum(0), A.to_dense().sum(axis=0))
+    fa = ustc.TensorFormat.parse("(a, b) -> (a : delta(3), b floordiv 1 : compressed(nonunique, nonordered), "
+                                 "b mod 1 : dense), posWidth=8, crdWidth=8")
+    B, X = Tensor.from_dense(np.array([[0.0, 0.7]]), fa), np.array([[1.0, -0.02]])
+    for out in ("CSR", ustc.TensorFormat.parse("(a, b) -> (a : batch, b : compressed(nonunique))")):
+        assert_matches(ustc.einsum("ab,ab->ab", B, X, out_format=out), B.to_dense() * X)
 
 
 @pytest.mark.xfail(strict=True, reason="union with a scaled level (2 * d): the dense operand's entries at odd "

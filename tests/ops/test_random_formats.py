@@ -16,7 +16,7 @@ import ustc
 from op_helpers import assert_matches, assert_unchanged, rand_dense, representable, snapshot, structured_fit
 from strategies import examples, formats
 from ustc import Tensor
-from ustc.format.expr import Add, Mul, Sub
+from ustc.format.expr import Mul
 
 DTYPES = st.sampled_from([np.float64, np.float64, np.float32, np.int64])
 
@@ -41,12 +41,9 @@ def operand(draw, fmt, shape=None, dtype=None):
 
 
 def _supported(fmt) -> bool:
-    """Leaves out two known bugs, pinned by xfail tests in test_elementwise.py: a 'j - i' /
-    'i + j' level with a narrow crd width (test_diagonal_level_with_narrow_crd_width) and
-    scaled levels 'c * d' (test_union_dense_with_scaled_level)."""
-    exprs = [lv.expr for lv in fmt.levels]
-    return not (fmt.crd_width and any(isinstance(e, (Sub, Add)) for e in exprs)) and \
-        not any(isinstance(e, Mul) for e in exprs)
+    """Leaves out a known bug, pinned by an xfail test in test_elementwise.py: scaled levels
+    'c * d' (test_union_dense_with_scaled_level)."""
+    return not any(isinstance(lv.expr, Mul) for lv in fmt.levels)
 
 
 def random_formats(max_rank: int, **kwargs):

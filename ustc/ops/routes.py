@@ -139,7 +139,7 @@ class GeneratedRoute(Route):
         self.sparse_out = out_format is not None
         self.program = nt.Program((nt.Statement(nt.Access("C", oi), rhs, accumulate=not self.sparse_out),))
         self.target, self.out_format = target, out_format
-        self._run = self._fn = self._call = self._plan = None
+        self._run = self._fn = self._call = self._serial = self._plan = None
         self._args, self._bound = None, None
         self.info = "generated"
 
@@ -153,6 +153,7 @@ class GeneratedRoute(Route):
         self._fn = getattr(module, self._plan["function"])
         # on a GPU the module's launch wrapper picks the grid; on the CPU the njit function runs
         self._call = self._run._launcher(module, self._plan) if self.target == "cuda" else self._fn
+        self._serial = getattr(module, self._plan["serial"]) if self._plan.get("serial") else None
         converts = ", ".join(f"{n} to {f}" for n, f in self._plan["convert"].items())
         self.info = (f"generated: {self.target}, key {key[:12]}… ({self.program})"
                      + (f"; converts {converts} at every execute" if converts else ""))
@@ -181,7 +182,10 @@ class GeneratedRoute(Route):
 
     def run(self, a, b, out, alpha):
         if not self.sparse_out:
-            self._call(*self._arguments(a, b, out, alpha))
+            call = self._call
+            if self._serial is not None and _work(a) + _work(b) < runtime.SERIAL_WORK:
+                call = self._serial
+            call(*self._arguments(a, b, out, alpha))
             return out
         tensors = self._run.tensors
         tensors["A"].value, tensors["B"].value, tensors["C"].value = a, b, None
@@ -199,7 +203,11 @@ class GeneratedRoute(Route):
 
     def release(self) -> None:
         self.unbind()
-        self._run = self._fn = self._call = None
+        self._run = self._fn = self._call = self._serial = None
+
+
+def _work(x) -> int:
+    return x.nse if isinstance(x, Tensor) else int(x.size)
 
 
 def choose(p: Problem, a, b, out_format) -> tuple[Route, str]:

@@ -8,21 +8,21 @@ from numba import njit, prange
 def kernel_0(emit, C_crd0, C_crd1, C_vals, A_lvl1_pos, A_lvl1_crd, A_vals, B_lvl0_pos, B_lvl0_crd, B_lvl1_pos, B_lvl1_crd, B_vals, n_i):
     """C[i, j] = A[i, j] + B[i, j]"""
     C_n = 0
-    B_p0 = B_lvl0_pos[0]
-    B_p0_end = B_lvl0_pos[1]
+    B_p0 = np.intp(B_lvl0_pos[0])
+    B_p0_end = np.intp(B_lvl0_pos[1])
     for i in range(n_i):
         B_here0 = False
         if B_p0 < B_p0_end:
-            B_c0 = B_lvl0_crd[np.uintp(B_p0)]
+            B_c0 = np.intp(B_lvl0_crd[np.uintp(B_p0)])
             B_here0 = B_c0 == i
         if B_here0:
-            A_p1 = A_lvl1_pos[np.uintp(i)]
-            A_p1_end = A_lvl1_pos[np.uintp(i + 1)]
-            B_p1 = B_lvl1_pos[np.uintp(B_p0)]
-            B_p1_end = B_lvl1_pos[np.uintp(B_p0 + 1)]
+            A_p1 = np.intp(A_lvl1_pos[np.uintp(i)])
+            A_p1_end = np.intp(A_lvl1_pos[np.uintp(i + 1)])
+            B_p1 = np.intp(B_lvl1_pos[np.uintp(B_p0)])
+            B_p1_end = np.intp(B_lvl1_pos[np.uintp(B_p0 + 1)])
             while A_p1 < A_p1_end or B_p1 < B_p1_end:
-                A_c1 = A_lvl1_crd[np.uintp(A_p1)] if A_p1 < A_p1_end else 4611686018427387904
-                B_c1 = B_lvl1_crd[np.uintp(B_p1)] if B_p1 < B_p1_end else 4611686018427387904
+                A_c1 = np.intp(A_lvl1_crd[np.uintp(A_p1)]) if A_p1 < A_p1_end else 4611686018427387904
+                B_c1 = np.intp(B_lvl1_crd[np.uintp(B_p1)]) if B_p1 < B_p1_end else 4611686018427387904
                 j = min(A_c1, B_c1)
                 A_here1 = A_c1 == j
                 B_here1 = B_c1 == j
@@ -49,8 +49,8 @@ def kernel_0(emit, C_crd0, C_crd1, C_vals, A_lvl1_pos, A_lvl1_crd, A_vals, B_lvl
                 if B_here1:
                     B_p1 += 1
         else:
-            for A_p1 in range(A_lvl1_pos[np.uintp(i)], A_lvl1_pos[np.uintp(i + 1)]):
-                j = A_lvl1_crd[np.uintp(A_p1)]
+            for A_p1 in range(np.intp(A_lvl1_pos[np.uintp(i)]), np.intp(A_lvl1_pos[np.uintp(i + 1)])):
+                j = np.intp(A_lvl1_crd[np.uintp(A_p1)])
                 if emit:
                     C_crd0[C_n] = i
                     C_crd1[C_n] = j

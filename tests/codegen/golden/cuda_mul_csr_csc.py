@@ -15,13 +15,13 @@ def kernel_0(emit, C_crd0, C_crd1, C_vals, C_offsets, A_lvl1_pos, A_lvl1_crd, A_
     """C[i, j] = A[i, j] * B[i, j]"""
     for i in range(cuda.grid(1), n_i, cuda.gridsize(1)):
         C_n = C_offsets[i] if emit else 0
-        A_p1 = A_lvl1_pos[np.uintp(i)]
-        A_p1_end = A_lvl1_pos[np.uintp(i + 1)]
-        B_p1 = B_lvl1_pos[np.uintp(i)]
-        B_p1_end = B_lvl1_pos[np.uintp(i + 1)]
+        A_p1 = np.intp(A_lvl1_pos[np.uintp(i)])
+        A_p1_end = np.intp(A_lvl1_pos[np.uintp(i + 1)])
+        B_p1 = np.intp(B_lvl1_pos[np.uintp(i)])
+        B_p1_end = np.intp(B_lvl1_pos[np.uintp(i + 1)])
         while A_p1 < A_p1_end and B_p1 < B_p1_end:
-            A_c1 = A_lvl1_crd[np.uintp(A_p1)]
-            B_c1 = B_lvl1_crd[np.uintp(B_p1)]
+            A_c1 = np.intp(A_lvl1_crd[np.uintp(A_p1)])
+            B_c1 = np.intp(B_lvl1_crd[np.uintp(B_p1)])
             j = min(A_c1, B_c1)
             A_here1 = A_c1 == j
             B_here1 = B_c1 == j

@@ -15,8 +15,8 @@ def kernel_0(y, A_lvl1_pos, A_lvl1_crd, A_vals, x, n_j):
     """y[i] += A[i, j] * x[j]"""
     # iterations may update the same output elements: atomic adds
     for j in range(cuda.grid(1), n_j, cuda.gridsize(1)):
-        for A_p1 in range(A_lvl1_pos[np.uintp(j)], A_lvl1_pos[np.uintp(j + 1)]):
-            i = A_lvl1_crd[np.uintp(A_p1)]
+        for A_p1 in range(np.intp(A_lvl1_pos[np.uintp(j)]), np.intp(A_lvl1_pos[np.uintp(j + 1)])):
+            i = np.intp(A_lvl1_crd[np.uintp(A_p1)])
             cuda.atomic.add(y, np.uintp(i), A_vals[np.uintp(A_p1)] * x[np.uintp(j)])
 
 

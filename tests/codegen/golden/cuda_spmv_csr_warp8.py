@@ -19,8 +19,8 @@ def kernel_0(y, A_lvl1_pos, A_lvl1_crd, A_vals, x, n_i):
         i = i_base + group
         acc = 0.0
         if i < n_i:
-            for A_p1 in range(np.int64(A_lvl1_pos[np.uintp(i)]) + lane, A_lvl1_pos[np.uintp(i + 1)], 8):
-                j = A_lvl1_crd[np.uintp(A_p1)]
+            for A_p1 in range(np.intp(A_lvl1_pos[np.uintp(i)]) + lane, np.intp(A_lvl1_pos[np.uintp(i + 1)]), 8):
+                j = np.intp(A_lvl1_crd[np.uintp(A_p1)])
                 acc += A_vals[np.uintp(A_p1)] * x[np.uintp(j)]
         acc += cuda.shfl_down_sync(0xFFFFFFFF, acc, 4)
         acc += cuda.shfl_down_sync(0xFFFFFFFF, acc, 2)

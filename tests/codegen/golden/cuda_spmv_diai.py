@@ -16,8 +16,8 @@ def kernel_0(y, A_lvl0_pos, A_lvl0_crd, A_lvl1_size, A_vals, x, n_i, n_j):
     for i_tile in range(cuda.grid(1), n_i, cuda.gridsize(1)):
         i_tlo = i_tile
         i_thi = min(i_tlo + 1, n_i)
-        for A_p0 in range(A_lvl0_pos[0], A_lvl0_pos[1]):
-            v_j_minus_i = A_lvl0_crd[np.uintp(A_p0)]
+        for A_p0 in range(np.intp(A_lvl0_pos[0]), np.intp(A_lvl0_pos[1])):
+            v_j_minus_i = np.intp(A_lvl0_crd[np.uintp(A_p0)])
             for i in range(max(i_tlo, max(0, -v_j_minus_i)), min(i_thi, min(n_i, n_j - v_j_minus_i))):
                 j = v_j_minus_i + i
                 A_p1 = A_p0 * A_lvl1_size + i

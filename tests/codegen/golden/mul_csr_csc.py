@@ -10,13 +10,42 @@ def kernel_0(emit, C_crd0, C_crd1, C_vals, C_offsets, A_lvl1_pos, A_lvl1_crd, A_
     for i_u in prange(n_i):
         i = np.intp(i_u)
         C_n = C_offsets[i] if emit else 0
-        A_p1 = A_lvl1_pos[np.uintp(i)]
-        A_p1_end = A_lvl1_pos[np.uintp(i + 1)]
-        B_p1 = B_lvl1_pos[np.uintp(i)]
-        B_p1_end = B_lvl1_pos[np.uintp(i + 1)]
+        A_p1 = np.intp(A_lvl1_pos[np.uintp(i)])
+        A_p1_end = np.intp(A_lvl1_pos[np.uintp(i + 1)])
+        B_p1 = np.intp(B_lvl1_pos[np.uintp(i)])
+        B_p1_end = np.intp(B_lvl1_pos[np.uintp(i + 1)])
         while A_p1 < A_p1_end and B_p1 < B_p1_end:
-            A_c1 = A_lvl1_crd[np.uintp(A_p1)]
-            B_c1 = B_lvl1_crd[np.uintp(B_p1)]
+            A_c1 = np.intp(A_lvl1_crd[np.uintp(A_p1)])
+            B_c1 = np.intp(B_lvl1_crd[np.uintp(B_p1)])
+            j = min(A_c1, B_c1)
+            A_here1 = A_c1 == j
+            B_here1 = B_c1 == j
+            if A_here1 and B_here1:
+                if emit:
+                    C_crd0[C_n] = i
+                    C_crd1[C_n] = j
+                    C_vals[C_n] = A_vals[np.uintp(A_p1)] * B_vals[np.uintp(B_p1)]
+                C_n += 1
+            if A_here1:
+                A_p1 += 1
+            if B_here1:
+                B_p1 += 1
+        if emit == False:
+            C_offsets[i + 1] = C_n
+
+
+@njit(cache=True, nogil=True)
+def kernel_0_serial(emit, C_crd0, C_crd1, C_vals, C_offsets, A_lvl1_pos, A_lvl1_crd, A_vals, B_lvl1_pos, B_lvl1_crd, B_vals, n_i):
+    """C[i, j] = A[i, j] * B[i, j] (serial: for small operands)"""
+    for i in range(n_i):
+        C_n = C_offsets[i] if emit else 0
+        A_p1 = np.intp(A_lvl1_pos[np.uintp(i)])
+        A_p1_end = np.intp(A_lvl1_pos[np.uintp(i + 1)])
+        B_p1 = np.intp(B_lvl1_pos[np.uintp(i)])
+        B_p1_end = np.intp(B_lvl1_pos[np.uintp(i + 1)])
+        while A_p1 < A_p1_end and B_p1 < B_p1_end:
+            A_c1 = np.intp(A_lvl1_crd[np.uintp(A_p1)])
+            B_c1 = np.intp(B_lvl1_crd[np.uintp(B_p1)])
             j = min(A_c1, B_c1)
             A_here1 = A_c1 == j
             B_here1 = B_c1 == j

@@ -13,7 +13,45 @@ def kernel_0(emit, C_crd0, C_crd1, C_vals, C_offsets, A_lvl1_size, A_lvl2_crd, A
         for v_j_div4 in range(A_lvl1_size):
             A_p1 = i * A_lvl1_size + v_j_div4
             for A_p2 in range(A_p1 * 2, A_p1 * 2 + 2):
-                v_j_mod4 = A_lvl2_crd[np.uintp(A_p2)]
+                v_j_mod4 = np.intp(A_lvl2_crd[np.uintp(A_p2)])
+                j = 4 * v_j_div4 + v_j_mod4
+                if 0 <= j and j < n_j:
+                    acc = 0.0
+                    found = False
+                    k_start = 0
+                    k_stop = n_k
+                    k_mid = k_start + (k_stop - k_start & -2)
+                    acc_1 = 0.0
+                    for k_2 in range(k_start, k_mid, 2):
+                        k = k_2
+                        found = True
+                        acc += A_vals[np.uintp(A_p2)] * B[np.uintp(i), np.uintp(k)] * D[np.uintp(k), np.uintp(j)]
+                        k = k_2 + 1
+                        found = True
+                        acc_1 += A_vals[np.uintp(A_p2)] * B[np.uintp(i), np.uintp(k)] * D[np.uintp(k), np.uintp(j)]
+                    for k in range(k_mid, k_stop):
+                        found = True
+                        acc += A_vals[np.uintp(A_p2)] * B[np.uintp(i), np.uintp(k)] * D[np.uintp(k), np.uintp(j)]
+                    acc += acc_1
+                    if found:
+                        if emit:
+                            C_crd0[C_n] = i
+                            C_crd1[C_n] = j
+                            C_vals[C_n] = acc
+                        C_n += 1
+        if emit == False:
+            C_offsets[i + 1] = C_n
+
+
+@njit(cache=True, nogil=True)
+def kernel_0_serial(emit, C_crd0, C_crd1, C_vals, C_offsets, A_lvl1_size, A_lvl2_crd, A_vals, B, D, n_i, n_j, n_k):
+    """C[i, j] = A[i, j] * B[i, k] * D[k, j] (serial: for small operands)"""
+    for i in range(n_i):
+        C_n = C_offsets[i] if emit else 0
+        for v_j_div4 in range(A_lvl1_size):
+            A_p1 = i * A_lvl1_size + v_j_div4
+            for A_p2 in range(A_p1 * 2, A_p1 * 2 + 2):
+                v_j_mod4 = np.intp(A_lvl2_crd[np.uintp(A_p2)])
                 j = 4 * v_j_div4 + v_j_mod4
                 if 0 <= j and j < n_j:
                     acc = 0.0

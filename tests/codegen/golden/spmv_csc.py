@@ -8,8 +8,8 @@ from numba import njit, prange
 def kernel_0(y, A_lvl1_pos, A_lvl1_crd, A_vals, x, n_j):
     """y[i] += A[i, j] * x[j]"""
     for j in range(n_j):
-        for A_p1 in range(A_lvl1_pos[np.uintp(j)], A_lvl1_pos[np.uintp(j + 1)]):
-            i = A_lvl1_crd[np.uintp(A_p1)]
+        for A_p1 in range(np.intp(A_lvl1_pos[np.uintp(j)]), np.intp(A_lvl1_pos[np.uintp(j + 1)])):
+            i = np.intp(A_lvl1_crd[np.uintp(A_p1)])
             y[np.uintp(i)] += A_vals[np.uintp(A_p1)] * x[np.uintp(j)]
 
 
