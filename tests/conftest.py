@@ -2,7 +2,8 @@
 
 * ``tests/`` is put on ``sys.path`` so test modules can ``from strategies import formats``.
 * Hypothesis profile ``ci`` (the default here): no deadline, since the first parse in a
-  worker builds the Lark parser. Select another with ``--hypothesis-profile``.
+  worker builds the Lark parser, and derandomized, so every run tries the same examples.
+  ``HYPOTHESIS_PROFILE=dev`` draws fresh ones.
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ TESTS = os.path.dirname(os.path.abspath(__file__))
 if TESTS not in sys.path:
     sys.path.insert(0, TESTS)
 
-settings.register_profile("ci", deadline=None, print_blob=True,
+# ci: the same examples on every run (a submission's CI result does not depend on luck);
+# dev (HYPOTHESIS_PROFILE=dev): fresh random examples, to hunt for new failures.
+settings.register_profile("ci", deadline=None, print_blob=True, derandomize=True,
                           suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile("dev", deadline=None, max_examples=20)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
