@@ -227,7 +227,9 @@ def _machine_code(run, module, emit: str) -> str:
     for plan in module.PLAN:
         fn = getattr(module, plan["function"])
         options = {k: v for k, v in fn.targetoptions.items() if k != "nopython"}
-        for sig in dict.fromkeys(fn.signatures):
+        # small placeholders run the serial twin, if any: its signatures are the function's too
+        twin = getattr(module, plan["serial"]) if plan.get("serial") else fn
+        for sig in dict.fromkeys(fn.signatures or twin.signatures):
             # a fresh, uncached dispatcher: one loaded from Numba's cache has no LLVM IR left
             fresh = numba.njit(**options)(fn.py_func)
             fresh.compile(sig)
