@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 
 import ustc
 from strategies import formats
+from fitting import structured_fit
 from ustc import Tensor, TensorFormat
 from ustc import formats as F
-from ustc.format.expr import Mul
 
 # --------------------------------------------------------------------------- helpers
 
@@ -49,23 +49,6 @@ def assert_same(got, expected):
 
 def fmt_id(fmt) -> str:
     return fmt.name or str(fmt)
-
-
-def structured_fit(x: np.ndarray, fmt: TensorFormat) -> np.ndarray:
-    """``x`` with the nonzeros beyond the first n of every n:m block zeroed (so ``fmt`` holds it)."""
-    last = fmt.levels[-1]
-    if last.type.keyword != "structured":
-        return x
-    n, m = last.type.n, last.type.m
-    w = [d.name for d in fmt.dims].index(last.expr.operand.name)
-    moved = np.moveaxis(x, w, -1)
-    width = moved.shape[-1]
-    pad = (-width) % m
-    padded = np.concatenate([moved, np.zeros(moved.shape[:-1] + (pad,), dtype=x.dtype)], axis=-1)
-    blocks = padded.reshape(padded.shape[:-1] + (padded.shape[-1] // m, m))
-    keep = np.cumsum(blocks != 0, axis=-1) <= n
-    blocks = np.where(keep, blocks, 0)
-    return np.moveaxis(blocks.reshape(padded.shape)[..., :width], -1, w).copy()
 
 
 def two_four(shape, seed=0, dtype=np.float64, full_blocks=False):
