@@ -204,3 +204,24 @@ def test_doctests():
 
     for module in (ustc.kernels.registry, ustc.ops.plan, ustc.ops.plan_cache, ustc.ops.solve):
         assert doctest.testmod(module).failed == 0, module.__name__
+
+
+def test_plan_calls_a_registered_kernels_compile_hook(rng):
+    seen = []
+
+    @ustc.kernels.register("spmv", "CSC", target="cpu")
+    def my_csc(a, b, out, alpha):
+        out += alpha * (a.to_dense() @ b)
+
+    my_csc.compile = lambda a, b, out, alpha: seen.append((out.shape, alpha))
+    try:
+        A = ustc.Tensor.from_dense(random_dense(rng, (4, 3)), "CSC")
+        mm = ustc.Matmul(A, np.ones(3), alpha=2.0).plan()
+        assert seen == [((4,), 2.0)]                     # compiled at plan time, nothing run
+        np.testing.assert_allclose(mm.execute(), 2 * A.to_dense() @ np.ones(3))
+        assert len(seen) == 1
+    finally:
+        ustc.kernels.unregister(my_csc)
+    for name in ("dia_spmv", "delta_spmv"):
+        builtin = next(r for r in ustc.kernels.registered() if r.name == name)
+        assert callable(builtin.fn.compile)

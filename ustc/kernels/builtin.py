@@ -33,7 +33,27 @@ def _is_dia(fmt: TensorFormat) -> bool:
     return _plain(fmt) in (DIAI, DIAJ)
 
 
+def _spmv(launch):
+    """A registered SpMV from ``launch(a, b, out, alpha) -> (kernel, args)``. Calling it runs the
+    kernel; its ``compile`` hook (which ``Matmul.plan`` calls) compiles, or loads from Numba's cache,
+    the kernel for those argument types without running it."""
+    def fn(a, b, out, alpha):
+        kernel, args = launch(a, b, out, alpha)
+        kernel(*args)
+
+    def compile_(a, b, out, alpha):
+        import numba
+
+        kernel, args = launch(a, b, out, alpha)
+        kernel.compile(tuple(numba.typeof(x) for x in args))
+
+    fn.compile = compile_
+    fn.__name__, fn.__doc__ = launch.__name__, launch.__doc__
+    return fn
+
+
 @register("spmv", _is_dia, "cpu", name="dia_spmv", builtin=True)
+@_spmv
 def dia_spmv(a, b, out, alpha):
     """``out += alpha * a @ b`` for DIAI / DIAJ: parallel row tiles, diagonals as 1-D streams."""
     from ._dia import dia_spmv as kernel
@@ -41,8 +61,8 @@ def dia_spmv(a, b, out, alpha):
     by_column = a.format.levels[1].expr == a.format.dims[1]
     diag_len = a.shape[1] if by_column else a.shape[0]
     pos, offsets = a._buffers[(0, "pos")], a._buffers[(0, "crd")]
-    kernel(offsets[pos[0]:pos[1]], a._values, b, out, out.dtype.type(alpha), a.shape[0], a.shape[1], diag_len,
-           by_column)
+    return kernel, (offsets[pos[0]:pos[1]], a._values, b, out, out.dtype.type(alpha), a.shape[0], a.shape[1],
+                    diag_len, by_column)
 
 
 dia_spmv.supports = _numeric
@@ -58,6 +78,7 @@ def _is_packed_delta_rows(fmt: TensorFormat) -> bool:
 
 
 @register("spmv", _is_packed_delta_rows, "cpu", name="delta_spmv", builtin=True)
+@_spmv
 def delta_spmv(a, b, out, alpha):
     """``out += alpha * a @ b`` for ``(i, j) -> (i : dense, j : delta(b, packed))``: each 32-bit word
     of gaps is loaded once and decoded in registers. (Plain ``delta(b)`` gaps take generated code,
@@ -65,7 +86,8 @@ def delta_spmv(a, b, out, alpha):
     from ._delta import packed_spmv
 
     kernel = packed_spmv(a.format.levels[1].type.bits)
-    kernel(a._buffers[(1, "pos")], a._buffers[(1, "crd")], a._values, b, out, out.dtype.type(alpha), a.shape[0])
+    return kernel, (a._buffers[(1, "pos")], a._buffers[(1, "crd")], a._values, b, out, out.dtype.type(alpha),
+                    a.shape[0])
 
 
 delta_spmv.supports = _numeric
@@ -80,24 +102,25 @@ def _is_csr(fmt: TensorFormat) -> bool:
 
 @register("spgemm", _is_csr, "cpu", name="csr_spgemm", builtin=True)
 def csr_spgemm(a, b, out_format):
-    """``a @ b`` for CSR ``a`` and ``b`` (Gustavson, parallel over row chunks), in ``out_format``."""
+    """``a @ b`` for CSR ``a`` and ``b`` (Gustavson, parallel over row chunks), in ``out_format``.
+    (No ``compile`` hook: the output's size is only known after the counting pass.)"""
+    import numba
+
+    from ..formats import CSR
     from ..tensor.tensor import Tensor
     from ._spgemm import spgemm_count, spgemm_fill
 
     n_rows, n_cols = a.shape[0], b.shape[1]
-    import numba
-
     # two row chunks per thread: each owns a marker and an accumulator of n_cols entries
     chunks = min(max(n_rows, 1), 2 * numba.get_num_threads())
-    apos, acrd, bpos, bcrd = a._buffers[(1, "pos")], a._buffers[(1, "crd")], b._buffers[(1, "pos")], b._buffers[(1, "crd")]
+    apos, acrd = a._buffers[(1, "pos")], a._buffers[(1, "crd")]
+    bpos, bcrd = b._buffers[(1, "pos")], b._buffers[(1, "crd")]
     sizes = spgemm_count(apos, acrd, bpos, bcrd, n_rows, n_cols, chunks)
     pos = np.cumsum(sizes)
     index = np.int32 if max(int(pos[-1]), n_cols) < 2**31 else np.int64
     crd = np.empty(int(pos[-1]), dtype=index)
     vals = np.empty(int(pos[-1]), dtype=np.result_type(a.dtype, b.dtype))
     spgemm_fill(apos, acrd, a._values, bpos, bcrd, b._values, pos, crd, vals, n_rows, n_cols, chunks)
-    from ..formats import CSR
-
     c = Tensor(CSR, (n_rows, n_cols), {(1, "pos"): pos.astype(index), (1, "crd"): crd}, vals)
     return c if out_format == CSR else c.convert(out_format)
 

@@ -17,9 +17,11 @@ target's package):
 ``out`` already holds ``beta * c`` (or zeros), so a kernel only adds its
 product. ``format`` is DSL text, a named format, a :class:`TensorFormat`
 (matched by signature), or a predicate ``fn(TensorFormat) -> bool`` for a
-family of formats (``delta(b)`` for every ``b``). A kernel may also set
+family of formats (``delta(b, packed)`` for every ``b``). A kernel may also set
 ``fn.supports(a, b) -> bool`` to decline operands it does not handle (a
-dtype, a shape); Matmul then moves on to the next route.
+dtype, a shape); Matmul then moves on to the next route. An optional
+``fn.compile(a, b, out, alpha)`` is called by ``Matmul.plan()`` to compile the
+kernel without running it (the built-in SpMV kernels have one).
 
     >>> import numpy as np, ustc
     >>> @ustc.kernels.register("spmv", "CROW", target="cpu")

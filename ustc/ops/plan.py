@@ -170,10 +170,7 @@ class Matmul:
         if self._route is not None:
             self._route.unbind()
         self._raw = self._bound = self._out = None
-        try:
-            self._lock.release()
-        except RuntimeError:  # the first call of a new plan never acquired it
-            pass
+        self._lock.release()  # taken by _adopt
 
     def release(self) -> None:
         """Drop the route, its kernels' arguments, the output and the operands."""
