@@ -139,7 +139,7 @@ class GeneratedRoute(Route):
         self.sparse_out = out_format is not None
         self.program = nt.Program((nt.Statement(nt.Access("C", oi), rhs, accumulate=not self.sparse_out),))
         self.target, self.out_format = target, out_format
-        self._run = self._fn = self._call = self._serial = self._plan = None
+        self._run = self._module = self._call = self._plan = None
         self._args, self._bound = None, None
         self.info = "generated"
 
@@ -149,23 +149,29 @@ class GeneratedRoute(Route):
             bindings["alpha"] = alpha
         self._run = runtime.prepare(self.program, bindings, self.target)
         module, key = cache.load(self._run.fields, self._run.generate)
-        self._plan = module.PLAN[0]
-        self._fn = getattr(module, self._plan["function"])
+        self._module, self._plan = module, module.PLAN[0]
         # on a GPU the module's launch wrapper picks the grid; on the CPU the njit function runs
-        self._call = self._run._launcher(module, self._plan) if self.target == "cuda" else self._fn
-        self._serial = getattr(module, self._plan["serial"]) if self._plan.get("serial") else None
+        self._call = self._run._launcher(module, self._plan) if self.target == "cuda" else \
+            getattr(module, self._plan["function"])
         converts = ", ".join(f"{n} to {f}" for n, f in self._plan["convert"].items())
         self.info = (f"generated: {self.target}, key {key[:12]}… ({self.program})"
                      + (f"; converts {converts} at every execute" if converts else ""))
-        if not self.sparse_out and self.target == "cpu" and not getattr(self._fn, "signatures", True):
-            self._compile(key, self._arguments(a, b, out, alpha))
+        if not self.sparse_out and self.target == "cpu":
+            self._compile(key, self._cpu_function(a, b), self._arguments(a, b, out, alpha))
 
-    def _compile(self, key: str, args) -> None:
+    def _cpu_function(self, a, b):
+        """The njit function these operands run: the serial twin when they are small."""
+        return runtime.cpu_function(self._module, self._plan, runtime.input_work((a, b)))
+
+    @staticmethod
+    def _compile(key: str, fn, args) -> None:
         import numba
 
+        if getattr(fn, "signatures", True):  # compiled already (or Numba's JIT is disabled)
+            return
         t0 = time.perf_counter()
-        self._fn.compile(tuple(numba.typeof(x) for x in args))
-        cache.note_first_call(key, self._fn, time.perf_counter() - t0)
+        fn.compile(tuple(numba.typeof(x) for x in args))
+        cache.note_first_call(key, fn, time.perf_counter() - t0)
 
     def _arguments(self, a, b, out, alpha):
         bound = self._bound
@@ -181,17 +187,15 @@ class GeneratedRoute(Route):
         return self._args
 
     def run(self, a, b, out, alpha):
+        call = self._cpu_function(a, b) if self.target == "cpu" else self._call
         if not self.sparse_out:
-            call = self._call
-            if self._serial is not None and _work(a) + _work(b) < runtime.SERIAL_WORK:
-                call = self._serial
             call(*self._arguments(a, b, out, alpha))
             return out
         tensors = self._run.tensors
         tensors["A"].value, tensors["B"].value, tensors["C"].value = a, b, None
         self._run.scalars = {"alpha": alpha} if self.scaled else {}
         statement = self.program.statements[0]
-        result = self._run._statement(statement, self._plan, self._call)
+        result = self._run._statement(statement, self._plan, call)
         tensors["C"].value = None
         return result
 
@@ -203,11 +207,7 @@ class GeneratedRoute(Route):
 
     def release(self) -> None:
         self.unbind()
-        self._run = self._fn = self._call = self._serial = None
-
-
-def _work(x) -> int:
-    return x.nse if isinstance(x, Tensor) else int(x.size)
+        self._run = self._module = self._call = None
 
 
 def choose(p: Problem, a, b, out_format) -> tuple[Route, str]:
