@@ -98,6 +98,7 @@ def ustc_row(name, host_tensor, x, y, repeat, schedule=None):
 
 def stencil_rows(cupy, side: int, repeat: int) -> list[tuple]:
     import cupyx.scipy.sparse as csp
+    import scipy.sparse as sp
 
     csr = stencil_csr(side)
     n = csr.shape[0]
@@ -109,27 +110,73 @@ def stencil_rows(cupy, side: int, repeat: int) -> list[tuple]:
         warnings.simplefilter("ignore")
         for name, fmt in (("ustc CSR", F.CSR), ("ustc COO", F.COO(2)), ("ustc DIAI", F.DIAI)):
             rows.append(ustc_row(name, host.convert(tensor_format=fmt), x, y, repeat))
-    gpu = csp.csr_matrix(csr)
-    ms = event_ms(lambda: gpu @ x, repeat)
-    rows.append(("CuPy CSR (cuSPARSE)", ms, (gpu.data.nbytes + gpu.indices.nbytes + gpu.indptr.nbytes
-                                             + 3 * x.nbytes) / ms / 1e6, ""))
-    try:
-        import torch
-
-        if torch.cuda.is_available():
-            a = torch.sparse_csr_tensor(torch.as_tensor(csr.indptr, device="cuda"),
-                                        torch.as_tensor(csr.indices, device="cuda"),
-                                        torch.as_tensor(csr.data, device="cuda"), size=csr.shape)
-            xt = torch.as_tensor(x, device="cuda")
-            ms = event_ms(lambda: torch.mv(a, xt), repeat)
-            rows.append(("torch.mv (CSR)", ms, (csr.data.nbytes + csr.indices.nbytes * 2 + 3 * x.nbytes) / ms / 1e6,
-                         ""))
-    except ImportError:
-        pass
+    x_bytes = 3 * x.nbytes
+    for name, gpu in (("CuPy CSR (cuSPARSE)", csp.csr_matrix(csr)), ("CuPy COO", csp.coo_matrix(csr.tocoo())),
+                      ("CuPy DIA", csp.dia_matrix(sp.dia_matrix(csr)))):
+        ms = event_ms(lambda gpu=gpu: gpu @ x, repeat)
+        stored = sum(int(getattr(gpu, a).nbytes) for a in ("data", "indices", "indptr", "row", "col", "offsets")
+                     if hasattr(gpu, a))
+        rows.append((name, ms, (stored + x_bytes) / ms / 1e6, ""))
+    rows += torch_rows(csr, x, repeat)
     return rows
 
 
-def random_rows(cupy, n: int, repeat: int, zeros=(0.0, 0.5, 0.9, 0.99)) -> list[tuple]:
+def torch_rows(csr, x, repeat: int) -> list[tuple]:
+    """torch.mv with CSR and COO tensors on the device (none without a CUDA torch)."""
+    try:
+        import torch
+    except ImportError:
+        return []
+    if not torch.cuda.is_available():
+        return []
+    xt = torch.as_tensor(x, device="cuda")
+    coo = csr.tocoo()
+    tensors = {
+        "torch.mv (CSR)": torch.sparse_csr_tensor(torch.as_tensor(csr.indptr, device="cuda"),
+                                                  torch.as_tensor(csr.indices, device="cuda"),
+                                                  torch.as_tensor(csr.data, device="cuda"), size=csr.shape),
+        "torch.mv (COO)": torch.sparse_coo_tensor(torch.as_tensor(np.vstack([coo.row, coo.col]), device="cuda"),
+                                                  torch.as_tensor(coo.data, device="cuda"), size=csr.shape).coalesce(),
+    }
+    rows = []
+    for name, a in tensors.items():
+        ms = event_ms(lambda a=a: torch.mv(a, xt), repeat)
+        rows.append((name, ms, (csr.data.nbytes + csr.indices.nbytes * 2 + 3 * x.nbytes) / ms / 1e6, ""))
+    return rows
+
+
+def power_law_csr(n: int, rng):
+    """An n×n CSR matrix whose row lengths follow a Pareto law (duplicates summed)."""
+    import scipy.sparse as sp
+
+    lengths = np.minimum((rng.pareto(1.2, n) * 4).astype(np.int64) + 1, n)
+    rows = np.repeat(np.arange(n), lengths)
+    cols = rng.integers(0, n, len(rows))
+    return sp.coo_array((rng.random(len(rows)), (rows, cols)), shape=(n, n)).tocsr()
+
+
+def skewed_rows(cupy, n: int, repeat: int) -> list[tuple]:
+    """Power-law row lengths (a few rows hold most entries): merge path against a warp per
+    row and cuSPARSE."""
+    import cupyx.scipy.sparse as csp
+
+    rng = np.random.default_rng(1)
+    host = power_law_csr(n, rng)
+    lengths = np.diff(host.indptr)
+    x, y = cupy.asarray(rng.random(n)), cupy.zeros(n)
+    t = ustc.Tensor.from_package(host)
+    label = f"power-law rows (longest {lengths.max()}, mean {lengths.mean():.1f})"
+    rows = [ustc_row(f"{label}: ustc CSR (chosen)", t, x, y, repeat),
+            ustc_row(f"{label}: ustc CSR warp_per_row", t, x, y, repeat, "warp_per_row"),
+            ustc_row(f"{label}: ustc CSR thread_per_row", t, x, y, repeat, "thread_per_row")]
+    gpu = csp.csr_matrix(host)
+    ms = event_ms(lambda: gpu @ x, repeat)
+    rows.append((f"{label}: CuPy CSR (cuSPARSE)", ms,
+                 (gpu.data.nbytes + gpu.indices.nbytes + gpu.indptr.nbytes + 3 * x.nbytes) / ms / 1e6, ""))
+    return rows
+
+
+def random_rows(cupy, n: int, repeat: int, zeros=(0.0, 0.5, 0.7, 0.9, 0.95, 0.99)) -> list[tuple]:
     import cupyx.scipy.sparse as csp
     import scipy.sparse as sp
 
@@ -181,7 +228,8 @@ def main(argv=None) -> int:
     lines = [f"Device: {props['name'].decode()}; host: {machine()}.",
              f"Device-to-device copy: {copy:.0f} GB/s (read + write). CUDA events, median of {args.repeat}.", "",
              f"7-point stencil, side {args.side} (f64 SpMV):", "", *table(stencil_rows(cupy, args.side, args.repeat)),
-             "", f"{args.n}² random matrices (SpMV):", "", *table(random_rows(cupy, args.n, args.repeat))]
+             "", f"{args.n}² random matrices (SpMV):", "", *table(random_rows(cupy, args.n, args.repeat)),
+             "", "Skewed rows (SpMV, f64):", "", *table(skewed_rows(cupy, 1 << 18, args.repeat))]
     text = "\n".join(lines) + "\n"
     print(text)
     if args.write:

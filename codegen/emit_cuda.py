@@ -4,234 +4,30 @@ A visitor over :mod:`codegen.loopir`; it never sees formats. Per loop-IR functio
 writes a device kernel ``kernel_k`` (``@cuda.jit(cache=True)``) and a host wrapper
 ``launch_kernel_k`` taking the CPU kernel's arguments (plus ``stream``), choosing the
 grid and returning what the CPU kernel returns (the entry count of a serial
-sparse-output pass). How iterations map to threads (:func:`mapping`):
+sparse-output pass). Which loop runs on which threads, and how, is decided by
+:mod:`codegen.cuda_schedule` (:func:`~codegen.cuda_schedule.planned`); this module
+only writes it down:
 
-* the outermost loop the lowering marked ``parallel`` (no two iterations write the
-  same output element) becomes a grid-stride loop, stores plain — a thread per row
-  (CSR, CSF), per block row (BSR), per row of every diagonal (DIA: the optimizer
-  hoisted the row loop above the diagonals, one row per iteration), per nonzero
-  chunk split at run borders (COO);
-* otherwise the first top-level loop whose iterations carry nothing but register
-  sums becomes a grid-stride loop and its output updates become ``cuda.atomic.add``
-  (CSC SpMV, column sums) — atomics only where the loop IR says iterations conflict;
-* otherwise one thread runs the function (a sparse output appended serially).
-
-:class:`Schedule` refines the first case: ``warp_per_row`` gives each iteration
-``width`` lanes that stride through its innermost reduction loop and combine
-their sums with ``cuda.shfl_down_sync``. :func:`choose_schedule` picks it from the
-loop IR and the mean row length of the reduced level (:func:`vector_width`); a
-caller's choice always wins where it applies.
+* thread_per_row: the spread loop as a grid-stride loop (a thread per row of CSR/CSF,
+  per block row of BSR, per row of every diagonal of DIA, per nonzero chunk split at
+  run borders of COO); ``cuda.atomic.add`` for its stores when iterations conflict;
+* warp_per_row: ``width`` lanes stride through the row reduction, ``shfl_down_sync`` adds;
+* merge_path: each thread searches its share of (row ends + entries) on the merge path,
+  then walks it: whole rows store plainly, the two rows it may share add atomically;
+* block_tile: ``width`` lanes stride through the shared dense loop;
+* serial: one thread.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import dataclasses
 
 from . import loopir as ir
+from .cuda_schedule import SCALAR_ROLES, WARP, Mapping, Schedule, choose_schedule, planned, substitute
 from .emit_cpu import CpuEmitter
 
-SCHEDULES = ("thread_per_row", "warp_per_row", "serial")
-WARP = 32
 FULL_MASK = "0xFFFFFFFF"
-SCALAR_ROLES = ("size", "lo", "extent", "scalar")
 ARITHMETIC = ("+", "-", "*", "//", "%", "&", ">>", "<<")
-
-
-@dataclass(frozen=True)
-class Schedule:
-    """How a kernel's iterations map to CUDA threads (see the module docstring)."""
-
-    kind: str = "thread_per_row"
-    width: int = WARP        # lanes per iteration (warp_per_row): 2, 4, 8, 16 or 32
-    threads: int = 256       # threads per block
-    max_blocks: int = 4096   # grid-stride loops cover any trip count with at most this many blocks
-    reason: str = field(default="", compare=False)
-
-    def __post_init__(self):
-        if self.kind not in SCHEDULES:
-            raise ValueError(f"unknown CUDA schedule {self.kind!r} (schedules: {', '.join(SCHEDULES)})")
-        if self.width not in (2, 4, 8, 16, 32) or self.threads % WARP or self.threads <= 0:
-            raise ValueError(f"bad schedule {self}: width in 2..32 (a power of two), threads a multiple of 32")
-
-    def describe(self) -> str:
-        text = f"{self.kind}" + (f"(width={self.width})" if self.kind == "warp_per_row" else "")
-        text += ", one thread" if self.kind == "serial" else f", {self.threads} threads/block"
-        return text + (f" — {self.reason}" if self.reason else "")
-
-
-def vector_width(mean: float, longest: int) -> int:
-    """Lanes per row for rows of this mean length (0: a thread per row is better).
-
-    Short rows (mean < 4) keep a thread each; longer ones get the power of two at or
-    above the mean, up to a warp; skewed rows (the longest over 32× the mean) a warp."""
-    if longest > 32 * max(mean, 1.0) and longest >= 64:
-        return WARP
-    if mean < 4:
-        return 0
-    width = 4
-    while width < mean and width < WARP:
-        width *= 2
-    return width
-
-
-# -- how a function maps to threads -------------------------------------------------------
-
-@dataclass(frozen=True)
-class Mapping:
-    loop: ir.For | None           # spread over threads; None: one thread runs the function
-    atomic: bool = False          # iterations may update the same output element
-    warp: ir.For | None = None    # the reduction loop that lanes share (warp_per_row)
-    acc: str = ""
-
-
-def mapping(fn: ir.Function, warp: bool = False) -> Mapping:
-    body = fn.body
-    for k, s in enumerate(body):
-        if not isinstance(s, ir.For):
-            continue
-        pre, post = body[:k], body[k + 1:]
-        if not all(isinstance(p, (ir.Assign, ir.Comment)) for p in pre):
-            break
-        if s.parallel and not post:
-            found = _warp_loop(s, fn) if warp else None
-            return Mapping(s, False, *found) if found else Mapping(s)
-        if _distributable(s, pre, post):  # a parallel loop whose rows all add into one sum, too
-            return Mapping(s, atomic=True)
-        break
-    return Mapping(None)
-
-
-def _assigned(body) -> set[str]:
-    names = set()
-    for s in ir.walk(body):
-        if isinstance(s, ir.Assign):
-            names.add(s.name)
-        elif isinstance(s, ir.For):
-            names.add(s.var)
-    return names
-
-
-def _exprs(s: ir.Stmt):
-    """The expressions of one statement (not of the statements nested in it)."""
-    if isinstance(s, ir.Store):
-        return (*s.index, s.value)
-    if isinstance(s, ir.For):
-        return (s.start, s.stop)
-    return tuple(getattr(s, a) for a in ("value", "cond") if isinstance(getattr(s, a, None), ir.Expr))
-
-
-def _vars(e: ir.Expr) -> set[str]:
-    if isinstance(e, ir.Var):
-        return {e.name}
-    out: set[str] = set()
-    for attr in ("left", "right", "operand", "value", "cond", "then", "orelse"):
-        child = getattr(e, attr, None)
-        if isinstance(child, ir.Expr):
-            out |= _vars(child)
-    for child in getattr(e, "index", ()) + getattr(e, "args", ()):
-        out |= _vars(child)
-    return out
-
-
-def _read(body) -> set[str]:
-    return {n for s in ir.walk(body) for e in _exprs(s) for n in _vars(e)}
-
-
-def _distributable(loop: ir.For, pre, post) -> bool:
-    """Iterations share only register sums started before the loop (``acc = 0``, ``acc += e``)
-    and update outputs with ``+=``; the sums are added to outputs after the loop."""
-    stmts = list(ir.walk(loop.body))
-    if any(isinstance(s, (ir.Return, ir.While)) or (isinstance(s, ir.Store) and not s.accumulate)
-           for s in stmts):
-        return False
-    before = {p.name: p for p in pre if isinstance(p, ir.Assign)}
-    carried = _assigned(loop.body) & set(before)
-    for name in carried:
-        if not isinstance(before[name].value, ir.Const):
-            return False
-        if any(isinstance(s, ir.Assign) and s.name == name and s.op != "+" for s in stmts):
-            return False
-        others = [s for s in stmts if not (isinstance(s, ir.Assign) and s.name == name)]
-        if any(name in _vars(e) for s in others for e in _exprs(s)):
-            return False
-    for s in post:
-        if not (isinstance(s, ir.Store) and s.accumulate):
-            return False
-    return True
-
-
-def _warp_loop(loop: ir.For, fn: ir.Function):
-    """``(reduction loop, accumulator)`` when ``loop`` is ``acc = 0; <assigns>; for p: ...;
-    acc += e; <stores of acc at the loop variable>`` — the shape lanes can share."""
-    body = loop.body
-    loops = [k for k, s in enumerate(body) if isinstance(s, ir.For)]
-    if len(loops) != 1 or loop.step != 1:
-        return None
-    k = loops[0]
-    inner, pre, post = body[k], body[:k], body[k + 1:]
-    if inner.parallel or inner.step != 1 or not inner.body:
-        return None
-    last = inner.body[-1]
-    if not (isinstance(last, ir.Assign) and last.op == "+"):
-        return None
-    acc = last.name
-    if not all(isinstance(s, ir.Assign) and s.name != acc and not s.op for s in inner.body[:-1]):
-        return None
-    if not any(isinstance(s, ir.Assign) and s.name == acc and isinstance(s.value, ir.Const) for s in pre):
-        return None
-    if not all(isinstance(s, ir.Assign) for s in pre) or not post:
-        return None
-    scalars = {p.name for p in fn.params if p.role[0] in SCALAR_ROLES}
-    allowed = {loop.var, acc} | scalars
-    for s in post:
-        if not isinstance(s, ir.Store) or not _read((s,)) <= allowed:
-            return None
-    return inner, acc
-
-
-def reduced_level(fn: ir.Function, m: Mapping):
-    """``(tensor, level)`` whose segments the warp's reduction loop walks (for row statistics)."""
-    if m.warp is None:
-        return None
-    roles = {p.name: p.role for p in fn.params}
-    for e in (m.warp.start, m.warp.stop):
-        if isinstance(e, ir.Call) and e.fn == "np.intp":  # a signed view of an index load
-            e = e.args[0]
-        if isinstance(e, ir.Load) and roles.get(e.array, ("",))[0] == "pos":
-            return roles[e.array][1], roles[e.array][2]
-    return None
-
-
-def choose_schedule(fn: ir.Function, widths: dict | None = None, override=None,
-                    simulator: bool = False) -> Schedule:
-    """The schedule for ``fn``: ``override`` (a :class:`Schedule`, a kind, or ``"warp_per_row:8"``)
-    where it applies, else warp_per_row when the reduced level's ``widths[(tensor, level)]``
-    (from :func:`vector_width`) is non-zero, else thread_per_row (serial when nothing is parallel)."""
-    base = {"threads": WARP, "max_blocks": 2} if simulator else {}
-    request = _parse(override, base)
-    m = mapping(fn, warp=True)
-    if m.loop is None:
-        return Schedule("serial", threads=WARP, max_blocks=1, reason="no loop runs in parallel")
-    if request is not None:
-        if request.kind == "warp_per_row" and m.warp is None:
-            return Schedule(**base, reason="warp_per_row requested but the kernel has no shared row reduction")
-        if request.kind == "serial":
-            return Schedule("serial", threads=WARP, max_blocks=1, reason="requested")
-        return Schedule(request.kind, request.width, request.threads, request.max_blocks, reason="requested")
-    level = reduced_level(fn, m)
-    width = (widths or {}).get(level, 0) if level is not None else 0
-    if width:
-        return Schedule("warp_per_row", width, **base, reason=f"rows of {level[0]} level {level[1]}: "
-                                                               f"{width} lanes by mean row length")
-    reason = "no shared row reduction" if m.warp is None else "short rows"
-    return Schedule(**base, reason=reason + (", atomic updates" if m.atomic else ""))
-
-
-def _parse(override, base: dict) -> Schedule | None:
-    if override is None or isinstance(override, Schedule):
-        return override
-    kind, _, width = str(override).partition(":")
-    return Schedule(kind.strip(), int(width) if width else WARP, **base)
 
 
 # -- the emitter ---------------------------------------------------------------------------
@@ -256,17 +52,11 @@ class CudaEmitter(CpuEmitter):
             lines += ["", *self.kernel(fn, schedule), "", "", *self.launcher(fn, schedule), ""]
         return "\n".join(lines).rstrip() + "\n"
 
-    def _mapping(self, fn: ir.Function, schedule: Schedule) -> Mapping:
-        if schedule.kind == "serial":
-            return Mapping(None)
-        m = mapping(fn, warp=schedule.kind == "warp_per_row")
-        return m if schedule.kind == "warp_per_row" or m.warp is None else Mapping(m.loop, m.atomic)
-
     # -- device kernel ----------------------------------------------------------------------
     def kernel(self, fn: ir.Function, schedule: Schedule) -> list[str]:
         self.width = schedule.width
         self._index_arrays = {p.name for p in fn.params if p.role[0] in ("pos", "crd")}
-        m = self._mapping(fn, schedule)
+        m = planned(fn, schedule)
         params = [p.name for p in fn.params] + (["result"] if _returns(fn) else [])
         out = [f"# schedule: {schedule.describe()}", "@cuda.jit(cache=True)",
                f"def {fn.name}({', '.join(params)}):"]
@@ -276,14 +66,22 @@ class CudaEmitter(CpuEmitter):
         after = False
         for s in fn.body:
             if s is m.loop:
-                body += self.warp_loop(s, m) if m.warp is not None else \
-                    self.grid_loop(s, m.atomic and not s.parallel)
+                body += self.spread(s, m, schedule)
                 after = True
             else:
                 self._atomic = after and m.atomic
                 body += self.stmt(s, 1)
                 self._atomic = False
         return out + (body or ["    pass"])
+
+    def spread(self, s: ir.For, m: Mapping, schedule: Schedule) -> list[str]:
+        if schedule.kind == "merge_path" and m.warp is not None:
+            return self.merge_loop(s, m)
+        if m.warp is not None:
+            return self.warp_loop(s, m)
+        if m.tile is not None:
+            return self.tile_loop(s, m)
+        return self.grid_loop(s, m.atomic and not s.parallel)
 
     def grid_loop(self, s: ir.For, atomic: bool) -> list[str]:
         step = f"{s.step} * " if s.step != 1 else ""
@@ -329,6 +127,65 @@ class CudaEmitter(CpuEmitter):
         out += [f"{pad2}if {guard}:"] + (self.block(post, depth + 1) or [f"{pad3}pass"])
         return out
 
+    def tile_loop(self, s: ir.For, m: Mapping) -> list[str]:
+        """``width`` lanes per iteration of ``s``; they stride through the shared loop ``m.tile``."""
+        w, rows = self.width, WARP // self.width
+        lane = ir.Var("lane")
+        shared = dataclasses.replace(m.tile, start=ir.add(m.tile.start, lane), step=w, parallel=False)
+        body = _replace(s.body, m.tile, shared)
+        start, stop = ("" if s.start == ir.Const(0) else self.expr(s.start, 9) + " + "), self.expr(s.stop)
+        out = [f"    lane = cuda.threadIdx.x % {w}  # {w} lanes share the loop over {m.tile.var}"]
+        self._atomic = m.atomic
+        try:
+            if rows == 1:
+                return out + [f"    for {s.var} in range({start}cuda.grid(1) // 32, {stop}, cuda.gridsize(1) // 32):"] \
+                    + self.nested(body, 1)
+            return out + [f"    group = cuda.threadIdx.x % 32 // {w}  # {rows} {s.var} per warp",
+                          f"    for {s.var}_base in range({start}cuda.grid(1) // 32 * {rows}, {stop}, "
+                          f"cuda.gridsize(1) // 32 * {rows}):",
+                          f"        {s.var} = {s.var}_base + group",
+                          f"        if {s.var} < {stop}:"] + self.nested(body, 2)
+        finally:
+            self._atomic = False
+
+    def merge_loop(self, s: ir.For, m: Mapping) -> list[str]:
+        """Merge path over ``s``'s rows: thread t takes items [t*share, (t+1)*share) of the
+        row ends and entries merged in order, found by two binary searches (:func:`_search`);
+        a row wholly inside its share stores plainly, the first and last add atomically."""
+        v, var = s.var, ir.Var
+        k = s.body.index(m.warp)
+        pre, post = s.body[:k], s.body[k + 1:]
+        start, stop = m.warp.start, m.warp.stop
+        last_row = ir.sub(ir.add(var("mp_first"), var("mp_rows")), 1)
+        share = ir.Bin("//", ir.add(var("mp_items"), ir.sub(var("mp_grid"), 1)), var("mp_grid"))
+        setup = [ir.Assign("mp_first", s.start), ir.Assign("mp_rows", ir.sub(s.stop, s.start))]
+        work = [ir.Assign("mp_base", substitute(start, v, var("mp_first"))),
+                ir.Assign("mp_entries", ir.sub(substitute(stop, v, last_row), var("mp_base"))),
+                ir.Assign("mp_items", ir.add(var("mp_rows"), var("mp_entries"))),
+                ir.Assign("mp_share", share),
+                ir.Assign("mp_d0", ir.Call("min", (ir.mul(var("mp_tid"), var("mp_share")), var("mp_items")))),
+                ir.Assign("mp_d1", ir.Call("min", (ir.add(var("mp_d0"), var("mp_share")), var("mp_items"))))]
+        walk = [*_search("mp_d0", "mp_r0", stop, v), *_search("mp_d1", "mp_r1", stop, v),
+                ir.Assign("mp_k0", ir.sub(ir.add(var("mp_base"), var("mp_d0")), var("mp_r0"))),
+                ir.Assign("mp_k1", ir.sub(ir.add(var("mp_base"), var("mp_d1")), var("mp_r1")))]
+        piece = (ir.Assign(v, ir.add(var("mp_first"), var("mp_row"))), *pre,
+                 ir.Assign("mp_lo", ir.Call("max", (start, var("mp_k0")))),
+                 ir.Assign("mp_hi", ir.Call("min", (stop, var("mp_k1")))),
+                 dataclasses.replace(m.warp, start=var("mp_lo"), stop=var("mp_hi")))
+        rows = ir.Call("min", (ir.add(var("mp_r1"), 1), var("mp_rows")))
+        shared = ir.disj([ir.eq(var("mp_row"), var("mp_r0")), ir.eq(var("mp_row"), var("mp_r1"))])
+        out = ["    # merge path: row ends and entries, merged in order, split evenly over the threads",
+               "    mp_tid = cuda.grid(1)", "    mp_grid = cuda.gridsize(1)"]
+        out += self.block(setup, 1) + ["    if mp_rows > 0:"] + self.block(work, 2)
+        out += ["        if mp_d0 < mp_d1:"] + self.block(walk, 3)
+        out += [f"            for mp_row in range(mp_r0, {self.expr(rows)}):"] + self.block(piece, 4)
+        out += ["                if mp_lo < mp_hi:  # an empty piece adds nothing",
+                f"                    if {self.expr(shared)}:  # a row the neighbouring threads may share"]
+        self._atomic = True
+        out += self.block(post, 6)
+        self._atomic = False
+        return out + ["                    else:"] + self.block(post, 6)
+
     def stmt(self, s: ir.Stmt, depth: int) -> list[str]:
         pad = "    " * depth
         if isinstance(s, ir.Store) and self._atomic:
@@ -358,7 +215,7 @@ class CudaEmitter(CpuEmitter):
     # -- host wrapper ----------------------------------------------------------------------------
     def launcher(self, fn: ir.Function, schedule: Schedule) -> list[str]:
         self.width = schedule.width
-        m = self._mapping(fn, schedule)
+        m = planned(fn, schedule)
         names = [p.name for p in fn.params]
         args = names + (["result"] if _returns(fn) else [])
         out = [f"def launch_{fn.name}({', '.join(names + ['stream=0'])}):",
@@ -368,8 +225,9 @@ class CudaEmitter(CpuEmitter):
         else:
             scalars = {p.name for p in fn.params if p.role[0] in SCALAR_ROLES}
             work = ir.sub(m.loop.stop, m.loop.start)
-            per = schedule.width if m.warp is not None else 1
-            if _host_known(work, scalars):
+            laned = m.tile is not None or (m.warp is not None and schedule.kind == "warp_per_row")
+            per = schedule.width if laned else 1
+            if schedule.kind != "merge_path" and _host_known(work, scalars):
                 text = self.expr(work, 10) + (f" * {per}" if per > 1 else "")
                 out.append(f"    blocks = blocks_for({text}, {schedule.threads}, {schedule.max_blocks})")
                 config = f"blocks, {schedule.threads}"
@@ -383,6 +241,32 @@ class CudaEmitter(CpuEmitter):
         return out
 
     width = WARP
+
+
+def _search(diagonal: str, into: str, stop: ir.Expr, var: str) -> list[ir.Stmt]:
+    """Rows consumed before item ``diagonal`` of the merge path: the first ``r`` in
+    ``[max(0, d - entries), min(d, rows)]`` whose row end ``stop(first + r) - base`` exceeds
+    ``d - r - 1`` (the entry index the path is at)."""
+    d, lo, hi, mid = ir.Var(diagonal), ir.Var("mp_lo"), ir.Var("mp_hi"), ir.Var("mp_mid")
+    end = ir.sub(substitute(stop, var, ir.add(ir.Var("mp_first"), mid)), ir.Var("mp_base"))
+    step = ir.If(ir.Bin("<=", end, ir.sub(ir.sub(d, mid), 1)), (ir.Assign("mp_lo", ir.add(mid, 1)),),
+                 (ir.Assign("mp_hi", mid),))
+    return [ir.Assign("mp_lo", ir.Call("max", (ir.Const(0), ir.sub(d, ir.Var("mp_entries"))))),
+            ir.Assign("mp_hi", ir.Call("min", (d, ir.Var("mp_rows")))),
+            ir.While(ir.lt(lo, hi), (ir.Assign("mp_mid", ir.Bin("//", ir.add(lo, hi), ir.Const(2))), step)),
+            ir.Assign(into, lo)]
+
+
+def _replace(body, old: ir.Stmt, new: ir.Stmt) -> tuple:
+    """``body`` with the statement ``old`` (by identity, at any depth) replaced by ``new``."""
+    out = []
+    for s in body:
+        if s is old:
+            out.append(new)
+            continue
+        changes = {a: _replace(getattr(s, a), old, new) for a in ("body", "orelse") if hasattr(s, a)}
+        out.append(dataclasses.replace(s, **changes) if changes else s)
+    return tuple(out)
 
 
 def _returns(fn: ir.Function) -> bool:

@@ -15,7 +15,8 @@ import ustc
 from ustc.codegen import notation as nt
 from ustc.codegen import optimize
 from ustc.codegen.compile import Operand, compile_program
-from ustc.codegen.emit_cuda import CudaEmitter, choose_schedule
+from ustc.codegen.cuda_schedule import choose_schedule
+from ustc.codegen.emit_cuda import CudaEmitter
 
 from test_golden import GOLDEN, MUL, SPMV
 
@@ -27,6 +28,8 @@ CASES = {
     "cuda_spmv_diai": (SPMV, {"A": F.DIAI}, None),
     "cuda_spmv_coo": (SPMV, {"A": F.COO(2)}, None),
     "cuda_mul_csr_csc": (MUL, {"A": F.CSR, "B": F.CSC, "C": F.CSR}, None),
+    "cuda_spmv_csr_merge_path": (SPMV, {"A": F.CSR}, "merge_path"),
+    "cuda_spmv_bsr22_block_tile": (SPMV, {"A": F.BSR(2, 2)}, "block_tile:2"),
 }
 
 

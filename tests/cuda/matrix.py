@@ -55,6 +55,16 @@ def skewed(m=M, n=40):
     return dense
 
 
+def very_skewed(m=64, n=400):
+    """One row of 300 entries among rows of at most one (longest > 32x the mean: merge path),
+    with empty rows at both ends."""
+    dense = np.zeros((m, n))
+    dense[5, :300] = RNG.integers(1, 9, 300)
+    rows = np.arange(8, m - 3, 2)
+    dense[rows, RNG.integers(0, n, len(rows))] = RNG.integers(1, 9, len(rows))
+    return dense
+
+
 def dense(*shape):
     return RNG.integers(-4, 5, shape).astype(np.float64)
 
@@ -102,6 +112,19 @@ def cases():
                 lambda: {"A": ustc.Tensor.from_package(sp.csr_array(skewed())), "x": dense(40), "y": np.zeros(M)},
                 "y", lambda b: D(b["A"]) @ b["x"], None))
 
+    spmv("spmv_csr_merge_path", lambda: sparse(fmt=F.CSR), "merge_path")
+    spmv("spmv_csr_merge_path_all_zero", lambda: sparse(density=0.0, fmt=F.CSR), "merge_path")
+    out.append(("spmv_merge_path_empty_matrix", program(SPMV),
+                lambda: {"A": sparse(0, N, fmt=F.CSR), "x": dense(N), "y": np.zeros(0)}, "y",
+                lambda b: D(b["A"]) @ b["x"], "merge_path"))
+    out.append(("spmv_very_skewed_auto_merge", program(SPMV),
+                lambda: {"A": ustc.Tensor.from_package(sp.csr_array(very_skewed())), "x": dense(400),
+                         "y": np.zeros(64)}, "y", lambda b: D(b["A"]) @ b["x"], None))
+    out.append(("sum_axis1_csr_merge_path", program("s[i] = A[i,j]"),
+                lambda: {"A": sparse(fmt=F.CSR), "s": np.zeros(M)}, "s", lambda b: D(b["A"]).sum(1), "merge_path"))
+    spmv("spmv_bsr32_tile_auto", lambda: sparse(fmt=F.BSR(3, 2)))
+    spmv("spmv_bsr22_tile_forced", lambda: sparse(fmt=F.BSR(2, 2)), "block_tile:4:v_i_mod2")
+
     def spmm(name, fmt, schedule=None):
         out.append((name, program("C[i,k] = A[i,j] * B[j,k]"),
                     lambda: {"A": sparse(fmt=fmt), "B": dense(N, K), "C": np.zeros((M, K))}, "C",
@@ -111,6 +134,8 @@ def cases():
     spmm("spmm_csr_warp8", F.CSR, "warp_per_row:8")
     spmm("spmm_bsr22_tile", F.BSR(2, 2))
     spmm("spmm_coo", F.COO(2))
+    spmm("spmm_csr_tile_lanes2", F.CSR, "block_tile:2")
+    spmm("spmm_csc_tile_atomic", F.CSC, "block_tile")
     out.append(("spmm_structured24", program("C[i,k] = A[i,j] * B[j,k]"),
                 lambda: {"A": ustc.Tensor.from_package(two_four()).convert(tensor_format=F.Structured(2, 4)),
                          "B": dense(N, K), "C": np.zeros((M, K))}, "C", lambda b: D(b["A"]) @ b["B"], None))

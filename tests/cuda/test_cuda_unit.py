@@ -18,7 +18,10 @@ from ustc.cli.main import main as cli_main
 from ustc.codegen import notation as nt
 from ustc.codegen import optimize
 from ustc.codegen.compile import Operand, compile_program
-from ustc.codegen.emit_cuda import CudaEmitter, Schedule, choose_schedule, mapping, vector_width
+from ustc.codegen import loopir as ir
+from ustc.codegen.cuda_schedule import (Schedule, _linear, choose_schedule, lane_bucket, mapping, merge_rows, skewed,
+                                         substitute, tile_loops, vector_width)
+from ustc.codegen.emit_cuda import CudaEmitter
 from ustc.ops import cuda_host, library, runtime
 
 F = ustc.formats
@@ -115,3 +118,60 @@ def test_cli_emits_cuda_source_and_ptx(capsys, tmp_path, monkeypatch):
     assert cli_main(["compile", "COO", "--op", "spmv", "--target", "cuda", "--emit", "ptx", "--verbose"]) == 0
     ptx = capsys.readouterr().out
     assert ".target sm_90" in ptx and " registers, 0 bytes spill stores" in ptx
+
+
+def test_merge_path_needs_contiguous_row_segments_and_linear_stores():
+    csr = functions("y[i] = A[i,j] * x[j]", {"A": F.CSR}).functions[0]
+    m = mapping(csr, warp=True)
+    assert merge_rows(csr, m)
+    assert not merge_rows(*(lambda f: (f, mapping(f, warp=True)))(
+        functions("y[i] = A[i,j] * x[j]", {"A": F.COO(2)}).functions[0]))  # no row reduction
+    acc, alpha = ir.Var("acc"), ir.Var("alpha")
+    assert _linear(acc, "acc") and _linear(ir.Bin("*", alpha, acc), "acc") and _linear(ir.Neg(acc), "acc")
+    assert not _linear(ir.Bin("*", acc, acc), "acc") and not _linear(ir.add(acc, 1), "acc")
+    bumped = substitute(m.warp.start, "i", ir.add(ir.Var("i"), 1))
+    assert bumped == m.warp.stop  # stop(i) == start(i + 1): the segments tile the entries
+
+
+def test_block_tile_loops_write_disjoint_outputs():
+    def loops(text, fmt):
+        fn = functions(text, {"A": fmt}).functions[0]
+        return [s.var for s in tile_loops(mapping(fn))]
+
+    assert loops("y[i] = A[i,j] * x[j]", F.CSR) == []            # one row sum: lanes would race
+    dia = functions("y[i] = A[i,j] * x[j]", {"A": F.DIAI}).functions[0]
+    assert loops("y[i] = A[i,j] * x[j]", F.DIAI) == ["i"]        # the row tile of one row ...
+    assert choose_schedule(dia, lanes={"i": 32, "j": 32}).kind == "thread_per_row"  # ... is one lane's work
+    assert loops("C[i,k] = A[i,j] * B[j,k]", F.CSR) == ["k"]
+    assert loops("y[i] = A[i,j] * x[j]", F.BSR(2, 2)) == ["v_i_mod2"]
+    assert loops("y[i] = A[i,j] * x[j]", F.BSC(2, 2)) == ["A_p1", "v_i_mod2"]  # atomic adds: any loop
+
+
+def test_schedule_heuristic_for_skewed_rows_and_small_dense_loops():
+    spmv = functions("y[i] = A[i,j] * x[j]", {"A": F.CSR}).functions[0]
+    assert vector_width(2.0, 5000) == 32 and skewed(2.0, 5000) and not skewed(7.0, 7)
+    chosen = choose_schedule(spmv, {("A", 1): 32}, skew=frozenset({("A", 1)}))
+    assert chosen.kind == "merge_path" and "skewed" in chosen.reason
+    spmm = functions("C[i,k] = A[i,j] * B[j,k]", {"A": F.CSR}).functions[0]
+    assert choose_schedule(spmm, lanes={"k": 16}).describe().startswith("block_tile(width=16, loop=k)")
+    assert choose_schedule(spmm, lanes={"k": 1}).kind == "thread_per_row"  # one column: nothing to share
+    assert choose_schedule(spmm, None, "block_tile:8:k").width == 8
+    assert "no shared row reduction" in choose_schedule(spmm, None, "merge_path").reason
+    assert "no dense loop" in choose_schedule(spmv, None, "block_tile").reason
+    coo = functions("y[i] = A[i,j] * x[j]", {"A": F.COO(2)}).functions[0]
+    assert choose_schedule(coo, None, "merge_path").kind == "thread_per_row"
+    assert [lane_bucket(n) for n in (0, 1, 2, 3, 16, 17, 10**6)] == [1, 1, 2, 4, 16, 32, 32]
+
+
+def test_row_statistics_and_lane_buckets_key_the_kernel():
+    rows = np.zeros((64, 400))
+    rows[5, :300] = 1.0
+    rows[np.arange(8, 60, 2), 3] = 2.0
+    a = ustc.Tensor.from_package(sp.csr_array(rows))
+    run = runtime.prepare(library.parse_program("C[i,k] = A[i,j] * B[j,k]"),
+                          {"A": a, "B": np.ones((400, 5)), "C": np.zeros((64, 5))}, "cuda")
+    widths, skew = cuda_host.row_statistics(run.tensors)
+    assert skew == ["A:1"] and widths == {"A:1": 32}
+    lanes = cuda_host.lane_buckets(run)
+    assert lanes["k"] == 8 and lanes["i"] == 32 and lanes["A:1"] == 32
+    assert {"widths", "skew", "lanes"} <= set(run.fields)

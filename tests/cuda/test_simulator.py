@@ -22,3 +22,10 @@ def test_correctness_matrix_in_the_simulator(tmp_path):
     assert "atomic" in by_case["spmv_csc_atomic"]["schedules"][0]
     assert "atomic" in by_case["sum_all_csr"]["schedules"][0]
     assert by_case["add_csr_dcsr"]["schedules"][0].startswith("serial")
+    # merge path: forced, and chosen for a level whose longest row is over 32x the mean
+    assert by_case["spmv_csr_merge_path"]["schedules"][0].startswith("merge_path")
+    assert "skewed" in by_case["spmv_very_skewed_auto_merge"]["schedules"][0]
+    # block tiles: the rows of a BSR block, the columns of the dense SpMM operand
+    assert "block_tile(width=4, loop=v_i_mod3)" in by_case["spmv_bsr32_tile_auto"]["schedules"][0]
+    assert "block_tile(width=4, loop=k)" in by_case["spmm_csr"]["schedules"][0]
+    assert "block_tile(width=32, loop=k)" in by_case["spmm_csc_tile_atomic"]["schedules"][0]

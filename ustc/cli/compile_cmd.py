@@ -343,7 +343,8 @@ def register(sub) -> None:
                         help="dtype of pos/crd buffers (default: int32)")
     parser.add_argument("--emit", choices=EMITS, default="source", help="default: source")
     parser.add_argument("--schedule", metavar="KIND[:WIDTH]",
-                        help="cuda: thread_per_row, warp_per_row[:LANES] or serial (default: chosen per kernel)")
+                        help="cuda: thread_per_row, warp_per_row[:LANES], merge_path, block_tile[:LANES[:LOOP]] "
+                             "or serial (default: chosen per kernel)")
     parser.add_argument("--verbose", action="store_true",
                         help="with --emit ptx: registers, spills and stack of each kernel (from nvJitLink)")
     parser.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")

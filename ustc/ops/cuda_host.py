@@ -10,7 +10,7 @@
   source and PTX (``ustc compile --target cuda``) needs neither.
 * The cache key adds the compute capability (``"simulator"`` there), the caller's
   schedule and the lanes per row that row statistics ask for
-  (:func:`codegen.emit_cuda.vector_width`), so one kernel serves every matrix
+  (:func:`codegen.cuda_schedule.vector_width`), so one kernel serves every matrix
   whose rows fall in the same bucket.
 * Sparse outputs: the counting and filling kernels run on the device; the host turns
   counts into offsets and assembles the output format (then moves it to the
@@ -91,11 +91,13 @@ def check_devices(bindings: dict) -> str:
 
 # -- cache key and generation --------------------------------------------------------------
 
-def row_widths(tensors: dict) -> dict:
-    """``{"A:1": lanes}`` for compressed levels whose mean / longest segment asks for lanes."""
-    from ..codegen.emit_cuda import vector_width
+def row_statistics(tensors: dict) -> tuple[dict, list]:
+    """``({"A:1": lanes}, ["A:1", ...])``: lanes for compressed levels whose mean / longest
+    segment asks for them (:func:`~ustc.codegen.cuda_schedule.vector_width`), and the levels
+    whose segments are skewed (:func:`~ustc.codegen.cuda_schedule.skewed`)."""
+    from ..codegen.cuda_schedule import skewed, vector_width
 
-    out = {}
+    widths, skew = {}, []
     for name, b in tensors.items():
         t = b.value
         if not isinstance(t, Tensor):
@@ -103,29 +105,54 @@ def row_widths(tensors: dict) -> dict:
         for (k, kind), pos in t._buffers.items():
             if kind != "pos" or getattr(pos, "ndim", 1) != 1 or len(pos) < 2:
                 continue
-            lengths = pos[1:] - pos[:-1]
+            longest = int((pos[1:] - pos[:-1]).max())
             mean = float((pos[-1] - pos[0]) / (len(pos) - 1))
-            width = vector_width(mean, int(lengths.max()))
-            if width:
-                out[f"{name}:{k}"] = width
+            if vector_width(mean, longest):
+                widths[f"{name}:{k}"] = vector_width(mean, longest)
+            if skewed(mean, longest):
+                skew.append(f"{name}:{k}")
+    return widths, sorted(skew)
+
+
+def lane_buckets(run) -> dict:
+    """``{"A:2": 2, "k": 16}``: :func:`~ustc.codegen.cuda_schedule.lane_bucket` of every level
+    size of the tensor operands and of every index extent (block_tile widths)."""
+    from ..codegen.cuda_schedule import lane_bucket
+
+    out = {f"{i}": lane_bucket(n) for i, n in run.extents.items()}
+    for name, b in run.tensors.items():
+        if isinstance(b.value, Tensor):
+            for k, n in enumerate(b.value._layout.level_shape):
+                out[f"{name}:{k}"] = lane_bucket(n)
     return out
 
 
 def fields(run) -> dict:
+    widths, skew = row_statistics(run.tensors)
     return {"cc": compute_capability(), "schedule": None if run.schedule is None else str(run.schedule),
-            "widths": row_widths(run.tensors)}
+            "widths": widths, "skew": skew, "lanes": lane_buckets(run)}
+
+
+def _level(text: str):
+    name, _, level = text.rpartition(":")
+    return (name, int(level)) if name else text
 
 
 def generate(run, operands: dict, header: tuple) -> str:
     """The CUDA module's source: kernels, launch wrappers, ``PLAN`` and ``SCHEDULES``."""
     from ..codegen import optimize
     from ..codegen.compile import compile_program
-    from ..codegen.emit_cuda import CudaEmitter, choose_schedule
+    from ..codegen.cuda_schedule import choose_schedule
+    from ..codegen.emit_cuda import CudaEmitter
 
     module = compile_program(run.program, operands, header, optimize.CUDA)
-    widths = {(k.split(":")[0], int(k.split(":")[1])): w for k, w in run.fields["widths"].items()}
-    sim = run.fields["cc"] == "simulator"
-    schedules = {fn.name: choose_schedule(fn, widths, run.schedule, simulator=sim) for fn in module.functions}
+    f = run.fields
+    widths = {_level(k): w for k, w in f["widths"].items()}
+    lanes = {_level(k): w for k, w in f["lanes"].items()}
+    skew = frozenset(_level(k) for k in f["skew"])
+    sim = f["cc"] == "simulator"
+    schedules = {fn.name: choose_schedule(fn, widths, run.schedule, simulator=sim, lanes=lanes, skew=skew)
+                 for fn in module.functions}
     text = CudaEmitter().emit(module, schedules)
     described = {name: s.describe() for name, s in schedules.items()}
     return text + f"\n\nPLAN = {module.meta['plan']!r}\nSCHEDULES = {described!r}\n"

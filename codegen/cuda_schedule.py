@@ -1,0 +1,432 @@
+"""How a loop-IR function's iterations map to CUDA threads: analysis and the schedule heuristic.
+
+:func:`mapping` reads the loop IR only (never formats):
+
+* the outermost loop the lowering marked ``parallel`` (no two iterations write the
+  same output element) is spread over threads and stores plainly;
+* otherwise the first top-level loop whose iterations carry nothing but register
+  sums is spread and its output updates become atomic adds;
+* otherwise one thread runs the function (a sparse output appended serially).
+
+On top of the spread loop, :class:`Schedule` picks one of
+
+* ``thread_per_row``: a grid-stride loop, a thread per iteration;
+* ``warp_per_row``: ``width`` lanes per iteration stride through its innermost row
+  reduction and combine their sums with warp shuffles (the shape ``acc = 0; for p in
+  segment(i): acc += e; y[i] += f(acc)``, :func:`row_reduction`);
+* ``merge_path``: the same shape, with rows and entries together split evenly over
+  the threads (a merge-path search per thread over the segment ends): skewed rows
+  cost no more than their entries, and only the two rows a thread shares with its
+  neighbours are added atomically (:func:`merge_rows`);
+* ``block_tile``: ``width`` lanes per iteration stride through an inner dense loop
+  whose iterations write different output elements — the rows of a BSR/BSC block, or
+  the columns of a dense SpMM operand (coalesced) (:func:`tile_loop`);
+* ``serial``: one thread.
+
+:func:`choose_schedule` picks from row statistics (:func:`vector_width`, the skewed
+levels) and lane buckets of small extents (:func:`lane_bucket`); a caller's choice
+wins wherever it applies.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from . import loopir as ir
+
+SCHEDULES = ("thread_per_row", "warp_per_row", "merge_path", "block_tile", "serial")
+LANED = ("warp_per_row", "block_tile")
+WARP = 32
+SCALAR_ROLES = ("size", "lo", "extent", "scalar")
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """How a kernel's iterations map to CUDA threads (see the module docstring)."""
+
+    kind: str = "thread_per_row"
+    width: int = WARP        # lanes per iteration (warp_per_row, block_tile): 2, 4, 8, 16 or 32
+    threads: int = 256       # threads per block
+    max_blocks: int = 4096   # grid-stride loops cover any trip count with at most this many blocks
+    loop: str = ""           # block_tile: the variable of the loop lanes share ("": the innermost one)
+    reason: str = field(default="", compare=False)
+
+    def __post_init__(self):
+        if self.kind not in SCHEDULES:
+            raise ValueError(f"unknown CUDA schedule {self.kind!r} (schedules: {', '.join(SCHEDULES)})")
+        if self.width not in (2, 4, 8, 16, 32) or self.threads % WARP or self.threads <= 0:
+            raise ValueError(f"bad schedule {self}: width in 2..32 (a power of two), threads a multiple of 32")
+
+    def describe(self) -> str:
+        text = f"{self.kind}" + (f"(width={self.width})" if self.kind in LANED else "")
+        text = text[:-1] + f", loop={self.loop})" if self.kind == "block_tile" and self.loop else text
+        text += ", one thread" if self.kind == "serial" else f", {self.threads} threads/block"
+        return text + (f" — {self.reason}" if self.reason else "")
+
+
+def vector_width(mean: float, longest: int) -> int:
+    """Lanes per row for rows of this mean length (0: a thread per row is better).
+
+    Short rows (mean < 4) keep a thread each; longer ones get the power of two at or
+    above the mean, up to a warp; skewed rows (:func:`skewed`) a warp."""
+    if skewed(mean, longest):
+        return WARP
+    if mean < 4:
+        return 0
+    width = 4
+    while width < mean and width < WARP:
+        width *= 2
+    return width
+
+
+def skewed(mean: float, longest: int) -> bool:
+    """The longest row is over 32× the mean (and at least 64 long): rows need balancing."""
+    return longest > 32 * max(mean, 1.0) and longest >= 64
+
+
+def lane_bucket(extent: int) -> int:
+    """Lanes worth giving a dense loop of ``extent`` iterations: the power of two at or above
+    it, at most a warp (1 for a single iteration). Buckets keep cache keys few."""
+    width = 1
+    while width < extent and width < WARP:
+        width *= 2
+    return width
+
+
+# -- how a function maps to threads -------------------------------------------------------
+
+@dataclass(frozen=True)
+class Mapping:
+    loop: ir.For | None           # spread over threads; None: one thread runs the function
+    atomic: bool = False          # iterations may update the same output element
+    warp: ir.For | None = None    # the row reduction loop (warp_per_row, merge_path)
+    acc: str = ""                 # its register sum
+    tile: ir.For | None = None    # the dense loop lanes share (block_tile)
+
+
+def mapping(fn: ir.Function, warp: bool = False) -> Mapping:
+    """The spread loop of ``fn``; with ``warp``, also its row reduction when it has one."""
+    body = fn.body
+    for k, s in enumerate(body):
+        if not isinstance(s, ir.For):
+            continue
+        pre, post = body[:k], body[k + 1:]
+        if not all(isinstance(p, (ir.Assign, ir.Comment)) for p in pre):
+            break
+        if s.parallel and not post:
+            found = row_reduction(s, fn) if warp else None
+            return Mapping(s, False, *found) if found else Mapping(s)
+        if _distributable(s, pre, post):  # a parallel loop whose rows all add into one sum, too
+            return Mapping(s, atomic=True)
+        break
+    return Mapping(None)
+
+
+def _assigned(body) -> set[str]:
+    names = set()
+    for s in ir.walk(body):
+        if isinstance(s, ir.Assign):
+            names.add(s.name)
+        elif isinstance(s, ir.For):
+            names.add(s.var)
+    return names
+
+
+def _exprs(s: ir.Stmt):
+    """The expressions of one statement (not of the statements nested in it)."""
+    if isinstance(s, ir.Store):
+        return (*s.index, s.value)
+    if isinstance(s, ir.For):
+        return (s.start, s.stop)
+    return tuple(getattr(s, a) for a in ("value", "cond") if isinstance(getattr(s, a, None), ir.Expr))
+
+
+def _vars(e: ir.Expr) -> set[str]:
+    if isinstance(e, ir.Var):
+        return {e.name}
+    out: set[str] = set()
+    for attr in ("left", "right", "operand", "value", "cond", "then", "orelse"):
+        child = getattr(e, attr, None)
+        if isinstance(child, ir.Expr):
+            out |= _vars(child)
+    for child in getattr(e, "index", ()) + getattr(e, "args", ()):
+        out |= _vars(child)
+    return out
+
+
+def _read(body) -> set[str]:
+    return {n for s in ir.walk(body) for e in _exprs(s) for n in _vars(e)}
+
+
+def substitute(e: ir.Expr, name: str, by: ir.Expr) -> ir.Expr:
+    """``e`` with the variable ``name`` replaced by ``by``."""
+    if e == ir.Var(name):
+        return by
+    if isinstance(e, (ir.Var, ir.Const)):
+        return e
+    changes = {}
+    for f in dataclasses.fields(e):
+        value = getattr(e, f.name)
+        if isinstance(value, ir.Expr):
+            changes[f.name] = substitute(value, name, by)
+        elif isinstance(value, tuple):
+            changes[f.name] = tuple(substitute(v, name, by) for v in value)
+    return dataclasses.replace(e, **changes)
+
+
+def _distributable(loop: ir.For, pre, post) -> bool:
+    """Iterations share only register sums started before the loop (``acc = 0``, ``acc += e``)
+    and update outputs with ``+=``; the sums are added to outputs after the loop."""
+    stmts = list(ir.walk(loop.body))
+    if any(isinstance(s, (ir.Return, ir.While)) or (isinstance(s, ir.Store) and not s.accumulate)
+           for s in stmts):
+        return False
+    before = {p.name: p for p in pre if isinstance(p, ir.Assign)}
+    carried = _assigned(loop.body) & set(before)
+    for name in carried:
+        if not isinstance(before[name].value, ir.Const):
+            return False
+        if any(isinstance(s, ir.Assign) and s.name == name and s.op != "+" for s in stmts):
+            return False
+        others = [s for s in stmts if not (isinstance(s, ir.Assign) and s.name == name)]
+        if any(name in _vars(e) for s in others for e in _exprs(s)):
+            return False
+    for s in post:
+        if not (isinstance(s, ir.Store) and s.accumulate):
+            return False
+    return True
+
+
+def row_reduction(loop: ir.For, fn: ir.Function):
+    """``(reduction loop, accumulator)`` when ``loop`` is ``acc = 0; <assigns>; for p: ...;
+    acc += e; <stores of acc at the loop variable>`` — the shape lanes can share."""
+    body = loop.body
+    loops = [k for k, s in enumerate(body) if isinstance(s, ir.For)]
+    if len(loops) != 1 or loop.step != 1:
+        return None
+    k = loops[0]
+    inner, pre, post = body[k], body[:k], body[k + 1:]
+    if inner.parallel or inner.step != 1 or not inner.body:
+        return None
+    last = inner.body[-1]
+    if not (isinstance(last, ir.Assign) and last.op == "+"):
+        return None
+    acc = last.name
+    if not all(isinstance(s, ir.Assign) and s.name != acc and not s.op for s in inner.body[:-1]):
+        return None
+    if not any(isinstance(s, ir.Assign) and s.name == acc and isinstance(s.value, ir.Const) for s in pre):
+        return None
+    if not all(isinstance(s, ir.Assign) for s in pre) or not post:
+        return None
+    allowed = {loop.var, acc} | _scalars(fn)
+    for s in post:
+        if not isinstance(s, ir.Store) or not _read((s,)) <= allowed:
+            return None
+    return inner, acc
+
+
+def _scalars(fn: ir.Function) -> set[str]:
+    return {p.name for p in fn.params if p.role[0] in SCALAR_ROLES}
+
+
+def merge_rows(fn: ir.Function, m: Mapping) -> bool:
+    """Whether ``m``'s row reduction can run merge-path: each row's segment starts where the
+    previous one stops (``stop(i) == start(i + 1)``, bounds read only ``i`` and parameters),
+    and every store adds a value linear in the sum (so a row split between threads adds up)."""
+    if m.warp is None or m.loop.step != 1:
+        return False
+    var = m.loop.var
+    params = {p.name for p in fn.params}
+    if not (_vars(m.warp.start) | _vars(m.warp.stop)) <= params | {var}:
+        return False
+    if substitute(m.warp.start, var, ir.add(ir.Var(var), 1)) != m.warp.stop:
+        return False
+    post = m.loop.body[m.loop.body.index(m.warp) + 1:]
+    return all(s.accumulate and _linear(s.value, m.acc) for s in post)
+
+
+def _linear(e: ir.Expr, acc: str) -> bool:
+    """``e`` is ``c * acc`` for some ``c`` free of ``acc`` (so ``e(a + b) == e(a) + e(b)``)."""
+    if e == ir.Var(acc):
+        return True
+    if isinstance(e, ir.Neg):
+        return _linear(e.operand, acc)
+    if isinstance(e, ir.Bin) and e.op == "*":
+        return (_linear(e.left, acc) and acc not in _vars(e.right)) or \
+            (_linear(e.right, acc) and acc not in _vars(e.left))
+    return False
+
+
+def tile_loops(m: Mapping) -> list[ir.For]:
+    """Dense loops inside the spread loop that lanes may share, outermost first: their
+    iterations are independent (every name they assign is set afresh each iteration and
+    not read after the loop) and write different output elements (a store index is the
+    loop variable, or ``x + var`` with ``x`` fixed) or add atomically."""
+    if m.loop is None or m.warp is not None:
+        return []
+    found = []
+    for s in ir.walk(m.loop.body):
+        if isinstance(s, ir.For) and s.step == 1 and _independent(s, m):
+            found.append(s)
+    return found
+
+
+def tile_width(fn: ir.Function, loop: ir.For, lanes: dict, scope=()) -> int:
+    """Lanes for ``loop`` from ``lanes`` (:func:`lane_bucket` per ``(tensor, level)`` size and
+    per index extent): the smallest bucket among the parameters bounding it, or of the
+    tile it runs over (``start = max(lo, ..)``, ``stop = min(hi, ..)`` with ``hi = min(lo + c, ..)``
+    assigned in ``scope``: at most ``c`` iterations). 0: unknown."""
+    roles = {p.name: p.role for p in fn.params}
+    widths = [lanes.get(_lane_key(roles[n]), 0) for n in _vars(loop.stop) if n in roles]
+    widths = [w for w in widths if w]
+    span = _tile_span(loop, {s.name: s.value for s in ir.walk(scope) if isinstance(s, ir.Assign) and not s.op})
+    if span is not None:
+        widths.append(lane_bucket(span))
+    return min(widths) if widths else 0
+
+
+def _tile_span(loop: ir.For, assigns: dict) -> int | None:
+    def args(e, fn):
+        return e.args if isinstance(e, ir.Call) and e.fn == fn else (e,)
+
+    lows = set(args(loop.start, "max"))
+    for hi in args(loop.stop, "min"):
+        for bound in args(assigns.get(hi.name), "min") if isinstance(hi, ir.Var) else ():
+            if isinstance(bound, ir.Bin) and bound.op == "+" and bound.left in lows \
+                    and isinstance(bound.right, ir.Const):
+                return int(bound.right.value)
+    return None
+
+
+def _lane_key(role: tuple):
+    if role[0] == "size":
+        return (role[1], role[2])
+    if role[0] == "extent":
+        return role[1]
+    return None
+
+
+def _independent(loop: ir.For, m: Mapping) -> bool:
+    stmts = list(ir.walk(loop.body))
+    if any(isinstance(s, (ir.Return, ir.While)) for s in stmts):
+        return False
+    fresh = {s.name for s in stmts if isinstance(s, ir.Assign) and not s.op} | \
+        {s.var for s in stmts if isinstance(s, ir.For)}
+    if any(isinstance(s, ir.Assign) and s.name not in fresh for s in stmts):
+        return False  # a sum carried from one iteration to the next
+    if (fresh | {loop.var}) & _read_outside(m.loop.body, loop):
+        return False
+    top = {s.name: s.value for s in loop.body if isinstance(s, ir.Assign) and not s.op}
+    stores = [s for s in stmts if isinstance(s, ir.Store)]
+    return bool(stores) and (m.atomic or all(_injective(s, loop.var, top) for s in stores))
+
+
+def _read_outside(body, inner: ir.For) -> set[str]:
+    """Names read in ``body`` outside the subtree of ``inner``."""
+    out: set[str] = set()
+    for s in body:
+        if s is inner:
+            continue
+        out |= {n for e in _exprs(s) for n in _vars(e)}
+        for attr in ("body", "orelse"):
+            out |= _read_outside(getattr(s, attr, ()), inner)
+    return out
+
+
+def _injective(store: ir.Store, var: str, top: dict) -> bool:
+    for e in store.index:
+        e = e.value if isinstance(e, ir.Index) else e
+        if isinstance(e, ir.Var) and e.name in top:
+            e = top[e.name]
+        if e == ir.Var(var):
+            return True
+        if isinstance(e, ir.Bin) and e.op == "+":
+            for mine, other in ((e.left, e.right), (e.right, e.left)):
+                if mine == ir.Var(var) and var not in _vars(other) and not (_vars(other) & set(top)):
+                    return True
+    return False
+
+
+def reduced_level(fn: ir.Function, m: Mapping):
+    """``(tensor, level)`` whose segments the row reduction loop walks (for row statistics)."""
+    if m.warp is None:
+        return None
+    roles = {p.name: p.role for p in fn.params}
+    for e in (m.warp.start, m.warp.stop):
+        if isinstance(e, ir.Call) and e.fn == "np.intp":  # a signed view of an index load
+            e = e.args[0]
+        if isinstance(e, ir.Load) and roles.get(e.array, ("",))[0] == "pos":
+            return roles[e.array][1], roles[e.array][2]
+    return None
+
+
+# -- the heuristic ---------------------------------------------------------------------------
+
+def choose_schedule(fn: ir.Function, widths: dict | None = None, override=None, simulator: bool = False,
+                    lanes: dict | None = None, skew: frozenset = frozenset()) -> Schedule:
+    """The schedule for ``fn``: ``override`` (a :class:`Schedule`, a kind, or ``"warp_per_row:8"``)
+    where it applies; else merge_path when the reduced level is in ``skew``; else warp_per_row
+    when its ``widths[(tensor, level)]`` (:func:`vector_width`) is non-zero; else block_tile
+    when a shareable dense loop gets at least 2 ``lanes``; else thread_per_row (serial when
+    nothing is parallel)."""
+    base = {"threads": WARP, "max_blocks": 2} if simulator else {}
+    request = _parse(override, base)
+    m = mapping(fn, warp=True)
+    if m.loop is None:
+        return Schedule("serial", threads=WARP, max_blocks=1, reason="no loop runs in parallel")
+    if request is not None:
+        return _requested(fn, m, request, base)
+    level = reduced_level(fn, m)
+    if level in skew and merge_rows(fn, m):
+        return Schedule("merge_path", **base, reason=f"rows of {level[0]} level {level[1]} are skewed: "
+                                                      "rows and entries split evenly over threads")
+    width = (widths or {}).get(level, 0) if level is not None else 0
+    if width:
+        return Schedule("warp_per_row", width, **base, reason=f"rows of {level[0]} level {level[1]}: "
+                                                               f"{width} lanes by mean row length")
+    for loop in reversed(tile_loops(m)):
+        width = tile_width(fn, loop, lanes or {}, m.loop.body)
+        if width >= 2:
+            return Schedule("block_tile", width, loop=loop.var, **base,
+                            reason=f"{width} lanes share the dense loop over {loop.var}")
+    reason = "no shared row reduction" if m.warp is None else "short rows"
+    return Schedule(**base, reason=reason + (", atomic updates" if m.atomic else ""))
+
+
+def _requested(fn: ir.Function, m: Mapping, request: Schedule, base: dict) -> Schedule:
+    kind = request.kind
+    if kind == "serial":
+        return Schedule("serial", threads=WARP, max_blocks=1, reason="requested")
+    if kind in ("warp_per_row", "merge_path") and m.warp is None:
+        return Schedule(**base, reason=f"{kind} requested but the kernel has no shared row reduction")
+    if kind == "merge_path" and not merge_rows(fn, m):
+        return Schedule(**base, reason="merge_path requested but the row segments are not contiguous")
+    if kind == "block_tile":
+        loops = [s for s in tile_loops(m) if s.var == request.loop or not request.loop]
+        if not loops:
+            return Schedule(**base, reason="block_tile requested but no dense loop can share lanes")
+        return dataclasses.replace(request, loop=loops[-1].var, reason="requested")
+    return dataclasses.replace(request, reason="requested")
+
+
+def _parse(override, base: dict) -> Schedule | None:
+    """``"kind"``, ``"kind:width"`` or ``"block_tile:width:loop"``."""
+    if override is None or isinstance(override, Schedule):
+        return override
+    kind, _, rest = str(override).partition(":")
+    width, _, loop = rest.partition(":")
+    return Schedule(kind.strip(), int(width) if width else WARP, loop=loop.strip(), **base)
+
+
+def planned(fn: ir.Function, schedule: Schedule) -> Mapping:
+    """The mapping a kernel is emitted with under ``schedule``."""
+    if schedule.kind == "serial":
+        return Mapping(None)
+    m = mapping(fn, warp=schedule.kind in ("warp_per_row", "merge_path"))
+    if schedule.kind == "block_tile":
+        loops = [s for s in tile_loops(Mapping(m.loop, m.atomic)) if s.var == schedule.loop or not schedule.loop]
+        return Mapping(m.loop, m.atomic, tile=loops[-1]) if loops else Mapping(m.loop, m.atomic)
+    if schedule.kind == "merge_path" and not merge_rows(fn, m):
+        return Mapping(m.loop, m.atomic)
+    return m if m.warp is None or schedule.kind != "thread_per_row" else Mapping(m.loop, m.atomic)

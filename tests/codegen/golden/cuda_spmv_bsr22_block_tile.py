@@ -1,0 +1,40 @@
+# golden file: y[i] += A[i, j] * x[j]
+
+import numpy as np
+from numba import cuda
+
+
+def blocks_for(work, threads, limit):
+    """Blocks for `work` grid-stride iterations: at least 1, at most `limit`."""
+    return max(1, min(limit, (work + threads - 1) // threads))
+
+
+# schedule: block_tile(width=2, loop=v_i_mod2), 256 threads/block — requested
+@cuda.jit(cache=True)
+def kernel_0(y, A_lvl0_size, A_lvl1_pos, A_lvl1_crd, A_lvl2_size, A_lvl3_size, A_vals, x, n_i, n_j):
+    """y[i] += A[i, j] * x[j]"""
+    lane = cuda.threadIdx.x % 2  # 2 lanes share the loop over v_i_mod2
+    group = cuda.threadIdx.x % 32 // 2  # 16 v_i_div2 per warp
+    for v_i_div2_base in range(cuda.grid(1) // 32 * 16, A_lvl0_size, cuda.gridsize(1) // 32 * 16):
+        v_i_div2 = v_i_div2_base + group
+        if v_i_div2 < A_lvl0_size:
+            for A_p1 in range(np.intp(A_lvl1_pos[np.uintp(v_i_div2)]), np.intp(A_lvl1_pos[np.uintp(v_i_div2 + 1)])):
+                v_j_div2 = np.intp(A_lvl1_crd[np.uintp(A_p1)])
+                for v_i_mod2 in range(max(0, -(2 * v_i_div2)) + lane, min(A_lvl2_size, n_i - 2 * v_i_div2), 2):
+                    i = 2 * v_i_div2 + v_i_mod2
+                    A_p2 = A_p1 * A_lvl2_size + v_i_mod2
+                    acc = 0.0
+                    for v_j_mod2 in range(max(0, -(2 * v_j_div2)), min(A_lvl3_size, n_j - 2 * v_j_div2)):
+                        j = 2 * v_j_div2 + v_j_mod2
+                        A_p3 = A_p2 * A_lvl3_size + v_j_mod2
+                        acc += A_vals[np.uintp(A_p3)] * x[np.uintp(j)]
+                    y[np.uintp(i)] += acc
+
+
+def launch_kernel_0(y, A_lvl0_size, A_lvl1_pos, A_lvl1_crd, A_lvl2_size, A_lvl3_size, A_vals, x, n_i, n_j, stream=0):
+    """Launch kernel_0 on `stream` (block_tile)."""
+    blocks = blocks_for(A_lvl0_size * 2, 256, 4096)
+    kernel_0[blocks, 256, stream](y, A_lvl0_size, A_lvl1_pos, A_lvl1_crd, A_lvl2_size, A_lvl3_size, A_vals, x, n_i, n_j)
+
+
+PLAN = [{'function': 'kernel_0', 'params': [['array', 'y'], ['size', 'A', 0], ['pos', 'A', 1], ['crd', 'A', 1], ['size', 'A', 2], ['size', 'A', 3], ['vals', 'A'], ['array', 'x'], ['extent', 'i'], ['extent', 'j']], 'convert': {}, 'alias': {}, 'order': ['v_i_div2', 'v_j_div2', 'v_i_mod2', 'v_j_mod2'], 'sparse_output': False, 'rows': None, 'statement': 'y[i] += A[i, j] * x[j]', 'accumulate': True}]
