@@ -191,3 +191,35 @@ def test_unit_blocks(fmt, rng):
     x, z = rng.standard_normal(9), rng.standard_normal(7)
     np.testing.assert_allclose(ustc.matmul(A, x), a @ x)
     np.testing.assert_allclose(ustc.matmul(z, A), z @ a)
+
+
+@pytest.mark.parametrize("fmt", named_2d())
+def test_spgemm_in_every_named_format(fmt, rng):
+    """Both operands in one registry format; formats no kernel or library takes run the CSR
+    kernel after converting, and see values changed in place at the next execute."""
+    a, b = random_dense(rng, (9, 12), 0.3), random_dense(rng, (12, 7), 0.3)
+    A, B = sparse(a, fmt), sparse(b, fmt)
+    a, b = np.array(A.to_dense()), np.array(B.to_dense())  # what n:m pruning kept (copies: Dense shares)
+    with ustc.Matmul(A, B) as mm:
+        mm.plan()
+        assert not mm.plan_info.startswith("generated"), mm.plan_info
+        C = mm.execute()
+        np.testing.assert_allclose(C.to_dense(), a @ b, atol=1e-12)
+        if mm.plan_info.startswith("registered kernel: csr_spgemm (spgemm, cpu) after converting"):
+            A.values[...] *= -3
+            np.testing.assert_allclose(mm.execute().to_dense(), -3 * a @ b, atol=1e-12)
+
+
+def test_spgemm_via_csr_edge_shapes(rng):
+    for shape_a, shape_b in (((0, 4), (4, 3)), ((4, 0), (0, 3)), ((1, 6), (6, 1)), ((5, 5), (5, 5))):
+        a, b = random_dense(rng, shape_a, 0.5), np.zeros(shape_b)
+        if shape_a == (1, 6):
+            b = random_dense(rng, shape_b, 0.9)
+        A, B = ustc.Tensor.from_dense(a, "DCSR"), ustc.Tensor.from_dense(b, "DCSR")
+        mm = ustc.Matmul(A, B).plan()
+        assert "after converting a (DCSR) and b (DCSR) to CSR" in mm.plan_info
+        C = mm.execute()
+        assert C.format == A.format and C.shape == (shape_a[0], shape_b[1])
+        np.testing.assert_allclose(C.to_dense(), a @ b)
+    forced = ustc.Matmul(A, B, options={"route": "generated"}).plan()
+    assert forced.plan_info.startswith("generated")

@@ -74,6 +74,43 @@ class RegisteredRoute(Route):
         return out
 
 
+class ViaCsrRoute(RegisteredRoute):
+    """SpGEMM of formats no kernel or library takes: each execute converts the operands that
+    are not CSR to CSR (O(nnz) each, and the operands' current values are what count) and
+    runs the registered CSR kernel, whose output converts to the requested format."""
+
+    def __init__(self, entry: registry.Registered, out_format, converted: list[str]):
+        super().__init__(entry, "spgemm", out_format)
+        self.info += f" after converting {' and '.join(converted)} to CSR at every execute"
+
+    def run(self, a, b, out, alpha):
+        from ..formats import CSR
+
+        a, b = (x if _plain_csr(x.format) else x.convert(CSR) for x in (a, b))
+        return super().run(a, b, out, alpha)
+
+
+def _plain_csr(fmt) -> bool:
+    from ..formats import CSR
+    from ..tensor.interop import plain_format
+
+    return plain_format(fmt) == plain_format(CSR)
+
+
+def _via_csr(p: Problem, a, b, op, out_format) -> Route | None:
+    """The CSR SpGEMM kernel through conversions, for sparse x sparse on the CPU."""
+    from ..formats import CSR
+
+    if op != "spgemm" or p.target != "cpu":
+        return None
+    entry = registry.lookup("spgemm", CSR, "cpu")
+    if entry is None or not np.issubdtype(np.result_type(a.dtype, b.dtype), np.number):
+        return None
+    converted = [f"{name} ({_fmt_name_text(x.format)})" for name, x in (("a", a), ("b", b))
+                 if not _plain_csr(x.format)]
+    return ViaCsrRoute(entry, out_format, converted)
+
+
 class ScipyRoute(Route):
     """SciPy's compiled sparse products on the host (``a @ b`` of two SciPy sparse arrays)."""
 
@@ -228,15 +265,17 @@ def choose(p: Problem, a, b, out_format) -> tuple[Route, str]:
             why = "forced" if forced else "the library kernel is faster than generated code here"
             return route, why
         tried.append(f"no library kernel {'is faster' if forced is None else 'handles this'}")
+    if forced in (None, "registered"):
+        route = _via_csr(p, a, b, op, out_format)
+        if route is not None:
+            return route, "; ".join(tried + ["converting to CSR costs O(nnz), far less than the product"])
     if forced in (None, "generated"):
         return GeneratedRoute(p, p.target, out_format), "; ".join(tried) or "forced"
     raise UnsupportedOperation(f"matmul: route {forced!r} cannot run this product: {'; '.join(tried)}")
 
 
 def _library(p: Problem, a, b, op, out_format, default: bool) -> Route | None:
-    from ..tensor.interop import _scipy_kind
-
-    kinds = [_scipy_kind(x.format) if s.sparse else "dense" for s, x in ((p.a, a), (p.b, b))]
+    kinds = [_scipy_class(x) if s.sparse else "dense" for s, x in ((p.a, a), (p.b, b))]
     if p.target == "cpu":
         if None in kinds or p.a.ndim > 2 or p.b.ndim > 2:
             return None
@@ -247,6 +286,16 @@ def _library(p: Problem, a, b, op, out_format, default: bool) -> Route | None:
     if op in ("spmv", "spmm") and kinds[0] in ("csr", "csc", "coo") and p.device == "cuda":
         return CupyRoute(op, kinds[0].upper(), "/".join(p.a.index))
     return None
+
+
+def _scipy_class(t) -> str | None:
+    """The SciPy class that can view ``t`` zero-copy (BSR only when the blocks tile the shape)."""
+    from ..tensor.interop import _scipy_kind
+
+    kind = _scipy_kind(t.format)
+    if kind == "bsr" and any(n % block for n, block in zip(t.shape, t._layout.level_shape[2:])):
+        return None
+    return kind
 
 
 def _fmt_name(s, x) -> str:
