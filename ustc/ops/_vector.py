@@ -113,3 +113,38 @@ def triangular_csr(pos, crd, vals, b, x, unit, lower):
         for c in range(k):
             x[i, c] = acc[c] / diag
     return -1
+
+
+@njit(cache=True, nogil=True)
+def triangular_levels(pos, crd, lower):
+    """Level schedule of the CSR pattern ``pos`` / ``crd`` (:mod:`ustc.ops.trisolve`): returns
+    ``(level_ptr, level_rows, diag)``. One pass in dependency order (``level[r] = 1 + max
+    level[c]`` over stored ``c < r``, or ``c > r`` when not ``lower``), then a counting sort of
+    the rows by level, stable, so each level stays ascending. ``diag[r]``: the position of
+    ``(r, r)``, -1 if none."""
+    n = pos.size - 1
+    level = np.zeros(n, dtype=np.int64)
+    diag = np.full(n, -1, dtype=np.int64)
+    depth = 0
+    for step in range(n):
+        r = step if lower else n - 1 - step
+        lev = 0
+        for p in range(pos[r], pos[r + 1]):
+            c = crd[p]
+            if (c < r) if lower else (c > r):
+                lev = max(lev, level[c] + 1)
+            elif c == r:
+                diag[r] = p
+        level[r] = lev
+        depth = max(depth, lev + 1)
+    ptr = np.zeros(depth + 1, dtype=np.int64)
+    for r in range(n):
+        ptr[level[r] + 1] += 1
+    for lev in range(depth):
+        ptr[lev + 1] += ptr[lev]
+    fill = ptr[:-1].copy()
+    rows = np.empty(n, dtype=np.int64)
+    for r in range(n):
+        rows[fill[level[r]]] = r
+        fill[level[r]] += 1
+    return ptr, rows, diag

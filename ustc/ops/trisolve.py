@@ -1,0 +1,167 @@
+"""Level-scheduled sparse triangular solves: the level analysis (host) and the ``cuda`` driver.
+
+Row ``r`` of a lower (upper) triangular CSR matrix depends on every row ``c < r``
+(``c > r``) it stores an entry for. Its *level* is 0 without dependencies, else
+``1 + max(level[c])`` over them, so the rows of one level depend only on earlier
+levels and can be solved at the same time. :func:`analyse` computes the levels
+on the host in one O(n + nnz) pass (:func:`ustc.ops._vector.triangular_levels`) and groups the rows by level
+(:class:`LevelSchedule`); :func:`solve_cuda` runs one kernel launch per level
+(:mod:`ustc.ops.cuda_trisolve`), in order, on one stream.
+
+    >>> import numpy as np, ustc
+    >>> from ustc.ops.trisolve import analyse
+    >>> L = ustc.Tensor.from_dense(np.array([[2., 0, 0], [1, 2, 0], [0, 0, 2]]), "CSR")
+    >>> s = analyse(L, lower=True)
+    >>> s.nlevels, s.level_ptr.tolist(), s.level_rows.tolist()
+    (2, [0, 2, 3], [0, 2, 1])
+
+A schedule depends only on the sparsity pattern and the side: a caller that
+solves with the same matrix again (new values on the same pattern, or new
+right-hand sides) passes it back to :func:`solve_cuda`; ``ustc.solve`` returns
+the one it used in ``SolveInfo.levels``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import SolveError, UstcError
+from ..tensor import packages
+from ..tensor.tensor import Tensor
+
+
+@dataclass(frozen=True, eq=False)
+class LevelSchedule:
+    """The rows of an n×n triangular CSR matrix grouped by level (host NumPy arrays, read-only).
+
+    ``level_ptr`` (``nlevels + 1`` entries) and ``level_rows`` (a permutation of
+    ``0..n-1``) are CSR-like: level ``l`` holds the rows
+    ``level_rows[level_ptr[l]:level_ptr[l + 1]]``, ascending. ``diag[r]`` is the
+    position of row ``r``'s diagonal entry in the matrix's ``crd`` / values, -1 when
+    none is stored. ``nnz`` is the matrix's ``pos[-1]`` (a reuse check). Every row's
+    dependencies lie in strictly earlier levels, and ``nlevels`` is the length of the
+    longest dependency chain (0 for an empty matrix).
+    """
+
+    lower: bool
+    n: int
+    nnz: int
+    level_ptr: np.ndarray
+    level_rows: np.ndarray
+    diag: np.ndarray
+
+    @property
+    def nlevels(self) -> int:
+        return len(self.level_ptr) - 1
+
+    def rows(self, level: int) -> np.ndarray:
+        """The rows of ``level``, ascending."""
+        return self.level_rows[self.level_ptr[level]:self.level_ptr[level + 1]]
+
+    def levels(self) -> np.ndarray:
+        """``level[r]`` for every row (the inverse of the grouping)."""
+        out = np.empty(self.n, dtype=np.int64)
+        out[self.level_rows] = np.repeat(np.arange(self.nlevels), np.diff(self.level_ptr))
+        return out
+
+    def describe(self) -> str:
+        side = "lower" if self.lower else "upper"
+        return f"level-scheduled {side} substitution on CSR rows, {self.nlevels} levels"
+
+
+def analyse_csr(pos, crd, lower: bool) -> LevelSchedule:
+    """The :class:`LevelSchedule` of the CSR pattern ``pos`` / ``crd`` (host arrays; entries on
+    the other side of the diagonal are ignored). Index arrays are int32 where they fit."""
+    pos, crd = np.ascontiguousarray(pos), np.ascontiguousarray(crd)
+    n, nnz = len(pos) - 1, int(pos[-1]) if len(pos) else 0
+    if n < 0:
+        raise UstcError("level analysis: pos must have n + 1 entries, got an empty array")
+    from . import _vector
+
+    ptr, rows, diag = _vector.triangular_levels(pos, crd, bool(lower))
+    index = np.int32 if max(n, nnz) < 2**31 - 1 else np.int64
+    arrays = [ptr.astype(index), rows.astype(index), diag.astype(index)]
+    for a in arrays:
+        a.setflags(write=False)
+    return LevelSchedule(bool(lower), n, nnz, *arrays)
+
+
+def analyse(a: Tensor, lower: bool) -> LevelSchedule:
+    """The :class:`LevelSchedule` of square matrix ``a`` (any format and device; the pattern is
+    read on the host), using its lower (``lower=True``) or upper triangle."""
+    pos, crd = host_pattern(as_csr(a))
+    return analyse_csr(pos, crd, lower)
+
+
+def as_csr(a: Tensor) -> Tensor:
+    """``a`` itself when it is CSR, else a CSR copy on the same device."""
+    from ..formats import CSR
+    from ..tensor.interop import plain_format
+
+    if plain_format(a.format) == plain_format(CSR):
+        return a
+    if a.device != "cpu":
+        return a.to("cpu").convert(CSR).to(a.device)
+    return a.convert(CSR)
+
+
+def host_pattern(csr: Tensor) -> tuple[np.ndarray, np.ndarray]:
+    """``(pos, crd)`` of a CSR tensor's compressed level as host arrays (copied from a device)."""
+    pos, crd = csr._buffers[(1, "pos")], csr._buffers[(1, "crd")]
+    if packages.is_cupy(pos):
+        import cupy
+
+        return cupy.asnumpy(pos), cupy.asnumpy(crd)
+    return pos, crd
+
+
+def singular(row: int) -> SolveError:
+    """The error of a triangular solve whose diagonal entry ``(row, row)`` is missing or zero."""
+    return SolveError(f"solve: the triangular matrix is singular: diagonal entry ({row}, {row}) is missing or zero")
+
+
+def check_diagonal(schedule: LevelSchedule, values) -> None:
+    """Raise :func:`singular` for the first row, in substitution order, whose diagonal entry
+    is missing or zero. ``values`` may live on a device; only the n diagonal values move."""
+    diag = schedule.diag
+    picked = np.maximum(diag, 0)
+    if packages.is_cupy(values):
+        import cupy
+
+        d = cupy.asnumpy(values[cupy.asarray(picked)])
+    else:
+        d = np.asarray(values)[picked]
+    bad = np.flatnonzero((diag < 0) | (d == 0))
+    if bad.size:
+        raise singular(int(bad[0] if schedule.lower else bad[-1]))
+
+
+def solve_cuda(csr: Tensor, b, lower: bool, unit: bool, schedule: LevelSchedule | None = None):
+    """``x`` with ``T x = b`` on the ``cuda`` target, ``T`` the lower / upper triangle of CSR
+    tensor ``csr`` (the diagonal taken as 1 when ``unit``), and the schedule used.
+
+    ``b`` is (n,) or (n, k) of the solve's dtype: host (NumPy; copied to the device once,
+    ``x`` copied back) or, with ``csr`` on 'cuda', CuPy (zero-copy; ``x`` is a new CuPy
+    array). The level analysis and the singularity check (:class:`ustc.SolveError`) run
+    before any launch; :class:`ustc.DeviceError` without a GPU or the simulator.
+    """
+    from . import cuda_host
+
+    pos, crd = host_pattern(csr)
+    if schedule is None:
+        schedule = analyse_csr(pos, crd, lower)
+    elif (schedule.n, schedule.nnz, schedule.lower) != (csr.shape[0], int(pos[-1]), bool(lower)):
+        raise UstcError(f"solve: the level schedule was made for a {schedule.n}×{schedule.n} "
+                        f"{'lower' if schedule.lower else 'upper'} pattern with {schedule.nnz} entries, "
+                        f"not this one; analyse the matrix again")
+    values = csr._values.astype(b.dtype, copy=False)
+    if not unit:
+        check_diagonal(schedule, values)
+    cuda_host.require_device()
+    from . import cuda_trisolve
+
+    device = [csr._buffers[(1, "pos")], csr._buffers[(1, "crd")], values]
+    x = cuda_trisolve.substitute(*device, schedule, b.reshape(b.shape[0], 1) if b.ndim == 1 else b, unit)
+    return x.reshape(b.shape), schedule
