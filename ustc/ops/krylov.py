@@ -21,13 +21,15 @@ from . import _vector as vec
 
 
 class Operator:
-    """``A @ v`` through one planned Matmul; ``apply(v, out)`` copies ``v`` into the planned operand."""
+    """``A @ v`` through one planned Matmul; ``apply(v, out)`` copies ``v`` into the planned operand.
+    ``target="cuda"`` plans the product for the GPU (host vectors; the vector updates stay on
+    the CPU)."""
 
-    def __init__(self, a, n: int, dtype):
+    def __init__(self, a, n: int, dtype, target: str = "cpu"):
         from .plan import Matmul
 
         self.v = np.zeros(n, dtype=dtype)
-        self.matmul = Matmul(a, self.v)
+        self.matmul = Matmul(a, self.v, options={"target": target} if target != "cpu" else None)
         self.matmul.plan()
         self.applications = 0
 

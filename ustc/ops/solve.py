@@ -19,28 +19,48 @@ Convergence: ``||b - A x|| <= max(rtol ||b||, atol)``; otherwise
 (Krylov) or a vector or matrix of right-hand sides (triangular). ``x`` is
 returned in ``b``'s package; with ``return_info=True`` also a
 :class:`SolveInfo`.
+
+``target``: where the solve runs. ``None`` (default) follows the operands: a
+tensor on 'cuda' (``b`` and ``x0`` must be there too, else
+:class:`ustc.DeviceError` naming both) runs on the GPU, host operands on the
+CPU, exactly as before. ``target="cuda"`` with host operands runs on the GPU
+(or in Numba's CUDA simulator) and returns ``x`` on the host. On ``cuda`` the
+triangular method is a level-scheduled substitution (:mod:`ustc.ops.trisolve`:
+rows grouped into levels of independent rows on the host, one kernel launch
+per level; ``SolveInfo.levels`` holds the schedule and ``plan_info`` says e.g.
+``"cuda: level-scheduled lower substitution on CSR rows, 37 levels"``); with
+device operands it is zero-copy and ``x`` is a new CuPy array (torch for torch
+``b``). The Krylov methods take ``target="cuda"`` for host operands only: their
+Matmul is planned for the GPU and the vector updates stay on the CPU; a
+Krylov solve of a device tensor raises :class:`ustc.UnsupportedOperation`. A
+zero or missing diagonal raises :class:`ustc.SolveError` on every target,
+before anything is launched.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import ShapeError, SolveError, UnsupportedOperation, UstcError
+from ..errors import DeviceError, ShapeError, SolveError, UnsupportedOperation, UstcError
 from ..tensor import packages
 from ..tensor.tensor import Tensor
 from . import operands as ops
+from . import trisolve
 
 METHODS = ("triangular", "cg", "bicgstab", "gmres")
 PRECONDITIONERS = (None, "jacobi")
+TARGETS = ("cpu", "cuda")
 
 
 @dataclass(frozen=True)
 class SolveInfo:
     """What a solve did: method, convergence, iterations (matrix products for Krylov methods),
-    the final residual norm ``||b - A x||`` and relative to ``||b||``, and the Matmul route."""
+    the final residual norm ``||b - A x||`` and relative to ``||b||``, the route (the Matmul's,
+    or the substitution's), and for a triangular solve on the ``cuda`` target its
+    :class:`~ustc.ops.trisolve.LevelSchedule` (reusable for the same pattern)."""
 
     method: str
     converged: bool
@@ -48,19 +68,18 @@ class SolveInfo:
     residual_norm: float
     relative_residual: float
     plan_info: str
+    levels: trisolve.LevelSchedule | None = field(default=None, repr=False, compare=False)
 
 
 def solve(a, b, method: str | None = None, *, x0=None, rtol: float = 1e-8, atol: float = 0.0,
           maxiter: int | None = None, restart: int = 30, preconditioner: str | None = None,
           lower: bool | None = None, unit_diagonal: bool = False, check: bool = True,
-          return_info: bool = False):
+          return_info: bool = False, target: str | None = None):
     a = ops.normalise(a, "a")
     if not isinstance(a, Tensor) or a.ndim != 2:
         raise ShapeError("solve: a must be a sparse matrix (a 2-D ustc Tensor or a SciPy / torch sparse matrix)")
-    if a.device != "cpu":
-        raise UnsupportedOperation("solve runs on the CPU for now; move a with a.to('cpu')")
-    package = packages.TORCH if packages.is_torch(b) else packages.NUMPY
-    rhs = packages.host_array(b)
+    target = _target(a, b, x0, target)
+    package, rhs = _rhs(b)
     n = a.shape[0]
     if a.shape[0] != a.shape[1]:
         raise ShapeError(f"solve: a must be square, got shape {a.shape}")
@@ -75,32 +94,86 @@ def solve(a, b, method: str | None = None, *, x0=None, rtol: float = 1e-8, atol:
         dtype = np.dtype(np.float64)
     side = lower if lower is not None else _triangular_side(a) if method in (None, "triangular") else None
     if method is None:
-        method = "triangular" if side is not None else "cg" if _symmetric(a) else "gmres"
+        method = "triangular" if side is not None else _krylov_method(a)
     if method == "triangular":
         if side is None:
             raise SolveError("solve: method 'triangular' needs a triangular matrix (entries on both sides of "
                              "the diagonal were found); pass lower= to use one side only")
-        x, info = _triangular(a, rhs.astype(dtype, copy=False), side, unit_diagonal)
+        run = _triangular_cuda if target == "cuda" else _triangular
+        x, info = run(a, rhs.astype(dtype, copy=False), side, unit_diagonal)
     else:
-        x, info = _krylov(a, rhs, dtype, method, x0, rtol, atol, maxiter, restart, preconditioner)
+        if a.device != "cpu":
+            raise UnsupportedOperation(f"solve: method {method!r} runs on host operands only (target='cuda' "
+                                       f"plans its products for the GPU); move a and b to the host")
+        x, info = _krylov(a, rhs, dtype, method, x0, rtol, atol, maxiter, restart, preconditioner, target)
     if check and not info.converged:
         raise SolveError(f"solve: {info.method} did not converge in {info.iterations} iterations: residual "
                          f"{info.residual_norm:.3e} (relative {info.relative_residual:.3e}, asked for "
                          f"{rtol:.1e}); try another method, a preconditioner or a larger maxiter")
-    x = packages.wrap(x, package)
+    x = _wrap(x, package)
     return (x, info) if return_info else x
 
 
+def _target(a: Tensor, b, x0, target: str | None) -> str:
+    """The target: ``target``, else the operands' device; DeviceError when they differ."""
+    where = {"a": a.device, "b": packages.device_of(b)}
+    if x0 is not None:
+        where["x0"] = packages.device_of(x0)
+    (n0, d0), *rest = where.items()
+    for name, device in rest:
+        if device != d0:
+            raise DeviceError(f"solve: operands live on different devices: '{n0}' is on {d0}, '{name}' is on "
+                              f"{device}; move them with .to('{d0}') or .to('{device}')")
+    if target is None:
+        return d0
+    if target not in TARGETS:
+        raise UstcError(f"solve: target must be one of {', '.join(TARGETS)} or None, got {target!r}")
+    if target == "cpu" and d0 != "cpu":
+        raise DeviceError(f"solve: target 'cpu' but the operands are on {d0}; move them with a.to('cpu')")
+    return target
+
+
+def _rhs(b):
+    """``(package, array)``: NumPy for host data, CuPy for device data (torch CUDA through DLPack)."""
+    from .cuda_host import device_array
+
+    on_device = device_array(b)
+    if on_device is not None:
+        return (packages.TORCH if packages.is_torch(b) else packages.CUPY), on_device
+    return (packages.TORCH if packages.is_torch(b) else packages.NUMPY), packages.host_array(b)
+
+
+def _wrap(x, package: str):
+    if packages.is_cupy(x) and package == packages.TORCH:  # pragma: no cover - needs a GPU
+        import torch
+
+        return torch.from_dlpack(x)
+    return packages.wrap(x, package)
+
+
+def _krylov_method(a: Tensor) -> str:
+    if a.device != "cpu":
+        raise UnsupportedOperation("solve: a on 'cuda' is not triangular, and the Krylov methods run on host "
+                                   "operands only; move a and b to the host (target='cuda' then runs the "
+                                   "products on the GPU)")
+    return "cg" if _symmetric(a) else "gmres"
+
+
 def _triangular_side(a: Tensor) -> bool | None:
-    """True (lower), False (upper) or None (neither); a diagonal matrix counts as lower."""
-    (rows, cols), _ = a.entries()
+    """True (lower), False (upper) or None (neither); a diagonal matrix counts as lower.
+    A device tensor's pattern is read on the host."""
+    if a.device != "cpu":
+        pos, cols = trisolve.host_pattern(trisolve.as_csr(a))
+        rows = np.repeat(np.arange(len(pos) - 1), np.diff(pos))
+    else:
+        (rows, cols), _ = a.entries()
     if rows.size == 0 or bool((rows >= cols).all()):
         return True
     return False if bool((rows <= cols).all()) else None
 
 
 def _symmetric(a: Tensor) -> bool:
-    csr = _csr(a)
+    csr = trisolve.as_csr(a)
     from ..tensor.interop import to_scipy
 
     s = to_scipy(csr)
@@ -108,38 +181,49 @@ def _symmetric(a: Tensor) -> bool:
     return diff.nnz == 0 or float(diff.max()) <= 8 * np.finfo(np.float64).eps * float(abs(s).max())
 
 
-def _csr(a: Tensor) -> Tensor:
-    from ..formats import CSR
-    from ..tensor.interop import plain_format
-
-    return a if plain_format(a.format) == plain_format(CSR) else a.convert(CSR)
-
-
 def _triangular(a: Tensor, b: np.ndarray, lower: bool, unit: bool):
     from . import _vector as vec
 
-    csr = _csr(a)
-    b2 = b.reshape(b.shape[0], -1)
+    csr = trisolve.as_csr(a)
+    b2 = b.reshape(b.shape[0], 1) if b.ndim == 1 else b
     x = np.empty_like(b2)
     values = csr._values.astype(b2.dtype, copy=False)
     bad = vec.triangular_csr(csr._buffers[(1, "pos")], csr._buffers[(1, "crd")], values, b2, x, unit, lower)
     if bad >= 0:
-        raise SolveError(f"solve: the triangular matrix is singular: diagonal entry ({bad}, {bad}) is "
-                         f"missing or zero")
+        raise trisolve.singular(bad)
     x = x.reshape(b.shape)
-    res = _residual_norm(a, x, b)
-    bn = float(np.linalg.norm(b)) or 1.0
     side = "lower" if lower else "upper"
-    return x, SolveInfo("triangular", bool(np.isfinite(res)), 1, res, res / bn, f"{side} substitution on CSR rows")
+    return x, _triangular_info(a, x, b, f"{side} substitution on CSR rows")
 
 
-def _residual_norm(a: Tensor, x, b) -> float:
+def _triangular_cuda(a: Tensor, b, lower: bool, unit: bool):
+    """The level-scheduled substitution of :mod:`ustc.ops.trisolve` on the ``cuda`` target."""
+    x, schedule = trisolve.solve_cuda(trisolve.as_csr(a), b, lower, unit)
+    return x, _triangular_info(a, x, b, "cuda: " + schedule.describe(), schedule)
+
+
+def _triangular_info(a: Tensor, x, b, route: str, schedule=None) -> SolveInfo:
+    res = _norm(b - _product(a, x))
+    bn = _norm(b) or 1.0
+    return SolveInfo("triangular", bool(np.isfinite(res)), 1, res, res / bn, route, schedule)
+
+
+def _product(a: Tensor, x):
     from .matmul import matmul
 
-    return float(np.linalg.norm(b - matmul(a, x)))
+    return matmul(a, x)
 
 
-def _krylov(a: Tensor, rhs, dtype, method, x0, rtol, atol, maxiter, restart, preconditioner):
+def _norm(v) -> float:
+    """The 2-norm (Frobenius for a matrix) of a host or CuPy array, as a float."""
+    if packages.is_cupy(v):  # pragma: no cover - needs a GPU
+        import cupy
+
+        return float(cupy.linalg.norm(v))
+    return float(np.linalg.norm(v))
+
+
+def _krylov(a: Tensor, rhs, dtype, method, x0, rtol, atol, maxiter, restart, preconditioner, target):
     from . import krylov
 
     if rhs.ndim != 1:
@@ -151,7 +235,7 @@ def _krylov(a: Tensor, rhs, dtype, method, x0, rtol, atol, maxiter, restart, pre
         raise ShapeError(f"solve: x0 has shape {x.shape}, expected ({n},)")
     dinv = _jacobi(a, n, dtype) if preconditioner == "jacobi" else None
     maxiter = 10 * n if maxiter is None else int(maxiter)
-    op = krylov.Operator(a, n, dtype)
+    op = krylov.Operator(a, n, dtype, target)
     if method == "gmres":
         x, it, res, ok = krylov.gmres(op, b, x, dinv, rtol, atol, maxiter, restart)
     else:
