@@ -1,4 +1,5 @@
-"""Run ``matrix.py MODE`` in a fresh process (its own kernel cache) and parse its JSON lines."""
+"""Run ``matrix.py MODE`` (or another case script) in a fresh process (its own kernel cache) and
+parse its JSON lines."""
 
 from __future__ import annotations
 
@@ -11,17 +12,17 @@ from pathlib import Path
 MATRIX = Path(__file__).with_name("matrix.py")
 
 
-def run_matrix(mode: str, cache_dir, simulator: bool, timeout: int = 600) -> list[dict]:
+def run_matrix(mode: str, cache_dir, simulator: bool, timeout: int = 600, script: Path = MATRIX) -> list[dict]:
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
     env["USTC_CACHE_DIR"] = str(cache_dir)
     env["NUMBA_CACHE_DIR"] = str(Path(cache_dir) / "numba")
     if simulator:
         env["NUMBA_ENABLE_CUDASIM"] = "1"
-    done = subprocess.run([sys.executable, str(MATRIX), mode], capture_output=True, text=True, env=env,
+    done = subprocess.run([sys.executable, str(script), mode], capture_output=True, text=True, env=env,
                           timeout=timeout)
     assert done.returncode == 0, done.stderr[-4000:]
     records = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
-    assert records, f"no results from {MATRIX.name} {mode}:\n{done.stderr[-4000:]}"
+    assert records, f"no results from {script.name} {mode}:\n{done.stderr[-4000:]}"
     return records
 
 
