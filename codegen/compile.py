@@ -72,10 +72,14 @@ def compile_statement(statement: nt.Statement, operands: dict[str, Operand], nam
     else:  # pragma: no cover - each replan removes a conflict
         raise UnsupportedOperation(f"could not find a loop order for {statement}")
     params = tuple(p for p in _candidates(stmt, formats, operands, aliases, output) if p.name in _names(body))
+    overwrites = False
+    if tuning.overwrite and not output.sparse and not stmt.accumulate and stmt.lhs.tensor not in {a.tensor for a in stmt.rhs.accesses()}:
+        extents = {p.role[1]: p.name for p in params if p.role[0] == "extent"}
+        body, overwrites = optimize.overwrite_stores(body, output.tensor, stmt.lhs.indices, extents)
     fn = ir.Function(name, params, tuple(body), doc=str(statement))
     plan = {"function": name, "params": [list(p.role) for p in params], "convert": converts,
             "alias": aliases, "order": order, "sparse_output": output.sparse, "rows": lowering.rows,
-            "statement": str(statement), "accumulate": statement.accumulate}
+            "statement": str(statement), "accumulate": statement.accumulate, "overwrites": overwrites}
     return fn, plan
 
 

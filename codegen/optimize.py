@@ -9,6 +9,10 @@
   cache instead of being re-read once per diagonal (measured 1.4–1.5×). Legal
   because the parallel loop's iterations write disjoint elements and the loops
   around it only compute local values.
+* :func:`overwrite_stores` — when loops over the output's whole index space store
+  each element once, unconditionally, the store assigns instead of adding: the
+  host skips zero-filling the output and the kernel skips reading it back (CSR
+  SpMV: two of the five passes over ``y``).
 """
 
 from __future__ import annotations
@@ -26,15 +30,18 @@ class Tuning:
 
     ``unroll``: two-accumulator reductions; ``tile``: rows per hoisted tile of a nested parallel
     loop (1: one row per iteration, as a GPU thread per row wants); ``grain``: nonzeros per chunk of a
-    sorted level with repeats (0: a fixed 256 chunks, enough CPU threads)."""
+    sorted level with repeats (0: a fixed 256 chunks, enough CPU threads); ``overwrite``: allow
+    :func:`overwrite_stores`."""
 
     unroll: bool = True
     tile: int = TILE
     grain: int = 0
+    overwrite: bool = True
 
 
 CPU = Tuning()
-CUDA = Tuning(unroll=False, tile=1, grain=32)
+# GPU: zero-filling is a device memset, and merge-path rows split between threads must add
+CUDA = Tuning(unroll=False, tile=1, grain=32, overwrite=False)
 
 
 def unroll_reductions(body, acc: str, zero) -> list[ir.Stmt]:
@@ -148,3 +155,65 @@ def _swap(loop: ir.For, old: ir.For, new: ir.For) -> ir.For:
     last = loop.body[-1]
     inner = new if last is old else _swap(last, old, new)
     return replace(loop, body=loop.body[:-1] + (inner,))
+
+
+def overwrite_stores(body, output: str, indices: tuple[str, ...], extents: dict[str, str]):
+    """``(body, True)`` with the output's store turned into ``=`` when ``body`` is
+    ``[assigns..., for i0 in range(n_i0): [assigns..., for i1 in range(n_i1): ... [..., out[i0, i1] += v]]]``
+    — the loops over the output's indices in order, each over its whole extent
+    (``extents[index]`` names the extent parameter), their bodies straight-line around the
+    next loop, and the single store to ``output`` at the top of the innermost body; else
+    ``(body, False)`` unchanged. Only for statements that overwrite (``=``), whose output
+    the right-hand side does not read (the caller checks both)."""
+    if not indices or _touches(body, output) != 1:
+        return body, False
+    store = next(s for s in ir.walk(body) if isinstance(s, ir.Store) and s.array == output)
+    if store.index != tuple(ir.Index(ir.Var(i)) for i in indices):
+        return body, False
+    found = _overwrite(tuple(body), output, indices, extents)
+    return (list(found), True) if found is not None else (body, False)
+
+
+def _overwrite(body, output, indices, extents):
+    loops = [k for k, s in enumerate(body) if isinstance(s, ir.For)]
+    if not indices:
+        hits = [k for k, s in enumerate(body) if isinstance(s, ir.Store) and s.array == output]
+        if len(hits) != 1:  # the store is nested in a condition or a loop
+            return None
+        return body[:hits[0]] + (replace(body[hits[0]], accumulate=False),) + body[hits[0] + 1:]
+    if len(loops) != 1 or not all(isinstance(s, (ir.Assign, ir.Comment)) for k, s in enumerate(body)
+                                  if k != loops[0]):
+        return None
+    loop = body[loops[0]]
+    full = loop.start == ir.Const(0) and loop.stop == ir.Var(extents.get(indices[0], "")) and loop.step == 1
+    if loop.var != indices[0] or not full:
+        return None
+    inner = _overwrite(loop.body, output, indices[1:], extents)
+    if inner is None:
+        return None
+    return body[:loops[0]] + (replace(loop, body=inner),) + body[loops[0] + 1:]
+
+
+def _touches(body, output: str) -> int:
+    """Stores to ``output`` anywhere in ``body`` (reads of it make the count meaningless: -1)."""
+    stores = sum(isinstance(s, ir.Store) and s.array == output for s in ir.walk(body))
+    return stores if output not in _loaded(body) else -1
+
+
+def _loaded(body) -> set[str]:
+    names: set[str] = set()
+
+    def visit(e):
+        if isinstance(e, ir.Load):
+            names.add(e.array)
+        for value in vars(e).values() if isinstance(e, ir.Expr) else ():
+            for child in value if isinstance(value, tuple) else (value,):
+                if isinstance(child, ir.Expr):
+                    visit(child)
+
+    for s in ir.walk(body):
+        for value in vars(s).values():
+            for child in value if isinstance(value, tuple) else (value,):
+                if isinstance(child, ir.Expr):
+                    visit(child)
+    return names

@@ -44,6 +44,7 @@ CASES = {
     "mul_csr_csc": (MUL, {"A": F.CSR, "B": F.CSC, "C": F.CSR}),
     "sddmm_structured24": (SDDMM, {"A": F.Structured(2, 4), "C": F.Structured(2, 4)}),
     "mttkrp_csf3": (MTTKRP, {"B": F.CSF(3)}),
+    "spmv_csr_overwrite": (nt.Statement(SPMV.lhs, SPMV.rhs, False), {"A": F.CSR}),  # y[i] = acc, no fill
 }
 
 

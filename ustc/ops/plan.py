@@ -144,7 +144,8 @@ class Matmul:
             if self.problem.out_format:
                 return self._sparse_result(bound)
             target = self._out if out is None else self._checked_out(out, bound)
-            self._fill(target, bound)
+            if bound.c is not None or not self._route.overwrites:
+                self._fill(target, bound)
             self._route.run(bound.a, bound.b, target, bound.alpha)
             return self._wrap(target, bound)
 

@@ -39,6 +39,7 @@ def op_name(p: Problem) -> str | None:
 
 class Route:
     kind = "route"
+    overwrites = False  # run() stores every output element: the caller need not zero-fill it
 
     def prepare(self, a, b, out, alpha) -> None:
         """Compile or load what ``run`` needs (no computation on the operands' values)."""
@@ -174,7 +175,10 @@ class GeneratedRoute(Route):
         if self.scaled:
             rhs = nt.Mul(nt.Scalar("alpha"), rhs)
         self.sparse_out = out_format is not None
-        self.program = nt.Program((nt.Statement(nt.Access("C", oi), rhs, accumulate=not self.sparse_out),))
+        # without c the kernel may overwrite the output (no zero-fill, no read-back) where it
+        # stores every element once; with c it adds to beta * c
+        accumulate = not self.sparse_out and p.c is not None
+        self.program = nt.Program((nt.Statement(nt.Access("C", oi), rhs, accumulate=accumulate),))
         self.target, self.out_format = target, out_format
         self._run = self._module = self._call = self._plan = None
         self._args, self._bound = None, None
@@ -187,6 +191,7 @@ class GeneratedRoute(Route):
         self._run = runtime.prepare(self.program, bindings, self.target)
         module, key = cache.load(self._run.fields, self._run.generate)
         self._module, self._plan = module, module.PLAN[0]
+        self.overwrites = bool(self._plan.get("overwrites"))
         # on a GPU the module's launch wrapper picks the grid; on the CPU the njit function runs
         self._call = self._run._launcher(module, self._plan) if self.target == "cuda" else \
             getattr(module, self._plan["function"])

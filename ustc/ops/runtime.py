@@ -241,7 +241,7 @@ class Run:
         reads_self = any(a.tensor == out.name for a in statement.rhs.accesses())
         if not statement.accumulate:
             target = np.zeros_like(out.value) if reads_self else out.value
-            if not reads_self:
+            if not reads_self and not plan.get("overwrites"):  # else the kernel stores every element
                 target.fill(0)
         views[out.name] = target
         fn(*self._arguments(plan, views, {}))
