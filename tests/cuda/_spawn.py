@@ -29,3 +29,15 @@ def run_matrix(mode: str, cache_dir, simulator: bool, timeout: int = 600, script
 def failures(records: list[dict]) -> str:
     bad = [r for r in records if not r["ok"]]
     return "\n\n".join(f"{r['case']}: {r.get('error', '')}\n{r.get('trace', '')}{r.get('got', '')}" for r in bad)
+
+
+def no_gpu_reason() -> str | None:
+    """Why real-GPU tests must skip here (None: an NVIDIA GPU and its driver are present)."""
+    if os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0"):
+        return "the CUDA simulator is on"
+    try:
+        from numba import cuda
+
+        return None if cuda.is_available() else "no CUDA GPU"
+    except Exception as exc:  # noqa: BLE001 - any failure to find a driver means no GPU
+        return f"numba.cuda unavailable: {exc}"

@@ -15,7 +15,6 @@ import scipy.sparse as sp
 
 import ustc
 from ustc.cli.main import main as cli_main
-from ustc.codegen import notation as nt
 from ustc.codegen import optimize
 from ustc.codegen.compile import Operand, compile_program
 from ustc.codegen import loopir as ir

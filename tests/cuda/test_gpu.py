@@ -18,21 +18,10 @@ import sys
 import numpy as np
 import pytest
 
-from _spawn import failures, run_matrix
+from _spawn import failures, no_gpu_reason, run_matrix
 
 
-def _gpu() -> str | None:
-    if os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0"):
-        return "the CUDA simulator is on"
-    try:
-        from numba import cuda
-
-        return None if cuda.is_available() else "no CUDA GPU"
-    except Exception as exc:  # noqa: BLE001 - any failure to find a driver means no GPU
-        return f"numba.cuda unavailable: {exc}"
-
-
-REASON = _gpu()
+REASON = no_gpu_reason()
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(REASON is not None, reason=f"needs an NVIDIA GPU ({REASON})")]
 
 

@@ -9,13 +9,12 @@ The level analysis and the dispatch errors are tested in ``tests/matmul/test_sol
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from _spawn import failures, run_matrix
+from _spawn import failures, no_gpu_reason, run_matrix
 
 CASES = Path(__file__).with_name("trisolve_cases.py")
 
@@ -42,18 +41,7 @@ def test_trisolve_kernels_compile_to_cubins(tmp_path):
 
 # -- a real GPU ----------------------------------------------------------------------------
 
-def _gpu() -> str | None:
-    if os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0"):
-        return "the CUDA simulator is on"
-    try:
-        from numba import cuda
-
-        return None if cuda.is_available() else "no CUDA GPU"
-    except Exception as exc:  # noqa: BLE001 - any failure to find a driver means no GPU
-        return f"numba.cuda unavailable: {exc}"
-
-
-GPU = pytest.mark.skipif(_gpu() is not None, reason=f"needs an NVIDIA GPU ({_gpu()})")
+GPU = pytest.mark.skipif(no_gpu_reason() is not None, reason=f"needs an NVIDIA GPU ({no_gpu_reason()})")
 
 
 @pytest.mark.gpu
