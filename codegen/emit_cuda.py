@@ -94,57 +94,54 @@ class CudaEmitter(CpuEmitter):
         finally:
             self._atomic = False
 
+    def lane_rows(self, s: ir.For, note: str) -> tuple[list[str], str, int]:
+        """The head shared by the laned schedules: ``width`` lanes per iteration of ``s``,
+        ``32 / width`` iterations per warp, a grid-stride loop over warps. Returns the lines,
+        the guard that the iteration exists (``""`` when every one does) and the body depth."""
+        w, rows = self.width, WARP // self.width
+        start, stop = ("" if s.start == ir.Const(0) else self.expr(s.start, 9) + " + "), self.expr(s.stop)
+        out = [f"    lane = cuda.threadIdx.x % {w}  # {note}"]
+        if rows == 1:
+            out.append(f"    for {s.var} in range({start}cuda.grid(1) // 32, {stop}, cuda.gridsize(1) // 32):")
+            return out, "", 2
+        out += [f"    group = cuda.threadIdx.x % 32 // {w}  # {rows} {s.var} per warp",
+                f"    for {s.var}_base in range({start}cuda.grid(1) // 32 * {rows}, {stop}, "
+                f"cuda.gridsize(1) // 32 * {rows}):",
+                f"        {s.var} = {s.var}_base + group"]
+        return out, f"{s.var} < {stop}", 2
+
     def warp_loop(self, s: ir.For, m: Mapping) -> list[str]:
         """``width`` lanes per iteration of ``s``; lanes stride through ``m.warp`` and shuffle-add."""
         w = self.width
-        rows = WARP // w
-        pad, pad2, pad3 = "    ", "        ", "            "
         k = s.body.index(m.warp)
         pre, post = s.body[:k], s.body[k + 1:]
         init = [p for p in pre if isinstance(p, ir.Assign) and p.name == m.acc]
         pre = [p for p in pre if not any(p is q for q in init)]
-        start, stop = ("" if s.start == ir.Const(0) else self.expr(s.start, 9) + " + "), self.expr(s.stop)
-        lane = ir.Var("lane")
-        inner = ir.For(m.warp.var, ir.add(m.warp.start, lane), m.warp.stop, m.warp.body, step=w)
-        out = [f"{pad}lane = cuda.threadIdx.x % {w}  # {w} lanes per {s.var}"]
-        if rows == 1:
-            out += [f"{pad}for {s.var} in range({start}cuda.grid(1) // 32, {stop}, cuda.gridsize(1) // 32):"]
-            out += self.block(init, 2) + self.block([*pre, inner], 2)
-            guard = "lane == 0"
-            depth = 2
+        inner = ir.For(m.warp.var, ir.add(m.warp.start, ir.Var("lane")), m.warp.stop, m.warp.body, step=w)
+        out, exists, depth = self.lane_rows(s, f"{w} lanes per {s.var}")
+        out += self.block(init, depth)  # every lane reaches the shuffles, so sums start outside the guard
+        if exists:
+            out += [f"        if {exists}:"] + self.block([*pre, inner], depth + 1)
         else:
-            out += [f"{pad}group = cuda.threadIdx.x % 32 // {w}  # {rows} {s.var} per warp",
-                    f"{pad}for {s.var}_base in range({start}cuda.grid(1) // 32 * {rows}, {stop}, "
-                    f"cuda.gridsize(1) // 32 * {rows}):",
-                    f"{pad2}{s.var} = {s.var}_base + group"]
-            out += self.block(init, 2) + [f"{pad2}if {s.var} < {stop}:"] + self.block([*pre, inner], 3)
-            guard = f"lane == 0 and {s.var} < {stop}"
-            depth = 2
+            out += self.block([*pre, inner], depth)
         offset = w // 2
         while offset:
-            out.append(f"{pad2}{m.acc} += cuda.shfl_down_sync({FULL_MASK}, {m.acc}, {offset})")
+            out.append(f"        {m.acc} += cuda.shfl_down_sync({FULL_MASK}, {m.acc}, {offset})")
             offset //= 2
-        out += [f"{pad2}if {guard}:"] + (self.block(post, depth + 1) or [f"{pad3}pass"])
-        return out
+        guard = "lane == 0" + (f" and {exists}" if exists else "")
+        return out + [f"        if {guard}:"] + (self.block(post, depth + 1) or ["            pass"])
 
     def tile_loop(self, s: ir.For, m: Mapping) -> list[str]:
         """``width`` lanes per iteration of ``s``; they stride through the shared loop ``m.tile``."""
-        w, rows = self.width, WARP // self.width
-        lane = ir.Var("lane")
-        shared = dataclasses.replace(m.tile, start=ir.add(m.tile.start, lane), step=w, parallel=False)
+        shared = dataclasses.replace(m.tile, start=ir.add(m.tile.start, ir.Var("lane")), step=self.width,
+                                     parallel=False)
         body = _replace(s.body, m.tile, shared)
-        start, stop = ("" if s.start == ir.Const(0) else self.expr(s.start, 9) + " + "), self.expr(s.stop)
-        out = [f"    lane = cuda.threadIdx.x % {w}  # {w} lanes share the loop over {m.tile.var}"]
+        out, exists, depth = self.lane_rows(s, f"{self.width} lanes share the loop over {m.tile.var}")
         self._atomic = m.atomic
         try:
-            if rows == 1:
-                return out + [f"    for {s.var} in range({start}cuda.grid(1) // 32, {stop}, cuda.gridsize(1) // 32):"] \
-                    + self.nested(body, 1)
-            return out + [f"    group = cuda.threadIdx.x % 32 // {w}  # {rows} {s.var} per warp",
-                          f"    for {s.var}_base in range({start}cuda.grid(1) // 32 * {rows}, {stop}, "
-                          f"cuda.gridsize(1) // 32 * {rows}):",
-                          f"        {s.var} = {s.var}_base + group",
-                          f"        if {s.var} < {stop}:"] + self.nested(body, 2)
+            if exists:
+                return out + [f"        if {exists}:"] + self.nested(body, depth)
+            return out + self.nested(body, depth - 1)
         finally:
             self._atomic = False
 
