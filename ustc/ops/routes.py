@@ -76,8 +76,8 @@ class RegisteredRoute(Route):
 
 
 class ViaCsrRoute(RegisteredRoute):
-    """SpGEMM of formats no kernel or library takes: each execute converts the operands that
-    are not CSR to CSR (O(nnz) each, and the operands' current values are what count) and
+    """SpGEMM of formats no kernel or library takes: each execute converts the operands the
+    registered CSR kernel does not take to CSR (O(nnz) each, and the operands' current values are what count) and
     runs the registered CSR kernel, whose output converts to the requested format."""
 
     def __init__(self, entry: registry.Registered, out_format, converted: list[str]):
@@ -87,15 +87,8 @@ class ViaCsrRoute(RegisteredRoute):
     def run(self, a, b, out, alpha):
         from ..formats import CSR
 
-        a, b = (x if _plain_csr(x.format) else x.convert(CSR) for x in (a, b))
+        a, b = (x if self.entry.matches("spgemm", x.format, "cpu") else x.convert(CSR) for x in (a, b))
         return super().run(a, b, out, alpha)
-
-
-def _plain_csr(fmt) -> bool:
-    from ..formats import CSR
-    from ..tensor.interop import plain_format
-
-    return plain_format(fmt) == plain_format(CSR)
 
 
 def _via_csr(p: Problem, a, b, op, out_format) -> Route | None:
@@ -108,7 +101,7 @@ def _via_csr(p: Problem, a, b, op, out_format) -> Route | None:
     if entry is None or not np.issubdtype(np.result_type(a.dtype, b.dtype), np.number):
         return None
     converted = [f"{name} ({_fmt_name_text(x.format)})" for name, x in (("a", a), ("b", b))
-                 if not _plain_csr(x.format)]
+                 if not entry.matches("spgemm", x.format, "cpu")]
     return ViaCsrRoute(entry, out_format, converted)
 
 
