@@ -194,7 +194,7 @@ class Matmul:
 
     def _checked_out(self, out, bound: Bound):
         arr = out if packages.is_cupy(out) else packages.host_array(out)
-        if tuple(arr.shape) != bound.shape or np.dtype(str(arr.dtype)) != bound.dtype:
+        if arr.shape != bound.shape or arr.dtype != bound.dtype:
             raise ShapeError(f"matmul: out has shape {tuple(arr.shape)} and dtype {arr.dtype}, "
                              f"expected {bound.shape} and {bound.dtype}")
         return arr
