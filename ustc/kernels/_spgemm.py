@@ -1,9 +1,14 @@
 """CSR x CSR -> CSR (Gustavson), hand-written: a counting pass, then a filling pass.
 
-Rows are split into chunks that run in parallel; each chunk owns a marker
-array and a dense accumulator of one output row (``n_cols`` entries), so no
-two threads share state. Column indices of each output row are sorted, so the
-result is a canonical CSR (ordered, unique), as the format promises.
+Rows are split into chunks of about equal work (multiply-adds, not rows, so a
+few long rows do not leave one thread with all of it). Each chunk owns a
+marker array and a dense accumulator spanning only the columns its rows can
+reach, so no two threads share state and a banded matrix does not pay for
+``n_cols`` entries per chunk. Column indices of each output row are sorted,
+so the result is a canonical CSR (ordered, unique), as the format promises.
+
+The spans rely on that promise for ``b``: its rows are ordered, so
+``bcrd[bpos[k]]`` and ``bcrd[bpos[k + 1] - 1]`` are row ``k``'s extreme columns.
 """
 
 from __future__ import annotations
@@ -13,19 +18,53 @@ from numba import njit, prange
 
 
 @njit(cache=True, nogil=True, parallel=True)
-def spgemm_count(apos, acrd, bpos, bcrd, n_rows, n_cols, chunks):
+def row_work(apos, acrd, bpos, n_rows):
+    """``work[i + 1] - work[i]`` = multiply-adds of output row ``i`` (``sum_k |b_k|`` over row ``i`` of ``a``)."""
+    flops = np.zeros(n_rows + 1, dtype=np.int64)
+    for i in prange(n_rows):
+        s = 0
+        for pa in range(apos[i], apos[i + 1]):
+            k = acrd[pa]
+            s += bpos[k + 1] - bpos[k]
+        flops[i + 1] = s
+    return np.cumsum(flops)
+
+
+def chunk_bounds(work: np.ndarray, chunks: int) -> np.ndarray:
+    """Row bounds ``b[0] = 0 <= ... <= b[chunks] = n_rows`` splitting the cumulative ``work`` evenly."""
+    n_rows = len(work) - 1
+    targets = work[-1] * np.arange(1, chunks, dtype=np.float64) / chunks
+    inner = np.searchsorted(work, targets, side="left").clip(0, n_rows)
+    return np.concatenate(([0], inner, [n_rows])).astype(np.int64)
+
+
+@njit(cache=True, nogil=True)
+def _span(apos, acrd, bpos, bcrd, lo, hi):
+    """``(first, last)`` column any row ``lo <= i < hi`` of ``a @ b`` can hold (``last < first`` if none)."""
+    first, last = np.int64(2**62), np.int64(-1)
+    for pa in range(apos[lo], apos[hi]):
+        k = acrd[pa]
+        if bpos[k + 1] > bpos[k]:
+            first = min(first, np.int64(bcrd[bpos[k]]))
+            last = max(last, np.int64(bcrd[bpos[k + 1] - 1]))
+    return first, last
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def spgemm_count(apos, acrd, bpos, bcrd, bounds):
     """``sizes[i + 1]`` = number of distinct columns of output row ``i`` (``sizes[0] = 0``)."""
+    n_rows = bounds[-1]
     sizes = np.zeros(n_rows + 1, dtype=np.int64)
-    for ch in prange(chunks):
-        lo = n_rows * ch // chunks
-        hi = n_rows * (ch + 1) // chunks
-        mark = np.full(n_cols, -1, dtype=np.int32)
+    for ch in prange(len(bounds) - 1):
+        lo, hi = bounds[ch], bounds[ch + 1]
+        first, last = _span(apos, acrd, bpos, bcrd, lo, hi)
+        mark = np.full(max(last - first + 1, 0), -1, dtype=np.int32)
         for i in range(lo, hi):
             count = 0
             for pa in range(apos[i], apos[i + 1]):
                 k = acrd[pa]
                 for pb in range(bpos[k], bpos[k + 1]):
-                    j = bcrd[pb]
+                    j = bcrd[pb] - first
                     if mark[j] != i:
                         mark[j] = np.int32(i)
                         count += 1
@@ -46,20 +85,21 @@ def _sort_small(a, lo, hi):
 
 
 @njit(cache=True, nogil=True, parallel=True)
-def spgemm_fill(apos, acrd, avals, bpos, bcrd, bvals, pos, crd, vals, n_rows, n_cols, chunks):
+def spgemm_fill(apos, acrd, avals, bpos, bcrd, bvals, pos, crd, vals, bounds):
     """Columns (sorted) and values of every output row at ``pos[i]``."""
-    for ch in prange(chunks):
-        lo = n_rows * ch // chunks
-        hi = n_rows * (ch + 1) // chunks
-        mark = np.full(n_cols, -1, dtype=np.int32)
-        acc = np.zeros(n_cols, dtype=vals.dtype)
+    for ch in prange(len(bounds) - 1):
+        lo, hi = bounds[ch], bounds[ch + 1]
+        first, last = _span(apos, acrd, bpos, bcrd, lo, hi)
+        width = max(last - first + 1, 0)
+        mark = np.full(width, -1, dtype=np.int32)
+        acc = np.zeros(width, dtype=vals.dtype)
         for i in range(lo, hi):
             top = pos[i]
             for pa in range(apos[i], apos[i + 1]):
                 k = acrd[pa]
                 av = avals[pa]
                 for pb in range(bpos[k], bpos[k + 1]):
-                    j = bcrd[pb]
+                    j = bcrd[pb] - first
                     if mark[j] != i:
                         mark[j] = np.int32(i)
                         crd[top] = j
@@ -73,3 +113,4 @@ def spgemm_fill(apos, acrd, avals, bpos, bcrd, bvals, pos, crd, vals, n_rows, n_
                 j = crd[p]
                 vals[p] = acc[j]
                 acc[j] = 0
+                crd[p] = j + first

@@ -102,25 +102,25 @@ def _is_csr(fmt: TensorFormat) -> bool:
 
 @register("spgemm", _is_csr, "cpu", name="csr_spgemm", builtin=True)
 def csr_spgemm(a, b, out_format):
-    """``a @ b`` for CSR ``a`` and ``b`` (Gustavson, parallel over row chunks), in ``out_format``.
+    """``a @ b`` for CSR ``a`` and ``b`` (Gustavson, parallel over chunks of equal work), in ``out_format``.
     (No ``compile`` hook: the output's size is only known after the counting pass.)"""
     import numba
 
     from ..formats import CSR
     from ..tensor.tensor import Tensor
-    from ._spgemm import spgemm_count, spgemm_fill
+    from ._spgemm import chunk_bounds, row_work, spgemm_count, spgemm_fill
 
     n_rows, n_cols = a.shape[0], b.shape[1]
-    # two row chunks per thread: each owns a marker and an accumulator of n_cols entries
-    chunks = min(max(n_rows, 1), 2 * numba.get_num_threads())
     apos, acrd = a._buffers[(1, "pos")], a._buffers[(1, "crd")]
     bpos, bcrd = b._buffers[(1, "pos")], b._buffers[(1, "crd")]
-    sizes = spgemm_count(apos, acrd, bpos, bcrd, n_rows, n_cols, chunks)
+    # two chunks per thread: each owns a marker and an accumulator over its rows' column span
+    bounds = chunk_bounds(row_work(apos, acrd, bpos, n_rows), min(max(n_rows, 1), 2 * numba.get_num_threads()))
+    sizes = spgemm_count(apos, acrd, bpos, bcrd, bounds)
     pos = np.cumsum(sizes)
     index = np.int32 if max(int(pos[-1]), n_cols) < 2**31 else np.int64
     crd = np.empty(int(pos[-1]), dtype=index)
     vals = np.empty(int(pos[-1]), dtype=np.result_type(a.dtype, b.dtype))
-    spgemm_fill(apos, acrd, a._values, bpos, bcrd, b._values, pos, crd, vals, n_rows, n_cols, chunks)
+    spgemm_fill(apos, acrd, a._values, bpos, bcrd, b._values, pos, crd, vals, bounds)
     c = Tensor(CSR, (n_rows, n_cols), {(1, "pos"): pos.astype(index), (1, "crd"): crd}, vals)
     return c if out_format == CSR else c.convert(out_format)
 
