@@ -133,30 +133,8 @@ def _assigned(body) -> set[str]:
     return names
 
 
-def _exprs(s: ir.Stmt):
-    """The expressions of one statement (not of the statements nested in it)."""
-    if isinstance(s, ir.Store):
-        return (*s.index, s.value)
-    if isinstance(s, ir.For):
-        return (s.start, s.stop)
-    return tuple(getattr(s, a) for a in ("value", "cond") if isinstance(getattr(s, a, None), ir.Expr))
-
-
-def _vars(e: ir.Expr) -> set[str]:
-    if isinstance(e, ir.Var):
-        return {e.name}
-    out: set[str] = set()
-    for attr in ("left", "right", "operand", "value", "cond", "then", "orelse"):
-        child = getattr(e, attr, None)
-        if isinstance(child, ir.Expr):
-            out |= _vars(child)
-    for child in getattr(e, "index", ()) + getattr(e, "args", ()):
-        out |= _vars(child)
-    return out
-
-
 def _read(body) -> set[str]:
-    return {n for s in ir.walk(body) for e in _exprs(s) for n in _vars(e)}
+    return {n for s in ir.walk(body) for e in ir.children(s) for n in ir.variables(e)}
 
 
 def substitute(e: ir.Expr, name: str, by: ir.Expr) -> ir.Expr:
@@ -190,7 +168,7 @@ def _distributable(loop: ir.For, pre, post) -> bool:
         if any(isinstance(s, ir.Assign) and s.name == name and s.op != "+" for s in stmts):
             return False
         others = [s for s in stmts if not (isinstance(s, ir.Assign) and s.name == name)]
-        if any(name in _vars(e) for s in others for e in _exprs(s)):
+        if any(name in ir.variables(e) for s in others for e in ir.children(s)):
             return False
     for s in post:
         if not (isinstance(s, ir.Store) and s.accumulate):
@@ -238,7 +216,7 @@ def merge_rows(fn: ir.Function, m: Mapping) -> bool:
         return False
     var = m.loop.var
     params = {p.name for p in fn.params}
-    if not (_vars(m.warp.start) | _vars(m.warp.stop)) <= params | {var}:
+    if not (ir.variables(m.warp.start) | ir.variables(m.warp.stop)) <= params | {var}:
         return False
     if substitute(m.warp.start, var, ir.add(ir.Var(var), 1)) != m.warp.stop:
         return False
@@ -253,8 +231,8 @@ def _linear(e: ir.Expr, acc: str) -> bool:
     if isinstance(e, ir.Neg):
         return _linear(e.operand, acc)
     if isinstance(e, ir.Bin) and e.op == "*":
-        return (_linear(e.left, acc) and acc not in _vars(e.right)) or \
-            (_linear(e.right, acc) and acc not in _vars(e.left))
+        return (_linear(e.left, acc) and acc not in ir.variables(e.right)) or \
+            (_linear(e.right, acc) and acc not in ir.variables(e.left))
     return False
 
 
@@ -278,7 +256,7 @@ def tile_width(fn: ir.Function, loop: ir.For, lanes: dict, scope=()) -> int:
     tile it runs over (``start = max(lo, ..)``, ``stop = min(hi, ..)`` with ``hi = min(lo + c, ..)``
     assigned in ``scope``: at most ``c`` iterations). 0: unknown."""
     roles = {p.name: p.role for p in fn.params}
-    widths = [lanes.get(_lane_key(roles[n]), 0) for n in _vars(loop.stop) if n in roles]
+    widths = [lanes.get(_lane_key(roles[n]), 0) for n in ir.variables(loop.stop) if n in roles]
     widths = [w for w in widths if w]
     span = _tile_span(loop, {s.name: s.value for s in ir.walk(scope) if isinstance(s, ir.Assign) and not s.op})
     if span is not None:
@@ -328,7 +306,7 @@ def _read_outside(body, inner: ir.For) -> set[str]:
     for s in body:
         if s is inner:
             continue
-        out |= {n for e in _exprs(s) for n in _vars(e)}
+        out |= {n for e in ir.children(s) for n in ir.variables(e)}
         for attr in ("body", "orelse"):
             out |= _read_outside(getattr(s, attr, ()), inner)
     return out
@@ -343,7 +321,7 @@ def _injective(store: ir.Store, var: str, top: dict) -> bool:
             return True
         if isinstance(e, ir.Bin) and e.op == "+":
             for mine, other in ((e.left, e.right), (e.right, e.left)):
-                if mine == ir.Var(var) and var not in _vars(other) and not (_vars(other) & set(top)):
+                if mine == ir.Var(var) and var not in ir.variables(other) and not (ir.variables(other) & set(top)):
                     return True
     return False
 

@@ -243,3 +243,26 @@ def walk(body: Body):
         yield stmt
         for attr in ("body", "orelse"):
             yield from walk(getattr(stmt, attr, ()))
+
+
+def children(node: Expr | Stmt) -> tuple[Expr, ...]:
+    """The expressions directly inside ``node`` (an expression's operands; a statement's own
+    expressions, not those of statements nested in it)."""
+    out: list[Expr] = []
+    for value in vars(node).values():
+        for child in value if isinstance(value, tuple) else (value,):
+            if isinstance(child, Expr):
+                out.append(child)
+    return tuple(out)
+
+
+def nodes(e: Expr):
+    """``e`` and every expression inside it, depth first."""
+    yield e
+    for child in children(e):
+        yield from nodes(child)
+
+
+def variables(e: Expr) -> set[str]:
+    """The names of the variables ``e`` reads."""
+    return {n.name for n in nodes(e) if isinstance(n, Var)}

@@ -120,22 +120,11 @@ def _stores_follow_outer(outer: ir.For, target: ir.For) -> bool:
         loop = loop.body[-1]
     depends = set(outer_names)
     for s in ir.walk(target.body):
-        if isinstance(s, ir.Assign) and _variables(s.value) & depends:
+        if isinstance(s, ir.Assign) and ir.variables(s.value) & depends:
             depends.add(s.name)
-        elif isinstance(s, ir.Store) and any(_variables(i) & depends for i in s.index):
+        elif isinstance(s, ir.Store) and any(ir.variables(i) & depends for i in s.index):
             return True
     return False
-
-
-def _variables(e) -> set[str]:
-    if isinstance(e, ir.Var):
-        return {e.name}
-    found: set[str] = set()
-    for value in vars(e).values() if isinstance(e, ir.Expr) else ():
-        for child in value if isinstance(value, tuple) else (value,):
-            if isinstance(child, ir.Expr):
-                found |= _variables(child)
-    return found
 
 
 def _tiled(outer: ir.For, target: ir.For, tile: int = TILE, setup: tuple[ir.Stmt, ...] = ()) -> ir.For:
@@ -201,19 +190,5 @@ def _touches(body, output: str) -> int:
 
 
 def _loaded(body) -> set[str]:
-    names: set[str] = set()
-
-    def visit(e):
-        if isinstance(e, ir.Load):
-            names.add(e.array)
-        for value in vars(e).values() if isinstance(e, ir.Expr) else ():
-            for child in value if isinstance(value, tuple) else (value,):
-                if isinstance(child, ir.Expr):
-                    visit(child)
-
-    for s in ir.walk(body):
-        for value in vars(s).values():
-            for child in value if isinstance(value, tuple) else (value,):
-                if isinstance(child, ir.Expr):
-                    visit(child)
-    return names
+    """The arrays loaded anywhere in ``body``."""
+    return {n.array for s in ir.walk(body) for e in ir.children(s) for n in ir.nodes(e) if isinstance(n, ir.Load)}
