@@ -10,7 +10,8 @@ of the iterators there picks the loop shape:
   taking the minimum and branching on which iterators hold it.
 
 After a variable is bound, *settling* computes derived indices (guarded against
-padding unless the loop bounds were tightened to exclude it) and the positions
+padding unless the loop bounds were tightened to exclude it, and a ``c * d``
+level's ``d = l floordiv c`` to multiples of c) and the positions
 of random-access levels. Once every output index is bound and only reduction
 loops remain, the sum is kept in a register (``acc``) and stored once.
 Dense outputs are accumulated into (the host zero-fills for ``=``); sparse
@@ -31,7 +32,7 @@ from . import loopir as ir
 from . import notation as nt
 from . import optimize
 from .iterators import Cursor
-from .space import Replan, Space, linear_in, plain_format, to_loop
+from .space import Replan, Space, exactness, linear_in, plain_format, to_loop
 
 SENTINEL = 1 << 62
 
@@ -235,10 +236,12 @@ class Lowering:
             for name, d in self.space.derived.items():
                 if name not in bound and d.deps <= bound:
                     steps.append(ir.Assign(name, to_loop(d.expr)))
+                    guard = exactness(d.expr)
                     if name not in tight:
                         n = ir.Var(f"n_{name}")
-                        steps.append(("guard", ir.conj([ir.Bin("<=", ir.Const(0), ir.Var(name)),
-                                                        ir.lt(ir.Var(name), n)])))
+                        guard += [ir.Bin("<=", ir.Const(0), ir.Var(name)), ir.lt(ir.Var(name), n)]
+                    if guard:
+                        steps.append(("guard", ir.conj(guard)))
                     bound.add(name)
                     changed = True
             for slot in self.present(ctx):

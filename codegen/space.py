@@ -198,6 +198,20 @@ def to_loop(e: fx.Expr) -> ir.Expr:
     return ir.Bin(op, to_loop(e.operand), ir.Const(e.constant))
 
 
+def exactness(e: fx.Expr) -> list[ir.Expr]:
+    """``x % c == 0`` for every ``x floordiv c`` in an inverse map: a ``c * d`` level (whose
+    inverse is ``l floordiv c``) holds a tensor entry only at multiples of c; a dense loop over
+    the level, a dense ``c * d`` level and delta padding reach the other coordinates too."""
+    if isinstance(e, (fx.Dimension, fx.Const)):
+        return []
+    if isinstance(e, (fx.Add, fx.Sub)):
+        return exactness(e.left) + exactness(e.right)
+    inner = exactness(e.operand)
+    if isinstance(e, fx.FloorDiv) and e.constant != 1:
+        inner.append(ir.eq(ir.Bin("%", to_loop(e.operand), ir.Const(e.constant)), 0))
+    return inner
+
+
 def linear_in(e: fx.Expr, x: str) -> tuple[int, fx.Expr | None] | None:
     """``(a, r)`` with ``e = a * x + r`` and ``r`` free of ``x`` (``r`` None for 0), else None."""
     if x not in e.variables():

@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 
 import ustc
-from ustc.codegen import lattice, notation as nt
+from ustc.codegen import lattice, loopir as ir, notation as nt
+from ustc.codegen.compile import Operand, compile_program
 from ustc.codegen.graph import loop_order
-from ustc.codegen.space import Replan, Space
+from ustc.codegen.space import Replan, Space, exactness
 
 F = ustc.formats
 
@@ -73,3 +74,27 @@ def test_conversion_warns_and_is_correct(tmp_path, monkeypatch):
         c = a * b
     np.testing.assert_allclose(c.to_dense(), da * db)
     assert c.format == F.CSR
+
+
+def test_scaled_level_guards_derived_index_to_multiples():
+    """``c * d`` levels: ``d = l floordiv c`` is used only under ``l % c == 0``, whatever walks l."""
+    st = nt.Statement(_a("C", "i"), nt.Add(_a("A", "i"), _a("B", "i")))
+    for c, kind in ((2, "delta(6)"), (3, "dense"), (2, "compressed")):
+        fmt = ustc.TensorFormat.parse(f"(d) -> ({c} * d : {kind})")
+        space = Space(_stmt(st.lhs, st.rhs), {"A": F.Dense(1), "B": fmt, "C": None})
+        derived = space.derived["i"]
+        guard = ir.eq(ir.Bin("%", ir.Var(f"v_{c}_times_i"), ir.Const(c)), 0)
+        assert exactness(derived.expr) == [guard]
+        ops = {t: Operand(t, f, 1, "float64") for t, f in (("A", F.Dense(1)), ("B", fmt), ("C", None))}
+        body = compile_program(nt.Program((st,)), ops).functions[0].body
+        conds = [s.cond for s in ir.walk(body) if isinstance(s, ir.If)]
+        assert any(guard in _conjuncts(cond) for cond in conds)
+    spmv = _stmt(_a("y", "i"), nt.Mul(_a("A", "i", "j"), _a("x", "j")))
+    for fmt in (F.BSR(2, 2), F.DIAI):  # inverses without floordiv: no guard
+        assert all(exactness(d.expr) == [] for d in Space(spmv, {"A": fmt, "x": None, "y": None}).derived.values())
+
+
+def _conjuncts(e):
+    if isinstance(e, ir.Bin) and e.op == "and":
+        return _conjuncts(e.left) + _conjuncts(e.right)
+    return [e]

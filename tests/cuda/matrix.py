@@ -178,7 +178,25 @@ def cases():
                 lambda: {"B": ustc.Tensor.from_package(csf3()).convert(tensor_format=F.COO(3)), "C": dense(5, K),
                          "E": dense(6, K), "Y": np.zeros((4, K))}, "Y",
                 lambda b: np.einsum("ikl,kj,lj->ij", D(b["B"]), b["C"], b["E"]), None))
+    out += scaled_cases()
     return out
+
+
+def scaled_cases():
+    """Scaled levels ``c * d``: the loop walks every level coordinate, entries lie at multiples of c."""
+    P = ustc.TensorFormat.parse
+    v = dense(N)
+    delta = P("(d) -> (2 * d : delta(1))")
+    return [("add_dense_scaled_delta", program("C[i] = A[i] + B[i]"),
+             lambda: {"A": ustc.Tensor.from_package(v), "B": ustc.Tensor.from_package(v * (v > 0)).convert(
+                 tensor_format=delta), "C": np.zeros(N)}, "C", lambda b: D(b["A"]) + D(b["B"]), None),
+            ("add_dense_scaled_rows_to_csr", program("C[i,j] = A[i,j] + B[i,j]"),
+             lambda: {"A": ustc.Tensor.from_package(dense(M, N)),
+                      "B": sparse(fmt=P("(i, j) -> (2 * i : dense, j : compressed)")), "C": F.CSR}, "C",
+             lambda b: D(b["A"]) + D(b["B"]), None),
+            ("spmv_scaled_3j", program(SPMV),
+             lambda: {"A": sparse(fmt=P("(i, j) -> (i : dense, 3 * j : compressed)")), "x": dense(N),
+                      "y": np.zeros(M)}, "y", lambda b: D(b["A"]) @ b["x"], None)]
 
 
 def run_sim(case) -> dict:

@@ -188,8 +188,6 @@ def test_diagonal_level_with_narrow_crd_width():
         assert_matches(ustc.einsum("ab,ab->ab", B, X, out_format=out), B.to_dense() * X)
 
 
-@pytest.mark.xfail(strict=True, reason="union with a scaled level (2 * d): the dense operand's entries at odd "
-                                       "level coordinates are added again (derived index not guarded by d mod 2)")
 def test_union_dense_with_scaled_level():
     fb = ustc.TensorFormat.parse("(d) -> (2 * d : delta(6))")
     A, B = sparse(F.Dense(1), (5,), seed=1, density=1.0), sparse(fb, (5,), seed=2)
