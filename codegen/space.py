@@ -146,7 +146,7 @@ class Space:
                 access = self.accesses[slot]
                 why = (f"level {ref.level} ({self.formats[ref.tensor].levels[ref.level]}) must be iterated at "
                        f"index '{ref.var}', which {owner.tensor}'s format derives")
-                if _blocks_only(owner_fmt) and _ordered(owner_fmt) and set(access.indices) == set(owner.indices):
+                if _blocks_only(owner_fmt) and _coiterable(owner_fmt) and set(access.indices) == set(owner.indices):
                     target = like(owner_fmt, owner.indices, self.formats[ref.tensor], access.indices)
                     raise Replan(ref.tensor, target, why, slot)
                 raise Replan(owner.tensor, plain_format(owner_fmt), why, d.owner)
@@ -154,7 +154,7 @@ class Space:
     def _replan_like(self, model_slot: int, slot: int, why: str) -> None:
         model, access = self.accesses[model_slot], self.accesses[slot]
         model_fmt, fmt = self.formats[model.tensor], self.formats[access.tensor]
-        if set(model.indices) == set(access.indices) and _holds_any_pattern(model_fmt) and _ordered(model_fmt):
+        if set(model.indices) == set(access.indices) and _holds_any_pattern(model_fmt) and _coiterable(model_fmt):
             raise Replan(access.tensor, like(model_fmt, model.indices, fmt, access.indices), why, slot)
         raise Replan(access.tensor, plain_format(fmt), why, slot)
 
@@ -260,10 +260,14 @@ def _blocks_only(fmt: TensorFormat) -> bool:
         not any(lv.type.keyword in ("structured", "range") for lv in fmt.levels)
 
 
-def _ordered(fmt: TensorFormat) -> bool:
-    """Every level ordered: a format others may be converted to for co-iteration (an unordered
-    level would itself have to be converted, and the two conversions would chase each other)."""
-    return all(lv.type.ordered for lv in fmt.levels)
+def _coiterable(fmt: TensorFormat) -> bool:
+    """Every level ordered, repeats only above singletons: a format others may be converted to
+    for co-iteration (a level failing this would itself be converted, and the two conversions
+    would chase each other until the planner gives up)."""
+    levels = fmt.levels
+    return all(lv.type.ordered for lv in levels) and \
+        all(lv.type.unique or k + 1 == len(levels) or levels[k + 1].type.keyword == "singleton"
+            for k, lv in enumerate(levels))
 
 
 def _holds_any_pattern(fmt: TensorFormat) -> bool:

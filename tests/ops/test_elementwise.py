@@ -175,6 +175,19 @@ def test_unordered_block_format_with_plain_operand():
         assert_matches(A * B, A.to_dense() * B.to_dense())
 
 
+def test_block_format_with_repeats_and_other_block_map():
+    """Regression (found by the random formats): a block level with repeats above a dense level
+    cannot be co-iterated, yet B was converted to A's levels, then A to plain levels, then A back
+    to B's ... until 'could not find a loop order'; such a format is no longer a conversion model."""
+    fa = ustc.TensorFormat.parse("(d) -> (d floordiv 2 : compressed(nonunique), d mod 2 : dense)")
+    fb = ustc.TensorFormat.parse("(d) -> (d floordiv 1 : dense, d mod 1 : structured[1, 1])")
+    for n in (7, 0):
+        A, B = sparse(fa, (n,), seed=5), sparse(fb, (n,), seed=6)
+        for a, b in ((A, B), (B, A)):
+            assert_matches(a + b, a.to_dense() + b.to_dense())
+            assert_matches(a * b, a.to_dense() * b.to_dense())
+
+
 def test_diagonal_level_with_narrow_crd_width():
     """Narrow unsigned crd (crdWidth=8 -> uint8) mixed with int64 loop variables made Numba
     promote to float64 (a typing error) or wrap; index loads are now cast to a signed intp."""
