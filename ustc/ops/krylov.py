@@ -2,10 +2,17 @@
 
 Every method plans ``A @ v`` once, for a work vector ``v`` it owns, and then
 only executes it: each product writes new values into ``v`` in place and
-calls ``execute(out=...)``. Vector updates are fused Numba kernels
-(:mod:`ustc.ops._vector`). The optional Jacobi preconditioner is
-``M^-1 = diag(A)^-1``; GMRES and BiCGSTAB apply it on the right, so the
-residual they test is the true residual ``b - A x``.
+calls ``execute(out=...)``. The solvers are written once against a vector
+backend (:mod:`ustc.ops.vectors`): :class:`~ustc.ops.vectors.HostVectors`
+(NumPy vectors, fused Numba CPU kernels) or
+:class:`~ustc.ops.cuda_vectors.DeviceVectors` (CuPy vectors on the GPU,
+fused numba-cuda kernels; the product reads and writes them zero-copy). On
+the device the scalars the method branches on (inner products, norms) come
+to the host as they are needed, a small copy each: two per CG iteration, six
+per BiCGSTAB iteration, one per GMRES inner step, as solvers built on
+cuSPARSE do. The optional Jacobi
+preconditioner is ``M^-1 = diag(A)^-1``; GMRES and BiCGSTAB apply it on the
+right, so the residual they test is the true residual ``b - A x``.
 
 Each solver returns ``(x, iterations, residual_norm, converged)`` where
 convergence means ``||b - A x|| <= max(rtol * ||b||, atol)`` (SciPy's rule).
@@ -17,45 +24,44 @@ import math
 
 import numpy as np
 
-from . import _vector as vec
+from .vectors import HOST
 
 
 class Operator:
-    """``A @ v`` through one planned Matmul; ``apply(v, out)`` copies ``v`` into the planned operand.
-    ``target="cuda"`` plans the product for the GPU (host vectors; the vector updates stay on
-    the CPU)."""
+    """``A @ v`` through one planned Matmul; ``apply(v, out)`` copies ``v`` into the planned
+    operand. The operand is a vector of ``vec`` (host or device); ``target="cuda"`` with host
+    vectors plans the product for the GPU while the vector updates stay on the CPU."""
 
-    def __init__(self, a, n: int, dtype, target: str = "cpu"):
+    def __init__(self, a, n: int, dtype, target: str = "cpu", vec=HOST):
         from .plan import Matmul
 
-        self.v = np.zeros(n, dtype=dtype)
+        self.vec = vec
+        self.v = vec.zeros(n, dtype)
         self.matmul = Matmul(a, self.v, options={"target": target} if target != "cpu" else None)
         self.matmul.plan()
         self.applications = 0
 
-    def apply(self, v: np.ndarray, out: np.ndarray) -> np.ndarray:
+    def apply(self, v, out):
         if v is not self.v:
-            self.v[...] = v
+            self.vec.copy(self.v, v)
         self.applications += 1
-        return self.matmul.execute(out=out)
-
-
-def _norm2(x) -> float:
-    return math.sqrt(max(float(np.real(vec.dot(x, x))), 0.0))
+        self.matmul.execute(out=out)
+        return out
 
 
 def cg(op: Operator, b, x, dinv, rtol, atol, maxiter):
-    r, q = np.empty_like(b), np.empty_like(b)
-    stop = max(rtol * _norm2(b), atol)
+    vec = op.vec
+    r, q = vec.empty(b.size, b.dtype), vec.empty(b.size, b.dtype)
+    stop = max(rtol * vec.norm2(b), atol)
     rr = vec.residual(r, b, op.apply(x, q))
     jacobi = dinv is not None
-    dinv = dinv if jacobi else np.ones(1, dtype=b.dtype)
-    z = np.empty_like(b) if jacobi else r
+    dinv = dinv if jacobi else vec.asarray(np.ones(1, dtype=b.dtype), b.dtype)
+    z = vec.empty(b.size, b.dtype) if jacobi else r
     if jacobi:
         vec.scale_into(z, dinv, r)
     rz = vec.dot(r, z)
     p = op.v                      # the planned operand doubles as the search direction
-    p[...] = z
+    vec.copy(p, z)
     it = 0
     for it in range(1, maxiter + 1):
         if math.sqrt(rr) <= stop:
@@ -71,13 +77,15 @@ def cg(op: Operator, b, x, dinv, rtol, atol, maxiter):
 
 
 def bicgstab(op: Operator, b, x, dinv, rtol, atol, maxiter):
-    r, v, t = np.empty_like(b), np.zeros_like(b), np.empty_like(b)
-    stop = max(rtol * _norm2(b), atol)
+    vec = op.vec
+    n, dt = b.size, b.dtype
+    r, v, t = vec.empty(n, dt), vec.zeros(n, dt), vec.empty(n, dt)
+    stop = max(rtol * vec.norm2(b), atol)
     rr = vec.residual(r, b, op.apply(x, t))
-    r0 = r.copy()
-    p, s = np.zeros_like(b), np.empty_like(b)
-    ph, sh = np.empty_like(b), np.empty_like(b)
-    rho = alpha = omega = b.dtype.type(1)
+    r0 = vec.asarray(r, dt, copy=True)
+    p, s = vec.zeros(n, dt), vec.empty(n, dt)
+    ph, sh = vec.empty(n, dt), vec.empty(n, dt)
+    rho = alpha = omega = dt.type(1)
     it = 0
     for it in range(1, maxiter + 1):
         if math.sqrt(rr) <= stop:
@@ -87,7 +95,7 @@ def bicgstab(op: Operator, b, x, dinv, rtol, atol, maxiter):
             break
         vec.bicg_p(p, r, (rho_new / rho) * (alpha / omega), omega, v)
         rho = rho_new
-        _precondition(ph, dinv, p)
+        _precondition(vec, ph, dinv, p)
         op.apply(ph, v)
         denom = vec.dot(r0, v)
         if denom == 0:
@@ -97,60 +105,58 @@ def bicgstab(op: Operator, b, x, dinv, rtol, atol, maxiter):
         if math.sqrt(ss) <= stop:
             vec.bicg_x(x, alpha, ph, 0.0, ph)
             return x, it, math.sqrt(ss), True
-        _precondition(sh, dinv, s)
+        _precondition(vec, sh, dinv, s)
         op.apply(sh, t)
         tt = vec.dot(t, t)
-        omega = vec.dot(t, s) / tt if tt != 0 else b.dtype.type(0)
+        omega = vec.dot(t, s) / tt if tt != 0 else dt.type(0)
         vec.bicg_x(x, alpha, ph, omega, sh)
         rr = vec.axpy_norm(r, s, -omega, t)
     return x, it, math.sqrt(rr), math.sqrt(rr) <= stop
 
 
-def _precondition(out, dinv, v) -> None:
+def _precondition(vec, out, dinv, v) -> None:
     if dinv is None:
-        out[...] = v
+        vec.copy(out, v)
     else:
         vec.scale_into(out, dinv, v)
 
 
 def gmres(op: Operator, b, x, dinv, rtol, atol, maxiter, restart: int):
-    """Restarted GMRES(m), modified Gram-Schmidt Arnoldi, Givens rotations; ``maxiter``
-    counts inner iterations (matrix products)."""
-    n, m = b.size, max(1, min(restart, b.size))
-    stop = max(rtol * _norm2(b), atol)
-    r, w, z = np.empty_like(b), np.empty_like(b), np.empty_like(b)
-    V = np.empty((m + 1, n), dtype=b.dtype)
+    """Restarted GMRES(m), Arnoldi with Gram-Schmidt twice (modified on the host, classical on
+    a device), Givens rotations; ``maxiter`` counts inner iterations (matrix products)."""
+    vec = op.vec
+    n, m, dt = b.size, max(1, min(restart, b.size)), b.dtype
+    stop = max(rtol * vec.norm2(b), atol)
+    r, w, z = vec.empty(n, dt), vec.empty(n, dt), vec.empty(n, dt)
+    V = vec.basis(m + 1, n, dt)
     done = 0
     while True:
         beta = math.sqrt(vec.residual(r, b, op.apply(x, w)))
         if beta <= stop or done >= maxiter:
             return x, done, beta, beta <= stop
-        H = np.zeros((m + 1, m), dtype=b.dtype)
-        cs, sn = np.zeros(m, dtype=b.dtype), np.zeros(m, dtype=b.dtype)
-        g = np.zeros(m + 1, dtype=b.dtype)
+        H = np.zeros((m + 1, m), dtype=dt)
+        cs, sn = np.zeros(m, dtype=dt), np.zeros(m, dtype=dt)
+        g = np.zeros(m + 1, dtype=dt)
         g[0] = beta
-        V[0] = r / beta
+        vec.set_row(V, 0, r, beta)
         k = 0
         while k < m and done < maxiter:
-            _precondition(z, dinv, V[k])
+            _precondition(vec, z, dinv, V.rows[k])
             op.apply(z, w)
             done += 1
-            for _ in range(2):  # modified Gram-Schmidt, twice: keeps V orthogonal near convergence
-                for j in range(k + 1):
-                    h = vec.dot(V[j], w)
-                    H[j, k] += h
-                    w -= h * V[j]
-            h_next = _norm2(w)
+            h, h_next = vec.orthogonalize(V, k + 1, w)
+            H[:k + 1, k] = h
             H[k + 1, k] = h_next
             if h_next != 0:
-                V[k + 1] = w / h_next
+                vec.set_row(V, k + 1, w, h_next)
             _givens(H, cs, sn, g, k)
             k += 1
             if abs(g[k]) <= stop or h_next == 0:   # converged, or the Krylov space is exhausted
                 break
-        y = np.linalg.solve(np.triu(H[:k, :k]), g[:k]) if k else np.zeros(0, dtype=b.dtype)
-        _precondition(z, dinv, y @ V[:k])
-        x += z
+        y = np.linalg.solve(np.triu(H[:k, :k]), g[:k]) if k else np.zeros(0, dtype=dt)
+        vec.combine(w, V, y)
+        _precondition(vec, z, dinv, w)
+        vec.axpy(x, dt.type(1), z)
 
 
 def _givens(H, cs, sn, g, k) -> None:
@@ -169,3 +175,19 @@ def _givens(H, cs, sn, g, k) -> None:
     H[k + 1, k] = 0
     g[k + 1] = -np.conj(sn[k]) * g[k]
     g[k] = cs[k] * g[k]
+
+
+SOLVERS = {"cg": cg, "bicgstab": bicgstab, "gmres": gmres}
+
+
+def run(a, b, x, dinv, method: str, *, rtol, atol, maxiter: int, restart: int = 30, target: str = "cpu",
+        vec=HOST):
+    """Plan ``A @ v`` once and run ``method``: ``(x, iterations, residual, converged, plan_info)``.
+    ``b``, ``x`` (updated in place) and ``dinv`` are vectors of ``vec``."""
+    op = Operator(a, b.size, b.dtype, target, vec)
+    try:
+        extra = (restart,) if method == "gmres" else ()
+        x, it, res, ok = SOLVERS[method](op, b, x, dinv, rtol, atol, maxiter, *extra)
+        return x, it, res, ok, op.matmul.plan_info
+    finally:
+        op.matmul.release()

@@ -1,0 +1,128 @@
+"""Vector backends of the Krylov solvers (:mod:`ustc.ops.krylov`).
+
+:mod:`ustc.ops.krylov` is written once against a backend object: where the
+vectors live (host NumPy, or device CuPy arrays) and which kernels update them.
+Every backend has the operations below, with one meaning on all of them
+(``dot(a, b)`` is ``sum(conj(a) * b)``; scalars come back to the host as NumPy
+scalars of the vectors' dtype, squared norms as floats):
+
+* allocation: ``empty(n, dtype)``, ``zeros(n, dtype)``, ``asarray(v, dtype,
+  copy)`` (a contiguous 1-D vector of the backend; ``copy=True`` when the solver
+  writes into it), ``basis(rows, n, dtype)`` (a :class:`Basis` for GMRES),
+  ``diagonal(a, n, dtype)`` (``diag(a)`` as a host array);
+* the fused updates of :mod:`ustc.ops._vector`: ``dot``, ``cg_step``,
+  ``xpby``, ``scale_into``, ``residual``, ``axpy_norm``, ``bicg_p``,
+  ``bicg_x``, plus ``copy(out, v)`` and ``axpy(y, alpha, x)`` (``y += alpha x``);
+* GMRES: ``set_row(V, k, w, d)`` (``V[k] = w / d``), ``orthogonalize(V, k1, w)``
+  (makes ``w`` orthogonal to ``V[:k1]``, Gram-Schmidt twice; returns the
+  coefficients as a host array and ``||w||`` after) and ``combine(out, V, y)``
+  (``out = sum_j y[j] V[j]``, ``y`` on the host).
+
+:class:`HostVectors` runs the Numba CPU kernels; the device backend is
+:class:`ustc.ops.cuda_vectors.DeviceVectors` (numba-cuda kernels over CuPy
+arrays, imported only when a solve runs on 'cuda').
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass
+class Basis:
+    """The GMRES basis: ``data`` (rows, n) and ``rows[k]``, a vector view of row k."""
+
+    data: object
+    rows: list
+
+
+class HostVectors:
+    """NumPy vectors updated by the parallel Numba kernels of :mod:`ustc.ops._vector`."""
+
+    name = "host"
+
+    def __init__(self):
+        from . import _vector
+
+        self.k = _vector
+
+    # -- allocation ------------------------------------------------------------------------
+    def empty(self, n: int, dtype) -> np.ndarray:
+        return np.empty(n, dtype=dtype)
+
+    def zeros(self, n: int, dtype) -> np.ndarray:
+        return np.zeros(n, dtype=dtype)
+
+    def asarray(self, v, dtype, copy: bool = False) -> np.ndarray:
+        return np.array(v, dtype=dtype, order="C") if copy else np.ascontiguousarray(v, dtype=dtype)
+
+    def basis(self, rows: int, n: int, dtype) -> Basis:
+        data = np.empty((rows, n), dtype=dtype)
+        return Basis(data, list(data))
+
+    def diagonal(self, a, n: int, dtype) -> np.ndarray:
+        (rows, cols), vals = a.entries()
+        diag = np.zeros(n, dtype=dtype)
+        on = rows == cols
+        np.add.at(diag, rows[on], vals[on])
+        return diag
+
+    # -- fused updates ---------------------------------------------------------------------
+    def dot(self, a, b):
+        return self.k.dot(a, b)
+
+    def norm2(self, a) -> float:
+        return math.sqrt(max(float(np.real(self.k.dot(a, a))), 0.0))
+
+    def cg_step(self, x, r, z, p, q, dinv, alpha, jacobi: bool):
+        return self.k.cg_step(x, r, z, p, q, dinv, alpha, jacobi)
+
+    def xpby(self, x, beta, y) -> None:
+        self.k.xpby(x, beta, y)
+
+    def scale_into(self, out, d, x) -> None:
+        self.k.scale_into(out, d, x)
+
+    def residual(self, r, b, ax) -> float:
+        return self.k.residual(r, b, ax)
+
+    def axpy_norm(self, out, x, alpha, y) -> float:
+        return self.k.axpy_norm(out, x, alpha, y)
+
+    def bicg_p(self, p, r, beta, omega, v) -> None:
+        self.k.bicg_p(p, r, beta, omega, v)
+
+    def bicg_x(self, x, alpha, ph, omega, sh) -> None:
+        self.k.bicg_x(x, alpha, ph, omega, sh)
+
+    def copy(self, out, v) -> None:
+        out[...] = v
+
+    def axpy(self, y, alpha, x) -> None:
+        self.k.bicg_x(y, alpha, x, 0.0, x)
+
+    # -- GMRES -----------------------------------------------------------------------------
+    def set_row(self, V: Basis, k: int, w, d) -> None:
+        np.divide(w, d, out=V.rows[k])
+
+    def orthogonalize(self, V: Basis, k1: int, w):
+        """Modified Gram-Schmidt, twice (keeps V orthogonal near convergence)."""
+        h = np.zeros(k1, dtype=w.dtype)
+        for _ in range(2):
+            for j in range(k1):
+                hj = self.k.dot(V.rows[j], w)
+                h[j] += hj
+                w -= hj * V.rows[j]
+        return h, self.norm2(w)
+
+    def combine(self, out, V: Basis, y) -> None:
+        if len(y):
+            np.matmul(y, V.data[:len(y)], out=out)
+        else:
+            out.fill(0)
+
+
+HOST = HostVectors()
