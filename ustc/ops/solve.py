@@ -30,11 +30,18 @@ rows grouped into levels of independent rows on the host, one kernel launch
 per level; ``SolveInfo.levels`` holds the schedule and ``plan_info`` says e.g.
 ``"cuda: level-scheduled lower substitution on CSR rows, 37 levels"``); with
 device operands it is zero-copy and ``x`` is a new CuPy array (torch for torch
-``b``). The Krylov methods take ``target="cuda"`` for host operands only: their
-Matmul is planned for the GPU and the vector updates stay on the CPU; a
-Krylov solve of a device tensor raises :class:`ustc.UnsupportedOperation`. A
-zero or missing diagonal raises :class:`ustc.SolveError` on every target,
-before anything is launched.
+``b``). The Krylov methods run device-resident for a tensor on 'cuda': ``b``,
+``x0`` and every work vector are CuPy arrays on the device (a torch CUDA ``b``
+is viewed through DLPack), the one planned Matmul reads and writes them
+zero-copy, and the vector updates are fused numba-cuda kernels
+(:mod:`ustc.ops.cuda_vectors`) on CuPy's current stream; only the scalars the
+method branches on (inner products, norms) come to the host, a few small copies
+per iteration, as in solvers built on cuSPARSE. ``x`` is a new CuPy array (a
+torch CUDA tensor for torch ``b``); convergence, ``SolveError``, ``x0`` and the
+Jacobi preconditioner (its diagonal summed on the device) behave as on the CPU.
+With host operands, ``target="cuda"`` plans only the Matmul for the GPU and the
+vector updates stay on the CPU. A zero or missing diagonal (triangular, or
+Jacobi) raises :class:`ustc.SolveError` on every target, before the iteration.
 """
 
 from __future__ import annotations
@@ -44,7 +51,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import DeviceError, ShapeError, SolveError, UnsupportedOperation, UstcError
+from ..errors import DeviceError, ShapeError, SolveError, UstcError
 from ..tensor import packages
 from ..tensor.tensor import Tensor
 from . import operands as ops
@@ -102,9 +109,6 @@ def solve(a, b, method: str | None = None, *, x0=None, rtol: float = 1e-8, atol:
         run = _triangular_cuda if target == "cuda" else _triangular
         x, info = run(a, rhs.astype(dtype, copy=False), side, unit_diagonal)
     else:
-        if a.device != "cpu":
-            raise UnsupportedOperation(f"solve: method {method!r} runs on host operands only (target='cuda' "
-                                       f"plans its products for the GPU); move a and b to the host")
         x, info = _krylov(a, rhs, dtype, method, x0, rtol, atol, maxiter, restart, preconditioner, target)
     if check and not info.converged:
         raise SolveError(f"solve: {info.method} did not converge in {info.iterations} iterations: residual "
@@ -152,10 +156,6 @@ def _wrap(x, package: str):
 
 
 def _krylov_method(a: Tensor) -> str:
-    if a.device != "cpu":
-        raise UnsupportedOperation("solve: a on 'cuda' is not triangular, and the Krylov methods run on host "
-                                   "operands only; move a and b to the host (target='cuda' then runs the "
-                                   "products on the GPU)")
     return "cg" if _symmetric(a) else "gmres"
 
 
@@ -173,7 +173,8 @@ def _triangular_side(a: Tensor) -> bool | None:
 
 
 def _symmetric(a: Tensor) -> bool:
-    csr = trisolve.as_csr(a)
+    """Whether ``a`` is Hermitian (read on the host; a device tensor is copied there once)."""
+    csr = trisolve.as_csr(a if a.device == "cpu" else a.to("cpu"))
     from ..tensor.interop import to_scipy
 
     s = to_scipy(csr)
@@ -224,36 +225,52 @@ def _norm(v) -> float:
 
 
 def _krylov(a: Tensor, rhs, dtype, method, x0, rtol, atol, maxiter, restart, preconditioner, target):
+    """A Krylov solve: host vectors (Numba CPU updates; ``target="cuda"`` plans the product for
+    the GPU), or, for ``a`` on 'cuda', device vectors end to end (:mod:`ustc.ops.cuda_vectors`)."""
     from . import krylov
 
     if rhs.ndim != 1:
         raise ShapeError(f"solve: method {method!r} takes one right-hand side (a vector), got shape {rhs.shape}")
     n = rhs.shape[0]
-    b = np.ascontiguousarray(rhs, dtype=dtype)
-    x = np.zeros(n, dtype=dtype) if x0 is None else np.array(packages.host_array(x0), dtype=dtype)
-    if x.shape != (n,):
-        raise ShapeError(f"solve: x0 has shape {x.shape}, expected ({n},)")
-    dinv = _jacobi(a, n, dtype) if preconditioner == "jacobi" else None
+    vec = _vectors(a)
+    if x0 is not None:
+        start = _x0(x0, a.device)
+        if tuple(start.shape) != (n,):
+            raise ShapeError(f"solve: x0 has shape {tuple(start.shape)}, expected ({n},)")
+    dinv = _jacobi(a, n, dtype, vec) if preconditioner == "jacobi" else None
+    b = vec.asarray(rhs, dtype)
+    x = vec.zeros(n, dtype) if x0 is None else vec.asarray(start, dtype, copy=True)
     maxiter = 10 * n if maxiter is None else int(maxiter)
-    op = krylov.Operator(a, n, dtype, target)
-    if method == "gmres":
-        x, it, res, ok = krylov.gmres(op, b, x, dinv, rtol, atol, maxiter, restart)
-    else:
-        x, it, res, ok = getattr(krylov, method)(op, b, x, dinv, rtol, atol, maxiter)
-    bn = float(np.linalg.norm(b)) or 1.0
-    info = SolveInfo(method, bool(ok) and math.isfinite(res), int(it), float(res), float(res) / bn,
-                     op.matmul.plan_info)
-    op.matmul.release()
-    return x, info
+    x, it, res, ok, route = krylov.run(a, b, x, dinv, method, rtol=rtol, atol=atol, maxiter=maxiter,
+                                       restart=restart, target=target, vec=vec)
+    bn = vec.norm2(b) or 1.0
+    return x, SolveInfo(method, bool(ok) and math.isfinite(res), int(it), float(res), float(res) / bn, route)
 
 
-def _jacobi(a: Tensor, n: int, dtype) -> np.ndarray:
-    (rows, cols), vals = a.entries()
-    diag = np.zeros(n, dtype=dtype)
-    on = rows == cols
-    np.add.at(diag, rows[on], vals[on])
+def _vectors(a: Tensor):
+    """The vector backend: the device one for a tensor on 'cuda', else the host one."""
+    if a.device == "cpu":
+        from .vectors import HOST
+
+        return HOST
+    from .cuda_vectors import DeviceVectors
+
+    return DeviceVectors()
+
+
+def _x0(x0, device: str):
+    if device == "cpu":
+        return packages.host_array(x0)
+    from .cuda_host import device_array
+
+    return device_array(x0)
+
+
+def _jacobi(a: Tensor, n: int, dtype, vec):
+    """``1 / diag(a)`` as a vector of ``vec``; SolveError naming the first zero diagonal entry."""
+    diag = vec.diagonal(a, n, dtype)
     zero = np.flatnonzero(diag == 0)
     if zero.size:
         raise SolveError(f"solve: the Jacobi preconditioner needs a nonzero diagonal; entry ({zero[0]}, "
                          f"{zero[0]}) is zero")
-    return (1 / diag).astype(dtype)
+    return vec.asarray((1 / diag).astype(dtype), dtype)
