@@ -25,7 +25,7 @@ from ustc.format import expr as fx
 from ustc.format.ir import TensorFormat
 from ustc.format.ir_types import Level
 
-from .space import Replan, Space, csf
+from .space import Replan, Space, coiterable, csf, holds_any_pattern
 
 
 def build(space: Space) -> nx.DiGraph:
@@ -116,14 +116,19 @@ def reordered(fmt: TensorFormat, indices: tuple[str, ...], order: list[str]) -> 
     """``fmt`` with its levels walking the dimensions in loop order ``order``.
 
     A format whose levels are plain dimensions keeps its sequence of level
-    types (CSC becomes CSR); any other becomes CSF in that order.
+    types (CSC becomes CSR) where the result holds every pattern and can be
+    co-iterated; any other becomes CSF in that order. (``(j : compressed, i :
+    singleton)`` turned into ``(i : compressed, j : singleton)`` could not hold
+    two entries of one row.)
     """
     rank = {v: k for k, v in enumerate(order)}
     dims = sorted(fmt.dims, key=lambda d: rank.get(indices[fmt.dims.index(d)], len(rank)))
     if all(isinstance(lv.expr, fx.Dimension) for lv in fmt.levels) and fmt.nlevels == fmt.ndim:
         levels = tuple(Level(d, lv.type) for d, lv in zip(dims, fmt.levels))
         try:
-            return TensorFormat(fmt.dims, levels, fmt.pos_width, fmt.crd_width)
+            out = TensorFormat(fmt.dims, levels, fmt.pos_width, fmt.crd_width)
         except Exception:  # noqa: BLE001 - the type sequence does not fit this order
-            pass
+            out = None
+        if out is not None and holds_any_pattern(out) and coiterable(out):
+            return out
     return csf(fmt, [d.name for d in dims])

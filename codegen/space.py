@@ -146,7 +146,7 @@ class Space:
                 access = self.accesses[slot]
                 why = (f"level {ref.level} ({self.formats[ref.tensor].levels[ref.level]}) must be iterated at "
                        f"index '{ref.var}', which {owner.tensor}'s format derives")
-                if _blocks_only(owner_fmt) and _coiterable(owner_fmt) and set(access.indices) == set(owner.indices):
+                if _blocks_only(owner_fmt) and coiterable(owner_fmt) and set(access.indices) == set(owner.indices):
                     target = like(owner_fmt, owner.indices, self.formats[ref.tensor], access.indices)
                     raise Replan(ref.tensor, target, why, slot)
                 raise Replan(owner.tensor, plain_format(owner_fmt), why, d.owner)
@@ -154,7 +154,7 @@ class Space:
     def _replan_like(self, model_slot: int, slot: int, why: str) -> None:
         model, access = self.accesses[model_slot], self.accesses[slot]
         model_fmt, fmt = self.formats[model.tensor], self.formats[access.tensor]
-        if set(model.indices) == set(access.indices) and _holds_any_pattern(model_fmt) and _coiterable(model_fmt):
+        if set(model.indices) == set(access.indices) and holds_any_pattern(model_fmt) and coiterable(model_fmt):
             raise Replan(access.tensor, like(model_fmt, model.indices, fmt, access.indices), why, slot)
         raise Replan(access.tensor, plain_format(fmt), why, slot)
 
@@ -260,7 +260,7 @@ def _blocks_only(fmt: TensorFormat) -> bool:
         not any(lv.type.keyword in ("structured", "range") for lv in fmt.levels)
 
 
-def _coiterable(fmt: TensorFormat) -> bool:
+def coiterable(fmt: TensorFormat) -> bool:
     """Every level ordered, repeats only above singletons: a format others may be converted to
     for co-iteration (a level failing this would itself be converted, and the two conversions
     would chase each other until the planner gives up)."""
@@ -270,7 +270,7 @@ def _coiterable(fmt: TensorFormat) -> bool:
             for k, lv in enumerate(levels))
 
 
-def _holds_any_pattern(fmt: TensorFormat) -> bool:
+def holds_any_pattern(fmt: TensorFormat) -> bool:
     """Every sparsity pattern fits ``fmt`` (no n:m level, no singleton below a unique level)."""
     levels = fmt.levels
     return not any(lv.type.keyword == "structured" or

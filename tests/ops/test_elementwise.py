@@ -188,6 +188,21 @@ def test_block_format_with_repeats_and_other_block_map():
             assert_matches(a * b, a.to_dense() * b.to_dense())
 
 
+def test_cycle_with_unique_level_above_singleton():
+    """Regression (found by the random formats): on a loop-order cycle B = (j : compressed,
+    i : singleton) was converted to (i : compressed, j : singleton), which cannot hold two
+    entries of one row (StorageError at execute); it now becomes CSF in the loop order."""
+    fb = ustc.TensorFormat.parse("(i, j) -> (j : compressed, i : singleton)")
+    fm = ustc.TensorFormat.parse("(i, j) -> (i : compressed(nonunique, nonordered), 1 * j : singleton)")
+    x = np.zeros((2, 6))
+    x[1, 0], x[1, 2], x[0, 3] = 1.0, 2.0, 3.0
+    B = Tensor.from_dense(x, fb)
+    for fa in (F.CSR, fm):
+        A = sparse(fa, (2, 6), seed=7, density=0.5)
+        for op, fn in OPS.items():
+            assert_matches(fn(A, B), fn(A.to_dense(), x))
+
+
 def test_diagonal_level_with_narrow_crd_width():
     """Narrow unsigned crd (crdWidth=8 -> uint8) mixed with int64 loop variables made Numba
     promote to float64 (a typing error) or wrap; index loads are now cast to a signed intp."""
