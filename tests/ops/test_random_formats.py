@@ -16,7 +16,6 @@ import ustc
 from op_helpers import assert_matches, assert_unchanged, rand_dense, representable, snapshot, structured_fit
 from strategies import examples, formats
 from ustc import Tensor
-from ustc.format.expr import Mul
 
 DTYPES = st.sampled_from([np.float64, np.float64, np.float32, np.int64])
 
@@ -40,14 +39,8 @@ def operand(draw, fmt, shape=None, dtype=None):
         raise
 
 
-def _supported(fmt) -> bool:
-    """Leaves out a known bug, pinned by an xfail test in test_elementwise.py: scaled levels
-    'c * d' (test_union_dense_with_scaled_level)."""
-    return not any(isinstance(lv.expr, Mul) for lv in fmt.levels)
-
-
 def random_formats(max_rank: int, **kwargs):
-    return formats(max_rank=max_rank, **kwargs).filter(_supported)
+    return formats(max_rank=max_rank, **kwargs)
 
 
 def _matrices():
