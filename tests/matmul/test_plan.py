@@ -68,6 +68,36 @@ def test_routes_for_spmv(fmt, route, rng):
     np.testing.assert_allclose(forced.execute(), a @ x)
 
 
+@pytest.mark.parametrize("fmt", ["DIAI", "DIAJ"])
+def test_dia_spmv_serial_below_threshold_parallel_above(fmt, monkeypatch, rng):
+    """Small operands run the one-thread twin (no parallel launch), large ones the tiled
+    parallel kernel; both agree with SciPy, across several row tiles too."""
+    from ustc.kernels import _dia
+    from ustc.ops import runtime
+
+    calls = []
+
+    class Spy:
+        def __init__(self, name):
+            self.name, self.kernel = name, getattr(_dia, name)
+            self.compile = self.kernel.compile
+
+        def __call__(self, *args):
+            calls.append(self.name)
+            return self.kernel(*args)
+
+    for name in ("dia_spmv", "dia_spmv_serial"):
+        monkeypatch.setattr(_dia, name, Spy(name))
+    n = _dia.TILE + 123                             # two row tiles
+    a = random_dense(rng, (n, n), density=3.0 / n)
+    A = ustc.Tensor.from_dense(a, fmt)
+    x = rng.standard_normal(n)
+    for limit, expected in ((10 ** 9, "dia_spmv_serial"), (0, "dia_spmv")):
+        monkeypatch.setattr(runtime, "SERIAL_WORK", limit)
+        np.testing.assert_allclose(ustc.Matmul(A, x).plan().execute(), a @ x, rtol=1e-12)
+        assert calls[-1] == expected
+
+
 def test_delta_packed_long_rows_cross_words(rng):
     a = random_dense(rng, (3, 200), density=0.5)   # rows start at every offset inside a word
     for fmt in ("DELTA(1, packed)", "DELTA(2, packed)", "DELTA(4, packed)", "DELTA(8, packed)", "DELTA(3)"):

@@ -19,19 +19,29 @@ def dia_spmv(offsets, vals, x, y, alpha, n_rows, n_cols, diag_len, by_column):
     """``y += alpha * A @ x`` where diagonal ``d`` (offset ``o = j - i``) stores
     ``A[i, i + o]`` at ``vals[d * diag_len + (i + o if by_column else i)]``. Each task owns
     the rows ``[lo, hi)`` of ``y`` and adds every diagonal's slice straight into them."""
-    tiles = (n_rows + TILE - 1) // TILE
-    for t in prange(tiles):
-        lo = t * TILE
-        hi = min(lo + TILE, n_rows)
-        for d in range(offsets.size):
-            o = np.int64(offsets[d])
-            a = max(lo, -o)
-            b = min(hi, n_cols - o)
-            if a >= b:
-                continue
-            base = d * diag_len + (o if by_column else 0)
-            v = vals[base + a:base + b]
-            xs = x[a + o:b + o]
-            w = y[a:b]
-            for k in range(b - a):
-                w[k] += alpha * v[k] * xs[k]
+    for t in prange((n_rows + TILE - 1) // TILE):
+        _tile(offsets, vals, x, y, alpha, n_cols, diag_len, by_column, t * TILE, min(t * TILE + TILE, n_rows))
+
+
+@njit(cache=True, nogil=True)
+def dia_spmv_serial(offsets, vals, x, y, alpha, n_rows, n_cols, diag_len, by_column):
+    """:func:`dia_spmv` on one thread, for small operands (a parallel launch costs ~0.1 ms)."""
+    for t in range((n_rows + TILE - 1) // TILE):
+        _tile(offsets, vals, x, y, alpha, n_cols, diag_len, by_column, t * TILE, min(t * TILE + TILE, n_rows))
+
+
+@njit(cache=True, nogil=True)
+def _tile(offsets, vals, x, y, alpha, n_cols, diag_len, by_column, lo, hi):
+    """Rows ``[lo, hi)`` of ``y += alpha * A @ x``."""
+    for d in range(offsets.size):
+        o = np.int64(offsets[d])
+        a = max(lo, -o)
+        b = min(hi, n_cols - o)
+        if a >= b:
+            continue
+        base = d * diag_len + (o if by_column else 0)
+        v = vals[base + a:base + b]
+        xs = x[a + o:b + o]
+        w = y[a:b]
+        for k in range(b - a):
+            w[k] += alpha * v[k] * xs[k]

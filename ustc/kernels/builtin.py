@@ -55,9 +55,12 @@ def _spmv(launch):
 @register("spmv", _is_dia, "cpu", name="dia_spmv", builtin=True)
 @_spmv
 def dia_spmv(a, b, out, alpha):
-    """``out += alpha * a @ b`` for DIAI / DIAJ: parallel row tiles, diagonals as 1-D streams."""
-    from ._dia import dia_spmv as kernel
+    """``out += alpha * a @ b`` for DIAI / DIAJ: parallel row tiles, diagonals as 1-D streams
+    (one thread below the generated kernels' serial threshold)."""
+    from ..ops.runtime import SERIAL_WORK
+    from ._dia import dia_spmv as parallel, dia_spmv_serial as serial
 
+    kernel = serial if a.nse + b.size < SERIAL_WORK else parallel
     by_column = a.format.levels[1].expr == a.format.dims[1]
     diag_len = a.shape[1] if by_column else a.shape[0]
     pos, offsets = a._buffers[(0, "pos")], a._buffers[(0, "crd")]
