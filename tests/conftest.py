@@ -1,6 +1,7 @@
 """Shared test configuration.
 
 * ``tests/`` is put on ``sys.path`` so test modules can ``from strategies import formats``.
+* ``counted_plans``: a list that every ``ustc.Matmul.plan`` call appends its Matmul to.
 * Hypothesis profile ``ci`` (the default here): no deadline, since the first parse in a
   worker builds the Lark parser, and derandomized, so every run tries the same examples.
   ``HYPOTHESIS_PROFILE=dev`` draws fresh ones.
@@ -11,6 +12,7 @@ from __future__ import annotations
 import os
 import sys
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
@@ -28,3 +30,19 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 def pytest_addoption(parser):
     parser.addoption("--update-golden", action="store_true", default=False,
                      help="rewrite tests/codegen/golden/*.py from the current code generator")
+
+
+@pytest.fixture
+def counted_plans(monkeypatch):
+    """Every ``ustc.Matmul.plan`` call of the test, in order (the Matmul instances)."""
+    import ustc
+
+    plans = []
+    original = ustc.Matmul.plan
+
+    def counting(self):
+        plans.append(self)
+        return original(self)
+
+    monkeypatch.setattr(ustc.Matmul, "plan", counting)
+    return plans

@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import json
 import sys
-import time
-import traceback
 import warnings
 
 import numpy as np
@@ -24,6 +22,7 @@ import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
 import ustc
+from _cases import report
 from ustc import formats
 from ustc.ops import cuda_vectors, vectors
 from ustc.ops import solve as solve_module
@@ -308,15 +307,7 @@ def main(mode: str) -> int:
             print(json.dumps(record), flush=True)
         return 0
     solve_module._vectors = lambda a: Counting()   # the device backend, counting (sim: for host operands)
-    for name, run in cases():
-        t0 = time.perf_counter()
-        try:
-            record = run()
-        except Exception as exc:  # noqa: BLE001 - reported per case
-            record = {"ok": False, "error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc()[-3000:]}
-        record.update(case=name, seconds=round(time.perf_counter() - t0, 3))
-        print(json.dumps(record), flush=True)
-    return 0
+    return report(cases())
 
 
 if __name__ == "__main__":

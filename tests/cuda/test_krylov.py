@@ -62,21 +62,6 @@ def _matrix(method, n=3000):
     return (m + sp.diags(1 + np.asarray(abs(m).sum(axis=1)).ravel())).tocsr()
 
 
-@pytest.fixture
-def counted_plans(monkeypatch):
-    import ustc
-
-    plans = []
-    original = ustc.Matmul.plan
-
-    def counting(self):
-        plans.append(self)
-        return original(self)
-
-    monkeypatch.setattr(ustc.Matmul, "plan", counting)
-    return plans
-
-
 @pytest.mark.gpu
 @GPU
 @pytest.mark.parametrize("method", ["cg", "bicgstab", "gmres"])

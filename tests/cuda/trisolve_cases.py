@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import sys
 import time
-import traceback
 import warnings
 
 import numpy as np
@@ -23,6 +22,7 @@ import scipy.sparse as sp
 from scipy.sparse.linalg import spsolve_triangular
 
 import ustc
+from _cases import report
 
 TOL = {np.float32: 2e-4, np.float64: 1e-10, np.complex128: 1e-10}
 
@@ -140,15 +140,7 @@ def main(mode: str) -> int:
             record["seconds"] = round((time.perf_counter() - t0) / len(records), 3)
             print(json.dumps(record), flush=True)
         return 0
-    for name, run in cases():
-        t0 = time.perf_counter()
-        try:
-            record = run()
-        except Exception as exc:  # noqa: BLE001 - reported per case
-            record = {"ok": False, "error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc()[-3000:]}
-        record.update(case=name, seconds=round(time.perf_counter() - t0, 3))
-        print(json.dumps(record), flush=True)
-    return 0
+    return report(cases())
 
 
 if __name__ == "__main__":
