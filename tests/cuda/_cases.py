@@ -1,5 +1,6 @@
-"""The loop shared by the subprocess case scripts (``krylov_cases.py``, ``trisolve_cases.py``):
-run every case, one JSON record per line on stdout, a failure recorded rather than raised."""
+"""Shared by the subprocess case scripts (``matrix.py``, ``krylov_cases.py``, ``trisolve_cases.py``):
+the case loop (one JSON record per line on stdout, a failure recorded rather than raised) and
+the record of a kernel compiled to an sm_90 cubin."""
 
 from __future__ import annotations
 
@@ -19,3 +20,15 @@ def report(cases) -> int:
         record.update(case=name, seconds=round(time.perf_counter() - t0, 3))
         print(json.dumps(record), flush=True)
     return 0
+
+
+def kernel_record(k) -> dict:
+    """What the tests check of one compiled kernel (``ustc.ops.cuda_ptx`` result)."""
+    return {"name": k.name, "registers": k.registers, "spill_stores": k.spill_stores,
+            "spill_loads": k.spill_loads, "cubin_bytes": k.cubin_bytes, "sm": "sm_90"}
+
+
+def ptx_records(kernels) -> list[dict]:
+    """One case record per compiled kernel."""
+    return [{"case": f"ptx_{k.name}({k.signature})", "ok": k.cubin_bytes > 0, "kernel": kernel_record(k)}
+            for k in kernels]

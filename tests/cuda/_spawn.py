@@ -31,6 +31,12 @@ def failures(records: list[dict]) -> str:
     return "\n\n".join(f"{r['case']}: {r.get('error', '')}\n{r.get('trace', '')}{r.get('got', '')}" for r in bad)
 
 
+def assert_cubins(kernels: list[dict]) -> None:
+    """Every kernel record (``_cases.kernel_record``) linked to a cubin within the register file, unspilled."""
+    assert all(k["cubin_bytes"] > 0 and 0 < k["registers"] <= 255 for k in kernels)
+    assert all(k["spill_stores"] == 0 and k["spill_loads"] == 0 for k in kernels), "register spills"
+
+
 def no_gpu_reason() -> str | None:
     """Why real-GPU tests must skip here (None: an NVIDIA GPU and its driver are present)."""
     if os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0"):
@@ -41,3 +47,11 @@ def no_gpu_reason() -> str | None:
         return None if cuda.is_available() else "no CUDA GPU"
     except Exception as exc:  # noqa: BLE001 - any failure to find a driver means no GPU
         return f"numba.cuda unavailable: {exc}"
+
+
+def gpu_only():
+    """The skip mark of real-GPU tests (reason: :func:`no_gpu_reason`)."""
+    import pytest
+
+    reason = no_gpu_reason()
+    return pytest.mark.skipif(reason is not None, reason=f"needs an NVIDIA GPU ({reason})")

@@ -22,7 +22,7 @@ import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
 import ustc
-from _cases import report
+from _cases import ptx_records, report
 from ustc import formats
 from ustc.ops import cuda_vectors, vectors
 from ustc.ops import solve as solve_module
@@ -292,11 +292,7 @@ def cases():
 
 
 def run_ptx():
-    kernels = cuda_vectors.compile_kernels()
-    return [{"case": f"ptx_{k.name}({k.signature})", "ok": k.cubin_bytes > 0,
-             "kernel": {"name": k.name, "registers": k.registers, "spill_stores": k.spill_stores,
-                        "spill_loads": k.spill_loads, "cubin_bytes": k.cubin_bytes, "sm": "sm_90"}}
-            for k in kernels]
+    return ptx_records(cuda_vectors.compile_kernels())
 
 
 def main(mode: str) -> int:

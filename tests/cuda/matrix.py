@@ -13,16 +13,15 @@ thread as a Python thread.
 
 from __future__ import annotations
 
-import json
+import functools
 import sys
-import time
-import traceback
 import warnings
 
 import numpy as np
 import scipy.sparse as sp
 
 import ustc
+from _cases import kernel_record, report
 from ustc.codegen import notation as nt
 from ustc.ops import library, runtime
 
@@ -219,9 +218,7 @@ def run_ptx(case) -> dict:
     prepared = runtime.prepare(prog, make(), "cuda", schedule)
     kernels = cuda_ptx.compile_run(prepared)
     return {"ok": bool(kernels) and all(k.cubin_bytes > 0 for k in kernels),
-            "kernels": [{"name": k.name, "registers": k.registers, "spill_stores": k.spill_stores,
-                         "spill_loads": k.spill_loads, "cubin_bytes": k.cubin_bytes, "sm": "sm_90"}
-                        for k in kernels]}
+            "kernels": [kernel_record(k) for k in kernels]}
 
 
 def matmul_cases():
@@ -252,15 +249,8 @@ def main(mode: str) -> int:
     warnings.simplefilter("ignore")
     runner = run_ptx if mode == "ptx" else run_sim  # "sim" and "gpu" (a real device) run the kernels
     extra = [] if mode == "ptx" else [(case, run_matmul) for case in matmul_cases()]
-    for case, runner in [(case, runner) for case in cases()] + extra:
-        t0 = time.perf_counter()
-        try:
-            record = runner(case)
-        except Exception as exc:  # noqa: BLE001 - reported per case
-            record = {"ok": False, "error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc()[-3000:]}
-        record.update(case=case[0], seconds=round(time.perf_counter() - t0, 3))
-        print(json.dumps(record), flush=True)
-    return 0
+    pairs = [(case, runner) for case in cases()] + extra
+    return report((case[0], functools.partial(run, case)) for case, run in pairs)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ import pytest
 import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
-from _spawn import failures, no_gpu_reason, run_matrix
+from _spawn import assert_cubins, failures, gpu_only, run_matrix
 
 CASES = Path(__file__).with_name("krylov_cases.py")
 
@@ -39,13 +39,12 @@ def test_krylov_kernels_compile_to_cubins(tmp_path):
     assert not [r for r in records if not r["ok"]], failures(records)
     kernels = [r["kernel"] for r in records]
     assert len(kernels) == 4 * 13          # 12 kernels, csr_diagonal for two index widths; 4 dtypes
-    assert all(k["cubin_bytes"] > 0 and 0 < k["registers"] <= 255 for k in kernels)
-    assert all(k["spill_stores"] == 0 and k["spill_loads"] == 0 for k in kernels), "register spills"
+    assert_cubins(kernels)
 
 
 # -- a real GPU ----------------------------------------------------------------------------
 
-GPU = pytest.mark.skipif(no_gpu_reason() is not None, reason=f"needs an NVIDIA GPU ({no_gpu_reason()})")
+GPU = gpu_only()
 
 
 @pytest.mark.gpu

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from _spawn import failures, no_gpu_reason, run_matrix
+from _spawn import assert_cubins, failures, gpu_only, run_matrix
 
 CASES = Path(__file__).with_name("trisolve_cases.py")
 
@@ -35,13 +35,12 @@ def test_trisolve_kernels_compile_to_cubins(tmp_path):
     assert len(records) >= 6
     assert not [r for r in records if not r["ok"]], failures(records)
     kernels = [r["kernel"] for r in records]
-    assert all(k["cubin_bytes"] > 0 and 0 < k["registers"] <= 255 for k in kernels)
-    assert all(k["spill_stores"] == 0 and k["spill_loads"] == 0 for k in kernels), "register spills"
+    assert_cubins(kernels)
 
 
 # -- a real GPU ----------------------------------------------------------------------------
 
-GPU = pytest.mark.skipif(no_gpu_reason() is not None, reason=f"needs an NVIDIA GPU ({no_gpu_reason()})")
+GPU = gpu_only()
 
 
 @pytest.mark.gpu

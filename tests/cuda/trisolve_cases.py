@@ -22,7 +22,7 @@ import scipy.sparse as sp
 from scipy.sparse.linalg import spsolve_triangular
 
 import ustc
-from _cases import report
+from _cases import ptx_records, report
 
 TOL = {np.float32: 2e-4, np.float64: 1e-10, np.complex128: 1e-10}
 
@@ -124,11 +124,7 @@ def krylov(method):
 def run_ptx():
     from ustc.ops import cuda_trisolve
 
-    kernels = cuda_trisolve.compile_kernels()
-    return [{"case": f"ptx_{k.name}({k.signature})", "ok": k.cubin_bytes > 0,
-             "kernel": {"name": k.name, "registers": k.registers, "spill_stores": k.spill_stores,
-                        "spill_loads": k.spill_loads, "cubin_bytes": k.cubin_bytes, "sm": "sm_90"}}
-            for k in kernels]
+    return ptx_records(cuda_trisolve.compile_kernels())
 
 
 def main(mode: str) -> int:
