@@ -57,12 +57,15 @@ def _span(apos, acrd, bpos, bcrd, lo, hi):
 
 @njit(cache=True, nogil=True, parallel=True)
 def spgemm_count(apos, acrd, bpos, bcrd, bounds):
-    """``sizes[i + 1]`` = number of distinct columns of output row ``i`` (``sizes[0] = 0``)."""
+    """``(sizes, spans)``: ``sizes[i + 1]`` = number of distinct columns of output row ``i``
+    (``sizes[0] = 0``); ``spans[ch]`` = chunk ``ch``'s column span (``_span``), for the filling pass."""
     n_rows = bounds[-1]
     sizes = np.zeros(n_rows + 1, dtype=np.int64)
+    spans = np.empty((len(bounds) - 1, 2), dtype=np.int64)
     for ch in prange(len(bounds) - 1):
         lo, hi = bounds[ch], bounds[ch + 1]
         first, last = _span(apos, acrd, bpos, bcrd, lo, hi)
+        spans[ch, 0], spans[ch, 1] = first, last
         mark = np.full(max(last - first + 1, 0), -1, dtype=np.int32)
         for i in range(lo, hi):
             row = np.int32(i)
@@ -75,7 +78,7 @@ def spgemm_count(apos, acrd, bpos, bcrd, bounds):
                         mark[j] = row
                         count += 1
             sizes[U(i + 1)] = count
-    return sizes
+    return sizes, spans
 
 
 @njit(cache=True, nogil=True)
@@ -91,11 +94,11 @@ def _sort_small(a, lo, hi):
 
 
 @njit(cache=True, nogil=True, parallel=True)
-def spgemm_fill(apos, acrd, avals, bpos, bcrd, bvals, pos, crd, vals, bounds):
+def spgemm_fill(apos, acrd, avals, bpos, bcrd, bvals, pos, crd, vals, bounds, spans):
     """Columns (sorted) and values of every output row at ``pos[i]``."""
     for ch in prange(len(bounds) - 1):
         lo, hi = bounds[ch], bounds[ch + 1]
-        first, last = _span(apos, acrd, bpos, bcrd, lo, hi)
+        first, last = spans[ch, 0], spans[ch, 1]
         width = max(last - first + 1, 0)
         mark = np.full(width, -1, dtype=np.int32)
         acc = np.zeros(width, dtype=vals.dtype)

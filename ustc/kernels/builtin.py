@@ -118,12 +118,12 @@ def csr_spgemm(a, b, out_format):
     bpos, bcrd = b._buffers[(1, "pos")], b._buffers[(1, "crd")]
     # two chunks per thread: each owns a marker and an accumulator over its rows' column span
     bounds = chunk_bounds(row_work(apos, acrd, bpos, n_rows), min(max(n_rows, 1), 2 * numba.get_num_threads()))
-    sizes = spgemm_count(apos, acrd, bpos, bcrd, bounds)
+    sizes, spans = spgemm_count(apos, acrd, bpos, bcrd, bounds)
     pos = np.cumsum(sizes)
     index = np.int32 if max(int(pos[-1]), n_cols) < 2**31 else np.int64
     crd = np.empty(int(pos[-1]), dtype=index)
     vals = np.empty(int(pos[-1]), dtype=np.result_type(a.dtype, b.dtype))
-    spgemm_fill(apos, acrd, a._values, bpos, bcrd, b._values, pos, crd, vals, bounds)
+    spgemm_fill(apos, acrd, a._values, bpos, bcrd, b._values, pos, crd, vals, bounds, spans)
     c = Tensor(CSR, (n_rows, n_cols), {(1, "pos"): pos.astype(index), (1, "crd"): crd}, vals)
     return c if out_format == CSR else c.convert(out_format)
 
