@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 import warnings
 
 import numpy as np
@@ -22,6 +23,7 @@ import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
 import ustc
+import _cases
 from _cases import ptx_records, report
 from ustc import formats
 from ustc.ops import cuda_vectors, vectors
@@ -169,6 +171,27 @@ def diagonal_case():
     return "jacobi_diagonal_on_the_device", run
 
 
+def shared_lock_case():
+    """The simulator's shared-array race (``_cases.lock_simulator_shared_arrays``), widened.
+
+    Each allocation sleeps 1 ms, which without the lock hands most blocks' threads
+    different arrays (21 of 160 block folds wrong in a trial); with it every fold is right."""
+    def run():
+        slow = lambda shape, dtype: (time.sleep(1e-3), np.empty(shape, dtype))[1]   # noqa: E731
+        _cases.ALLOCATE, fast = slow, _cases.ALLOCATE
+        try:
+            dev, x, want = Counting(), xp(), []
+            got = []
+            for seed in range(4):
+                a, b = rand(64, np.float64, seed), rand(64, np.float64, seed + 10)
+                got.append(dev.dot(x.array(a), x.array(b)))
+                want.append(float(a @ b))
+        finally:
+            _cases.ALLOCATE = fast
+        return {"ok": bool(np.allclose(got, want, rtol=1e-12, atol=1e-12)), "got": None}
+    return "simulator_shared_arrays_locked", run
+
+
 # -- whole solves ------------------------------------------------------------------------
 
 def device_tensor(t):
@@ -282,6 +305,8 @@ def format_cases():
 
 def cases():
     out = [ops_case(dtype) for dtype in DTYPES] + [diagonal_case()]
+    if MODE == "sim":
+        out.append(shared_lock_case())
     for method in ("cg", "bicgstab", "gmres", None):
         for pre in (None, "jacobi"):
             out.append(method_case(method, pre))

@@ -26,6 +26,7 @@ def test_krylov_in_the_simulator(tmp_path):
     assert not [r for r in records if not r["ok"]], failures(records)
     by_case = {r["case"]: r for r in records}
     assert {f"ops_{d}" for d in ("float32", "complex64", "complex128")} <= set(by_case)
+    assert "simulator_shared_arrays_locked" in by_case
     solves = [r for r in records if "plans" in r]
     assert len(solves) >= 25 and all(r["plans"] == 1 and r["launches"] > r["iterations"] for r in solves)
     assert len([c for c in by_case if c.startswith("format_")]) >= 10
