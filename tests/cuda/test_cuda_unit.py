@@ -101,6 +101,22 @@ def test_running_without_a_device_says_how(monkeypatch):
         runtime.execute(program, {"A": a, "x": np.ones(4), "y": np.zeros(4)}, target="cuda")
 
 
+class _DeviceArray:
+    """Stands in for a CuPy array: a ``__cuda_array_interface__`` naming a stream."""
+    __cuda_array_interface__ = {"shape": (4,), "typestr": "<f8", "data": (0, False), "version": 3, "stream": 7}
+
+
+def test_launches_on_a_stream_view_device_arrays_unsynchronised(monkeypatch):
+    numba_cuda = pytest.importorskip("numba.cuda")
+    seen, launched = [], []
+    monkeypatch.setattr(numba_cuda, "as_cuda_array", lambda a, sync=True: seen.append(sync) or ("view", a))
+    dev, numba_view = _DeviceArray(), type("Numba", (), {"__cuda_array_interface__": {}, "__cuda_ndarray__": True})()
+    cuda_host.on_stream(lambda *a, stream: launched.append((a, stream)), "S", dev, numba_view, 3, np.float64(2))
+    (args, stream), = launched
+    assert stream == "S" and args == (("view", dev), numba_view, 3, np.float64(2))
+    assert seen == [False]      # only the foreign device array is viewed, and without a stream wait
+
+
 def test_import_ustc_does_not_import_numba_cuda():
     code = "import sys, ustc, ustc.ops.runtime; print('numba.cuda' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

@@ -56,6 +56,38 @@ def test_cupy_operands_stay_on_the_device(tmp_path, monkeypatch):
                                                                         "y": np.zeros(300)})
 
 
+def test_a_launch_does_not_wait_for_the_stream(tmp_path, monkeypatch):
+    """The operands' stream is busy (a long CuPy kernel queued); the launch returns at once
+    and stream order still puts the product after that work."""
+    cupy = pytest.importorskip("cupy")
+    import cupyx.scipy.sparse as csp
+    import scipy.sparse as sp
+    import time
+
+    import ustc
+    from ustc.ops import library, runtime
+
+    monkeypatch.setenv("USTC_CACHE_DIR", str(tmp_path))
+    host = sp.random(300, 200, density=0.05, format="csr", random_state=0)
+    a, program = ustc.Tensor.from_package(csp.csr_matrix(host)), library.parse_program("y[i] = A[i,j] * x[j]")
+    x, y = cupy.zeros(200), cupy.zeros(300)
+    runtime.execute(program, {"A": a, "x": x, "y": y})          # compiled and loaded
+    big = cupy.ones(1 << 26)
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with stream:
+        busy = time.perf_counter()
+        for _ in range(200):
+            big *= 1.0000001                                   # ~200 passes over 512 MB queued
+        x += 1.0                                               # written after the busy work
+        t0 = time.perf_counter()
+        runtime.execute(program, {"A": a, "x": x, "y": y})
+        launch = time.perf_counter() - t0
+    stream.synchronize()
+    total = time.perf_counter() - busy
+    np.testing.assert_allclose(cupy.asnumpy(y), host @ np.ones(200))
+    assert launch < 0.5 * total, (launch, total)
+
+
 def test_torch_cuda_dense_operands(tmp_path, monkeypatch):
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():

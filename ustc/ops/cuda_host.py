@@ -171,7 +171,24 @@ def launcher(module, plan: dict, views: dict):
     if simulator():
         install_simulated_shuffle()
     stream = current_stream(views.values())
-    return functools.partial(launch, stream=stream) if stream is not None else launch
+    return functools.partial(on_stream, launch, stream) if stream is not None else launch
+
+
+def on_stream(launch, stream, *args):
+    """``launch(*args, stream=stream)`` with every device array viewed unsynchronised.
+
+    Numba synchronises the stream named in an argument's ``__cuda_array_interface__``
+    before each launch (a host wait for all queued work). The kernel runs on the stream
+    the operands' package has current, so stream order already puts it after the work
+    that wrote them; across streams the caller orders, as CuPy and torch expect."""
+    from numba import cuda
+
+    views = [cuda.as_cuda_array(a, sync=False) if _device_array(a) else a for a in args]
+    return launch(*views, stream=stream)
+
+
+def _device_array(a) -> bool:
+    return hasattr(a, "__cuda_array_interface__") and not getattr(a, "__cuda_ndarray__", False)   # not Numba's
 
 
 class _Recorder:
