@@ -86,6 +86,15 @@ def operation(op: str, formats: Sequence, to=None, axis: int | None = None
     Raises :class:`~ustc.errors.UstcError` for an unknown op, a wrong number of formats, a
     missing or misplaced ``to`` / ``axis``, or formats of the wrong rank.
     """
+    _check_call(op, formats, to, axis)
+    fmts = [as_format(f) for f in formats]
+    if op in ("spmv", "spmm", "sddmm"):
+        _matrix(op, fmts[0])
+    extra = {"convert": to, "sum": axis}.get(op)
+    return _BUILDERS[op](fmts, extra) if op in ("convert", "sum") else _BUILDERS[op](fmts, op)
+
+
+def _check_call(op: str, formats: Sequence, to, axis) -> None:
     if op not in OPERATIONS:
         close = difflib.get_close_matches(op, OPERATIONS, n=1)
         hint = f" (did you mean '{close[0]}'?)" if close else ""
@@ -98,56 +107,71 @@ def operation(op: str, formats: Sequence, to=None, axis: int | None = None
         raise UstcError(f"--to applies to convert only, not {op}")
     if axis is not None and op != "sum":
         raise UstcError(f"--axis applies to sum only, not {op}")
-    fmts = [as_format(f) for f in formats]
+
+
+def _spmv(fmts, _op):
+    program = _statement(nt.Access("y", ("i",)), _product(nt.Access("A", ("i", "j")), nt.Access("x", ("j",))))
+    return program, {"y": None, "A": fmts[0], "x": None}, {"y": 1, "A": 2, "x": 1}
+
+
+def _spmm(fmts, _op):
+    program = _statement(nt.Access("C", ("i", "k")), _product(nt.Access("A", ("i", "j")), nt.Access("B", ("j", "k"))))
+    return program, {"C": None, "A": fmts[0], "B": None}, {"C": 2, "A": 2, "B": 2}
+
+
+def _sddmm(fmts, _op):
     A = fmts[0]
+    program = _statement(nt.Access("C", ("i", "j")), _product(nt.Access("A", ("i", "j")), nt.Access("B", ("i", "k")),
+                                                              nt.Access("D", ("k", "j"))))
+    return program, {"C": A, "A": A, "B": None, "D": None}, {"C": 2, "A": 2, "B": 2, "D": 2}
 
-    if op == "spmv":
-        _matrix(op, A)
-        program = _statement(nt.Access("y", ("i",)), _product(nt.Access("A", ("i", "j")), nt.Access("x", ("j",))))
-        return program, {"y": None, "A": A, "x": None}, {"y": 1, "A": 2, "x": 1}
-    if op == "spmm":
-        _matrix(op, A)
-        program = _statement(nt.Access("C", ("i", "k")),
-                             _product(nt.Access("A", ("i", "j")), nt.Access("B", ("j", "k"))))
-        return program, {"C": None, "A": A, "B": None}, {"C": 2, "A": 2, "B": 2}
-    if op == "sddmm":
-        _matrix(op, A)
-        program = _statement(nt.Access("C", ("i", "j")), _product(nt.Access("A", ("i", "j")),
-                                                                  nt.Access("B", ("i", "k")),
-                                                                  nt.Access("D", ("k", "j"))))
-        return program, {"C": A, "A": A, "B": None, "D": None}, {"C": 2, "A": 2, "B": 2, "D": 2}
+
+def _elementwise(fmts, op):
+    """``add`` / ``mul``: C in A's format (for add, the union's format where A's cannot hold every pattern)."""
+    A = fmts[0]
+    B = fmts[1] if len(fmts) > 1 else A
+    if B.ndim != A.ndim:
+        raise UstcError(f"{op}: A is {A.ndim}-D ({A}) but B is {B.ndim}-D ({B})")
     idx = _indices(A.ndim)
-    if op in ("add", "mul"):
-        B = fmts[1] if len(fmts) > 1 else A
-        if B.ndim != A.ndim:
-            raise UstcError(f"{op}: A is {A.ndim}-D ({A}) but B is {B.ndim}-D ({B})")
-        node = nt.Add if op == "add" else nt.Mul
-        program = _statement(nt.Access("C", idx), node(nt.Access("A", idx), nt.Access("B", idx)))
-        if op == "add":
-            from .elementwise import union_format
+    node = nt.Add if op == "add" else nt.Mul
+    program = _statement(nt.Access("C", idx), node(nt.Access("A", idx), nt.Access("B", idx)))
+    if op == "add":
+        from .elementwise import union_format
 
-            C = union_format(A, B)
-        else:
-            C = A
-        return program, {"C": C, "A": A, "B": B}, {"C": A.ndim, "A": A.ndim, "B": A.ndim}
-    if op == "sum":
-        if axis is None:
-            keep: tuple[str, ...] = ()
-        else:
-            if not -A.ndim <= axis < A.ndim:
-                raise UstcError(f"--axis {axis} is out of range for a {A.ndim}-D format")
-            axis %= A.ndim
-            keep = tuple(i for d, i in enumerate(idx) if d != axis)
-        program = _statement(nt.Access("s", keep), nt.Access("A", idx))
-        return program, {"s": None, "A": A}, {"s": len(keep), "A": A.ndim}
-    # convert
+        C = union_format(A, B)
+    else:
+        C = A
+    return program, {"C": C, "A": A, "B": B}, {"C": A.ndim, "A": A.ndim, "B": A.ndim}
+
+
+def _sum(fmts, axis):
+    A = fmts[0]
+    idx = _indices(A.ndim)
+    if axis is None:
+        keep: tuple[str, ...] = ()
+    else:
+        if not -A.ndim <= axis < A.ndim:
+            raise UstcError(f"--axis {axis} is out of range for a {A.ndim}-D format")
+        keep = tuple(i for d, i in enumerate(idx) if d != axis % A.ndim)
+    program = _statement(nt.Access("s", keep), nt.Access("A", idx))
+    return program, {"s": None, "A": A}, {"s": len(keep), "A": A.ndim}
+
+
+def _convert(fmts, to):
+    A = fmts[0]
     if to is None:
         raise UstcError("convert needs --to FORMAT (the output format)")
     B = as_format(to)
     if B.ndim != A.ndim:
         raise UstcError(f"convert: A is {A.ndim}-D ({A}) but --to is {B.ndim}-D ({B})")
+    idx = _indices(A.ndim)
     program = _statement(nt.Access("B", idx), nt.Access("A", idx))
     return program, {"B": B, "A": A}, {"B": A.ndim, "A": A.ndim}
+
+
+#: op -> builder(formats, extra) of (program, formats, ranks); extra: ``to``, ``axis`` or the op name
+_BUILDERS = {"spmv": _spmv, "spmm": _spmm, "sddmm": _sddmm, "add": _elementwise, "mul": _elementwise,
+             "sum": _sum, "convert": _convert}
 
 
 def parse_program(texts: Sequence[str] | str, filename: str = "<expr>") -> nt.Program:
