@@ -14,6 +14,7 @@ import scipy.sparse as sp
 
 import ustc
 from ustc.ops import cuda_host, trisolve
+from ustc.ops import solve as solve_module
 
 
 def random_pattern(n, density, seed, side=None):
@@ -157,3 +158,21 @@ def test_cpu_path_handles_empty_and_keeps_its_route(rng):
     L = ustc.Tensor.from_dense(np.tril(np.ones((3, 3))), "CSR")
     _, info = ustc.solve(L, np.ones(3), target="cpu", return_info=True)
     assert info.plan_info == "lower substitution on CSR rows"
+
+
+@pytest.mark.parametrize("dense, method", [(np.array([[4.0, 1, 0], [1, 4, 1], [0, 1, 4]]), "cg"),
+                                           (np.array([[4.0, 2, 0], [1, 4, 1], [0, 1, 4]]), "gmres"),
+                                           (np.tril(np.ones((3, 3))) + np.eye(3), "triangular")])
+def test_method_none_reads_a_device_matrix_on_the_host_once(monkeypatch, fake_device_of, dense, method):
+    """Choosing the method needs the pattern (triangular?) and the values (Hermitian?): one copy serves both."""
+    copies, chosen = [], []
+    host = ustc.Tensor.from_dense(dense, "COO")     # not CSR: the old checks converted through the host
+    a = ustc.Tensor(host.format, host.shape, host._buffers, host._values, device="cuda", package="cupy")
+    monkeypatch.setattr(ustc.Tensor, "to", lambda self, device: copies.append(device) or host)
+    monkeypatch.setattr(solve_module, "_krylov", lambda a, b, dtype, m, *rest: chosen.append(m) or (b, None))
+    monkeypatch.setattr(solve_module, "_triangular_cuda", lambda a, b, lower, unit: chosen.append("triangular")
+                        or (b, None))
+    monkeypatch.setattr(solve_module, "_wrap", lambda x, package: x)
+    monkeypatch.setattr(solve_module, "_rhs", lambda b: ("cupy", np.ones(3)))    # b: a device vector
+    ustc.solve(a, _FakeDevice(), check=False)
+    assert chosen == [method] and copies == ["cpu"]

@@ -99,9 +99,10 @@ def solve(a, b, method: str | None = None, *, x0=None, rtol: float = 1e-8, atol:
     dtype = np.result_type(a.dtype, rhs.dtype, np.float32)
     if dtype.kind not in "fc":
         dtype = np.dtype(np.float64)
-    side = lower if lower is not None else _triangular_side(a) if method in (None, "triangular") else None
+    host = _OnHost(a)
+    side = lower if lower is not None else _triangular_side(host()) if method in (None, "triangular") else None
     if method is None:
-        method = "triangular" if side is not None else _krylov_method(a)
+        method = "triangular" if side is not None else "cg" if _symmetric(host()) else "gmres"
     if method == "triangular":
         if side is None:
             raise SolveError("solve: method 'triangular' needs a triangular matrix (entries on both sides of "
@@ -155,29 +156,33 @@ def _wrap(x, package: str):
     return packages.wrap(x, package)
 
 
-def _krylov_method(a: Tensor) -> str:
-    return "cg" if _symmetric(a) else "gmres"
+class _OnHost:
+    """``a`` on the host, copied from a device at most once (both structure checks read it)."""
+
+    def __init__(self, a: Tensor):
+        self.a, self.copy = a, None
+
+    def __call__(self) -> Tensor:
+        if self.a.device == "cpu":
+            return self.a
+        if self.copy is None:
+            self.copy = self.a.to("cpu")
+        return self.copy
 
 
 def _triangular_side(a: Tensor) -> bool | None:
-    """True (lower), False (upper) or None (neither); a diagonal matrix counts as lower.
-    A device tensor's pattern is read on the host."""
-    if a.device != "cpu":
-        pos, cols = trisolve.host_pattern(trisolve.as_csr(a))
-        rows = np.repeat(np.arange(len(pos) - 1), np.diff(pos))
-    else:
-        (rows, cols), _ = a.entries()
+    """True (lower), False (upper) or None (neither) for a host tensor; a diagonal matrix counts as lower."""
+    (rows, cols), _ = a.entries()
     if rows.size == 0 or bool((rows >= cols).all()):
         return True
     return False if bool((rows <= cols).all()) else None
 
 
 def _symmetric(a: Tensor) -> bool:
-    """Whether ``a`` is Hermitian (read on the host; a device tensor is copied there once)."""
-    csr = trisolve.as_csr(a if a.device == "cpu" else a.to("cpu"))
+    """Whether host tensor ``a`` is Hermitian."""
     from ..tensor.interop import to_scipy
 
-    s = to_scipy(csr)
+    s = to_scipy(trisolve.as_csr(a))
     diff = abs(s - s.T.conj())
     return diff.nnz == 0 or float(diff.max()) <= 8 * np.finfo(np.float64).eps * float(abs(s).max())
 
