@@ -199,3 +199,55 @@ def test_a_device_solve_without_cupy_names_the_extra():
     on_cuda = ustc.Tensor(host.format, host.shape, host._buffers, host._values, device="cuda", package="cupy")
     with pytest.raises(ustc.MissingDependencyError, match=r"pip install 'ustc\[gpu\]'"):
         solve_module._vectors(on_cuda)
+
+
+# -- the host kernels: one body, a parallel and a one-thread build ---------------------------
+
+def _host(serial: bool) -> vectors.HostVectors:
+    host = vectors.HostVectors()
+    host.short = 2**62 if serial else 0           # every vector short / long
+    return host
+
+
+def _run_ops(backend, v, alpha, beta):
+    """Every fused update of the protocol on copies of ``v``; what each returned and left behind."""
+    out = {}
+    for name, args in [("dot", (0, 1)), ("norm2", (0,)), ("xpby", (0, beta, 1)), ("scale_into", (2, 0, 1)),
+                       ("residual", (0, 1, 2)), ("axpy_norm", (0, 1, alpha, 2)), ("bicg_p", (0, 1, beta, alpha, 2)),
+                       ("bicg_x", (0, alpha, 1, beta, 2)), ("axpy", (0, alpha, 1)),
+                       ("cg_step", (0, 1, 2, 3, 4, 5, alpha, True)), ("cg_step", (0, 1, 2, 3, 4, 5, alpha, False))]:
+        h = [a.copy() for a in v]
+        got = getattr(backend, name)(*[h[a] if type(a) is int else a for a in args])     # ints pick vectors
+        out[(name, args[-1])] = (np.array(got, dtype=np.complex128).ravel(), np.stack(h))
+    return out
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex128])
+@pytest.mark.parametrize("n", [0, 1, 37, 20_000])
+def test_serial_and_parallel_host_kernels_agree_with_numpy(dtype, n):
+    rng = np.random.default_rng(n)
+    v = [rng.standard_normal(n) + (1j * rng.standard_normal(n) if np.dtype(dtype).kind == "c" else 0)
+         for _ in range(6)]
+    v = [a.astype(dtype) for a in v]
+    alpha, beta = np.dtype(dtype).type(0.7), np.dtype(dtype).type(-1.3)
+    want = _run_ops(Reference(), v, alpha, beta)
+    tol = 1e-4 if dtype == np.float32 else 1e-11
+    for serial in (True, False):
+        got = _run_ops(_host(serial), v, alpha, beta)
+        for key, (scalars, vecs) in want.items():
+            np.testing.assert_allclose(got[key][0], scalars, rtol=tol, atol=tol * max(n, 1), err_msg=str((serial, key)))
+            np.testing.assert_allclose(got[key][1], vecs, rtol=tol, atol=tol, err_msg=str((serial, key)))
+
+
+def test_short_vectors_take_the_one_thread_kernels(monkeypatch):
+    from ustc.ops import _vector
+
+    host, used = vectors.HostVectors(), []
+    for name, twin in _vector.SERIAL.items():
+        assert twin.py_func.__qualname__ == name + "_serial"          # its own Numba cache entry
+        assert getattr(_vector, name).targetoptions.get("parallel") and not twin.targetoptions.get("parallel")
+    monkeypatch.setattr(host, "serial", type("S", (), {"dot": staticmethod(lambda a, b: used.append("serial"))}))
+    monkeypatch.setattr(host, "parallel", type("P", (), {"dot": staticmethod(lambda a, b: used.append("parallel"))}))
+    host.dot(np.ones(_vector.SERIAL_LENGTH - 1), np.ones(_vector.SERIAL_LENGTH - 1))
+    host.dot(np.ones(_vector.SERIAL_LENGTH), np.ones(_vector.SERIAL_LENGTH))
+    assert used == ["serial", "parallel"]

@@ -4,15 +4,39 @@ Each kernel makes one pass over its vectors and returns the inner products
 the next step needs, so an iteration reads every vector as few times as the
 method allows (CG: the SpMV, one dot product, one fused update).
 ``dot(a, b)`` is ``sum(conj(a) * b)``.
+
+Every ``@vector_kernel`` is compiled twice from one body: the module attribute
+runs on all threads, ``SERIAL[name]`` on one (``prange`` is ``range`` there).
+Below :data:`SERIAL_LENGTH` elements a parallel launch costs more than the
+pass itself, so :class:`ustc.ops.vectors.HostVectors` takes the twin.
 """
 
 from __future__ import annotations
 
+import types
+
 import numpy as np
 from numba import njit, prange
 
+#: vectors shorter than this are updated by the one-thread twins (a parallel launch costs a few µs)
+SERIAL_LENGTH = 8_192
 
-@njit(cache=True, nogil=True, parallel=True)
+#: kernel name -> its one-thread twin
+SERIAL: dict = {}
+
+
+def vector_kernel(fn):
+    """``fn`` compiled parallel; its one-thread twin goes to ``SERIAL[fn.__name__]`` (own qualname,
+    so Numba's on-disk cache keeps the two apart)."""
+    twin = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__ + "_serial", fn.__defaults__,
+                              fn.__closure__)
+    twin.__qualname__ = fn.__qualname__ + "_serial"
+    twin.__doc__ = fn.__doc__
+    SERIAL[fn.__name__] = njit(cache=True, nogil=True)(twin)
+    return njit(cache=True, nogil=True, parallel=True)(fn)
+
+
+@vector_kernel
 def dot(a, b):
     s = a.dtype.type(0) * b.dtype.type(0)
     for i in prange(a.size):
@@ -20,7 +44,7 @@ def dot(a, b):
     return s
 
 
-@njit(cache=True, nogil=True, parallel=True)
+@vector_kernel
 def cg_step(x, r, z, p, q, dinv, alpha, jacobi):
     """``x += alpha p; r -= alpha q; z = dinv * r`` (``z`` is ``r`` without Jacobi);
     returns ``(r·r, r·z)``."""
@@ -38,21 +62,21 @@ def cg_step(x, r, z, p, q, dinv, alpha, jacobi):
     return rr, rz
 
 
-@njit(cache=True, nogil=True, parallel=True)
+@vector_kernel
 def xpby(x, beta, y):
     """``y = x + beta * y``."""
     for i in prange(y.size):
         y[i] = x[i] + beta * y[i]
 
 
-@njit(cache=True, nogil=True, parallel=True)
+@vector_kernel
 def scale_into(out, d, x):
     """``out = d * x`` elementwise."""
     for i in prange(out.size):
         out[i] = d[i] * x[i]
 
 
-@njit(cache=True, nogil=True, parallel=True)
+@vector_kernel
 def residual(r, b, ax):
     """``r = b - ax``; returns ``r·r``."""
     rr = 0.0
@@ -63,7 +87,7 @@ def residual(r, b, ax):
     return rr
 
 
-@njit(cache=True, nogil=True, parallel=True)
+@vector_kernel
 def axpy_norm(out, x, alpha, y):
     """``out = x + alpha * y``; returns ``out·out``."""
     s = 0.0
@@ -74,14 +98,14 @@ def axpy_norm(out, x, alpha, y):
     return s
 
 
-@njit(cache=True, nogil=True, parallel=True)
+@vector_kernel
 def bicg_p(p, r, beta, omega, v):
     """``p = r + beta * (p - omega * v)``."""
     for i in prange(p.size):
         p[i] = r[i] + beta * (p[i] - omega * v[i])
 
 
-@njit(cache=True, nogil=True, parallel=True)
+@vector_kernel
 def bicg_x(x, alpha, ph, omega, sh):
     """``x += alpha * ph + omega * sh``."""
     for i in prange(x.size):

@@ -40,14 +40,22 @@ class Basis:
 
 
 class HostVectors:
-    """NumPy vectors updated by the parallel Numba kernels of :mod:`ustc.ops._vector`."""
+    """NumPy vectors updated by the Numba kernels of :mod:`ustc.ops._vector`: the parallel
+    ones, or their one-thread twins for vectors shorter than ``_vector.SERIAL_LENGTH``."""
 
     name = "host"
 
     def __init__(self):
+        from types import SimpleNamespace
+
         from . import _vector
 
-        self.k = _vector
+        self.parallel, self.serial = _vector, SimpleNamespace(**_vector.SERIAL)
+        self.short = _vector.SERIAL_LENGTH
+
+    def _k(self, v):
+        """The kernels for vectors like ``v``."""
+        return self.serial if v.size < self.short else self.parallel
 
     # -- allocation ------------------------------------------------------------------------
     def empty(self, n: int, dtype) -> np.ndarray:
@@ -72,37 +80,37 @@ class HostVectors:
 
     # -- fused updates ---------------------------------------------------------------------
     def dot(self, a, b):
-        return self.k.dot(a, b)
+        return self._k(a).dot(a, b)
 
     def norm2(self, a) -> float:
-        return math.sqrt(max(float(np.real(self.k.dot(a, a))), 0.0))
+        return math.sqrt(max(float(np.real(self._k(a).dot(a, a))), 0.0))
 
     def cg_step(self, x, r, z, p, q, dinv, alpha, jacobi: bool):
-        return self.k.cg_step(x, r, z, p, q, dinv, alpha, jacobi)
+        return self._k(x).cg_step(x, r, z, p, q, dinv, alpha, jacobi)
 
     def xpby(self, x, beta, y) -> None:
-        self.k.xpby(x, beta, y)
+        self._k(y).xpby(x, beta, y)
 
     def scale_into(self, out, d, x) -> None:
-        self.k.scale_into(out, d, x)
+        self._k(out).scale_into(out, d, x)
 
     def residual(self, r, b, ax) -> float:
-        return self.k.residual(r, b, ax)
+        return self._k(r).residual(r, b, ax)
 
     def axpy_norm(self, out, x, alpha, y) -> float:
-        return self.k.axpy_norm(out, x, alpha, y)
+        return self._k(out).axpy_norm(out, x, alpha, y)
 
     def bicg_p(self, p, r, beta, omega, v) -> None:
-        self.k.bicg_p(p, r, beta, omega, v)
+        self._k(p).bicg_p(p, r, beta, omega, v)
 
     def bicg_x(self, x, alpha, ph, omega, sh) -> None:
-        self.k.bicg_x(x, alpha, ph, omega, sh)
+        self._k(x).bicg_x(x, alpha, ph, omega, sh)
 
     def copy(self, out, v) -> None:
         out[...] = v
 
     def axpy(self, y, alpha, x) -> None:
-        self.k.bicg_x(y, alpha, x, 0.0, x)
+        self._k(y).bicg_x(y, alpha, x, 0.0, x)
 
     # -- GMRES -----------------------------------------------------------------------------
     def set_row(self, V: Basis, k: int, w, d) -> None:
@@ -113,7 +121,7 @@ class HostVectors:
         h = np.zeros(k1, dtype=w.dtype)
         for _ in range(2):
             for j in range(k1):
-                hj = self.k.dot(V.rows[j], w)
+                hj = self._k(w).dot(V.rows[j], w)
                 h[j] += hj
                 w -= hj * V.rows[j]
         return h, self.norm2(w)
