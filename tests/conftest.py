@@ -1,7 +1,8 @@
 """Shared test configuration.
 
 * ``tests/`` is put on ``sys.path`` so test modules can ``from strategies import formats``.
-* ``counted_plans``: a list that every ``ustc.Matmul.plan`` call appends its Matmul to.
+* ``counted_plans``: a list that every ``ustc.Matmul.plan`` call appends its Matmul to (the
+  plan cache is emptied first, so a plan made by an earlier test is not silently reused).
 * Hypothesis profile ``ci`` (the default here): no deadline, since the first parse in a
   worker builds the Lark parser, and derandomized, so every run tries the same examples.
   ``HYPOTHESIS_PROFILE=dev`` draws fresh ones.
@@ -34,9 +35,12 @@ def pytest_addoption(parser):
 
 @pytest.fixture
 def counted_plans(monkeypatch):
-    """Every ``ustc.Matmul.plan`` call of the test, in order (the Matmul instances)."""
+    """Every ``ustc.Matmul.plan`` call of the test, in order (the Matmul instances); starts
+    from an empty plan cache."""
     import ustc
+    from ustc.ops import plan_cache
 
+    plan_cache.clear()
     plans = []
     original = ustc.Matmul.plan
 

@@ -26,7 +26,7 @@ import ustc
 import _cases
 from _cases import ptx_records, report
 from ustc import formats
-from ustc.ops import cuda_vectors, vectors
+from ustc.ops import cuda_vectors, plan_cache, vectors
 from ustc.ops import solve as solve_module
 
 MODE = sys.argv[1] if __name__ == "__main__" and len(sys.argv) > 1 else "sim"
@@ -227,6 +227,7 @@ def solve(s, b, fmt="CSR", **kw):
         return original(self)
 
     ustc.Matmul.plan = counting
+    plan_cache.clear()                      # each case plans its own product (not an earlier case's)
     before = Counting.launches
     try:
         A = device_tensor(ustc.Tensor.from_package(s).convert(fmt))

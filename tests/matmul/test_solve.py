@@ -9,6 +9,7 @@ import scipy.sparse.linalg as spla
 
 import ustc
 from matmul_helpers import named_2d
+from ustc.ops import plan_cache
 
 
 def spd(n, seed=0):
@@ -94,13 +95,40 @@ def test_non_convergence(rng):
     assert info.residual_norm == pytest.approx(np.linalg.norm(b - s @ x), rel=1e-6)
 
 
-def test_iterative_solve_plans_exactly_once(rng, counted_plans):
-    plans = counted_plans
+def test_iterative_solve_plans_exactly_once(rng, counted_plans, monkeypatch):
+    """One plan for the whole solve, executed every iteration; later solves with the same
+    matrix take it from the plan cache (and give it back), a new matrix plans again."""
+    from ustc.ops.plan import Matmul
+
+    plans, executed = counted_plans, []
+    run = Matmul.execute
+    monkeypatch.setattr(Matmul, "execute", lambda self, **kw: executed.append(self) or run(self, **kw))
     s = spd(100)
-    for method in ("cg", "bicgstab", "gmres"):
-        plans.clear()
+    for k, method in enumerate(("cg", "bicgstab", "gmres", "cg")):
+        executed.clear()
         _, info = ustc.solve(ustc.Tensor.from_package(s), rng.standard_normal(100), method, return_info=True)
-        assert len(plans) == 1 and info.iterations > 3
+        assert len(plans) == 1 and info.iterations > 3 and len(executed) >= info.iterations
+        assert set(executed) == set(plans) and plans[0]._bound is None     # cached, holding no operand
+    ustc.solve(ustc.Tensor.from_package(spd(90)), np.ones(90), "cg")
+    assert len(plans) == 2 and plan_cache.stats()["hits"] == 3
+
+
+def test_concurrent_solves_of_one_matrix_each_get_a_plan(rng):
+    """A solve holds its plan out of the cache: a second solve of the same problem meanwhile
+    plans its own instead of waiting, and both give correct answers."""
+    import threading
+
+    s = ustc.Tensor.from_package(spd(200))
+    b = [rng.standard_normal(200) for _ in range(4)]
+    out = [None] * 4
+    threads = [threading.Thread(target=lambda k=k: out.__setitem__(k, ustc.solve(s, b[k], "cg", rtol=1e-10)))
+               for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for k in range(4):
+        np.testing.assert_allclose(spd(200) @ out[k], b[k], rtol=1e-7, atol=1e-7)
 
 
 def test_x0_and_torch_rhs(rng):

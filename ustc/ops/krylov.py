@@ -30,16 +30,44 @@ from .vectors import HOST
 class Operator:
     """``A @ v`` through one planned Matmul; ``apply(v, out)`` copies ``v`` into the planned
     operand. The operand is a vector of ``vec`` (host or device); ``target="cuda"`` with host
-    vectors plans the product for the GPU while the vector updates stay on the CPU."""
+    vectors plans the product for the GPU while the vector updates stay on the CPU.
+
+    The plan comes from the plan cache when an earlier solve (or ``ustc.matmul``) planned the
+    same problem, and goes back there on :meth:`close`: repeated solves with one matrix plan once.
+    """
 
     def __init__(self, a, n: int, dtype, target: str = "cpu", vec=HOST):
-        from .plan import Matmul
+        from . import plan_cache
+        from .plan import Matmul, bind
 
         self.vec = vec
         self.v = vec.zeros(n, dtype)
-        self.matmul = Matmul(a, self.v, options={"target": target} if target != "cpu" else None)
-        self.matmul.plan()
+        options = {"target": target} if target != "cpu" else {}
+        bound = bind(a, self.v, None, 1, 0, False, False, options)
+        self.problem = bound.problem
+        mm = plan_cache.take(self.problem)
+        fresh = mm is None
+        if fresh:
+            mm = Matmul(a, self.v, options=options or None)
+        mm._adopt((a, self.v, None, 1, 0), bound)
+        try:
+            if fresh:
+                mm.plan()
+        except BaseException:
+            mm._detach()
+            raise
+        self.matmul = mm
         self.applications = 0
+
+    def close(self) -> None:
+        """Give the plan back to the plan cache, holding no operand (released if caching is off)."""
+        from . import plan_cache
+
+        self.matmul._detach()
+        if plan_cache.stats()["maxsize"]:
+            plan_cache.put(self.problem, self.matmul)
+        else:
+            self.matmul.release()
 
     def apply(self, v, out):
         if v is not self.v:
@@ -182,7 +210,8 @@ SOLVERS = {"cg": cg, "bicgstab": bicgstab, "gmres": gmres}
 
 def run(a, b, x, dinv, method: str, *, rtol, atol, maxiter: int, restart: int = 30, target: str = "cpu",
         vec=HOST):
-    """Plan ``A @ v`` once and run ``method``: ``(x, iterations, residual, converged, plan_info)``.
+    """Plan ``A @ v`` (or take the cached plan) and run ``method``: ``(x, iterations, residual,
+    converged, plan_info)``.
     ``b``, ``x`` (updated in place) and ``dinv`` are vectors of ``vec``."""
     op = Operator(a, b.size, b.dtype, target, vec)
     try:
@@ -190,4 +219,4 @@ def run(a, b, x, dinv, method: str, *, rtol, atol, maxiter: int, restart: int = 
         x, it, res, ok = SOLVERS[method](op, b, x, dinv, rtol, atol, maxiter, *extra)
         return x, it, res, ok, op.matmul.plan_info
     finally:
-        op.matmul.release()
+        op.close()

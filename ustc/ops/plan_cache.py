@@ -34,6 +34,16 @@ def get(key):
         return plan
 
 
+def take(key):
+    """Remove and return the plan stored under ``key`` (a hit), or None (a miss): for a caller
+    that holds the plan a long time (an iterative solve) and gives it back with :func:`put`;
+    meanwhile the same problem elsewhere plans its own instead of waiting for it."""
+    with _LOCK:
+        plan = _PLANS.pop(key, None)
+        _COUNTS["misses" if plan is None else "hits"] += 1
+        return plan
+
+
 def put(key, plan) -> None:
     """Store ``plan``; the least recently used plan goes when the cache is full."""
     with _LOCK:

@@ -15,6 +15,7 @@ route needs; ``run`` only computes.
 
 from __future__ import annotations
 
+import functools
 import time
 
 import numpy as np
@@ -300,6 +301,7 @@ def _fmt_name(s, x) -> str:
     return _fmt_name_text(x.format) if s.sparse else f"a dense {s.ndim}-D array"
 
 
+@functools.lru_cache(maxsize=1024)      # formats are frozen and hashable
 def _fmt_name_text(fmt) -> str:
     """The registry name of ``fmt`` when it is a named format (widths aside), else its signature."""
     from ..formats import NAMED

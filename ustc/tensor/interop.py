@@ -9,6 +9,7 @@ canonical), SciPy DIA gives DIAJ, torch hybrid layouts get trailing dense levels
 
 from __future__ import annotations
 
+import functools
 import sys
 from dataclasses import replace
 
@@ -156,6 +157,7 @@ def to_scipy(t: Tensor):
     return cls((v.reshape(-1, t.shape[1]), b[(0, "crd")]), shape=t.shape, copy=False)
 
 
+@functools.lru_cache(maxsize=1024)      # formats are frozen and hashable; planning asks often
 def _scipy_kind(fmt: TensorFormat) -> str | None:
     """'csr' | 'csc' | 'coo' | 'bsr' | 'dia' when SciPy has a class for ``fmt``, else None."""
     from .. import formats
@@ -171,6 +173,7 @@ def _scipy_kind(fmt: TensorFormat) -> str | None:
     return None
 
 
+@functools.lru_cache(maxsize=1024)
 def plain_format(fmt: TensorFormat) -> TensorFormat:
     """``fmt`` without level properties and index widths (libraries track those themselves)."""
     return TensorFormat(fmt.dims, [(lv.expr, replace(lv.type, properties=())) for lv in fmt.levels])
