@@ -90,17 +90,28 @@ def package_of(x) -> str:
     return packages.TORCH if packages.is_torch(x) else packages.CUPY if packages.is_cupy(x) else packages.NUMPY
 
 
+_DTYPE_NAMES: dict = {}
+
+
+def dtype_name(dtype) -> str:
+    """``"float64"`` for a NumPy, CuPy or torch dtype (memoised: NumPy's ``str(dtype)`` runs
+    Python code, and every one-shot call names four of them)."""
+    name = _DTYPE_NAMES.get(dtype)
+    if name is None:
+        name = _DTYPE_NAMES[dtype] = str(dtype).replace("torch.", "")
+    return name
+
+
 def spec(x, name: str, package: str | None = None) -> OperandSpec:
     """``x``'s plan-relevant description; ``package``: where a dense ``x`` came from (before
     :func:`normalise` viewed it as NumPy)."""
     if isinstance(x, Tensor):
-        index = tuple(sorted({str(buf.dtype) for buf in x._buffers.values()}))
-        return OperandSpec(name, True, x.format.signature, tuple(x.shape), str(np.dtype(x.dtype)), index,
+        index = tuple(sorted({dtype_name(buf.dtype) for buf in x._buffers.values()}))
+        return OperandSpec(name, True, x.format.signature, tuple(x.shape), dtype_name(np.dtype(x.dtype)), index,
                            x.device, x.package)
     device = packages.device_of(x)
     package = package or package_of(x)
-    dtype = str(x.dtype).replace("torch.", "")
-    return OperandSpec(name, False, None, tuple(int(n) for n in x.shape), dtype, (), device, package)
+    return OperandSpec(name, False, None, tuple(int(n) for n in x.shape), dtype_name(x.dtype), (), device, package)
 
 
 def scalar_kind(value, neutral) -> str:

@@ -29,6 +29,7 @@ default from the operands' device).
 
 from __future__ import annotations
 
+import functools
 import threading
 from dataclasses import dataclass
 
@@ -93,7 +94,12 @@ def bind(a, b, c, alpha, beta, transpose_a: bool, transpose_b: bool, options: di
     dense = [s for s in (sa, sb) if not s.sparse]
     package = dense[0].package if dense else sa.package
     return Bound(a1, b1, c1 if beta_kind != "zero" else None, alpha, beta, problem, shape,
-                 np.result_type(*[np.dtype(d) for d in dtypes]), package, out_format)
+                 _result_type(tuple(ops.dtype_name(d) for d in dtypes)), package, out_format)
+
+
+@functools.lru_cache(maxsize=256)
+def _result_type(names: tuple[str, ...]) -> np.dtype:
+    return np.result_type(*[np.dtype(d) for d in names])
 
 
 def _default_out_format(a: Tensor):
