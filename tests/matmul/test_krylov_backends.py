@@ -251,3 +251,31 @@ def test_short_vectors_take_the_one_thread_kernels(monkeypatch):
     host.dot(np.ones(_vector.SERIAL_LENGTH - 1), np.ones(_vector.SERIAL_LENGTH - 1))
     host.dot(np.ones(_vector.SERIAL_LENGTH), np.ones(_vector.SERIAL_LENGTH))
     assert used == ["serial", "parallel"]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex64, np.complex128])
+@pytest.mark.parametrize("n", [1, 7, 1025, 3001])
+def test_gram_schmidt_kernels_match_classical_gram_schmidt_twice(dtype, n):
+    """The chunked Gram-Schmidt kernels (four rows and two entries per step, remainders, chunk
+    borders) in both builds, against NumPy's classical Gram-Schmidt twice."""
+    rng = np.random.default_rng(n)
+    tol = 2e-4 if np.dtype(dtype) in (np.float32, np.complex64) else 1e-11
+    for k1 in (0, 1, 3, 4, 5, 9):
+        k1 = min(k1, n - 1) if n > 1 else 0
+        raw = rng.standard_normal((n, 10)) + (1j * rng.standard_normal((n, 10)) if np.dtype(dtype).kind == "c" else 0)
+        q = np.linalg.qr(raw)[0][:, :k1].T.astype(dtype)
+        w0 = (rng.standard_normal(n) + (1j * rng.standard_normal(n) if np.dtype(dtype).kind == "c" else 0)).astype(dtype)
+        ref_basis = Reference().basis(10, n, dtype)
+        ref_basis.data[:k1] = q
+        want_w = w0.copy()
+        want_h, want_norm = Reference().orthogonalize(ref_basis, k1, want_w)
+        for serial in (True, False):
+            host = _host(serial)
+            basis = host.basis(10, n, dtype)
+            basis.data[:k1] = q
+            w = w0.copy()
+            h, norm = host.orthogonalize(basis, k1, w)
+            np.testing.assert_allclose(h, want_h, rtol=tol, atol=tol * n, err_msg=f"{serial} {k1}")
+            np.testing.assert_allclose(w, want_w, rtol=tol, atol=tol, err_msg=f"{serial} {k1}")
+            assert norm == pytest.approx(want_norm, rel=tol, abs=tol)
+            assert np.abs(q.conj() @ w).max(initial=0) <= 10 * tol * max(1.0, norm)

@@ -18,6 +18,8 @@ import types
 import numpy as np
 from numba import njit, prange
 
+U = np.uintp  # unsigned subscripts: no negative-index wraparound test on each access
+
 #: vectors shorter than this are updated by the one-thread twins (a parallel launch costs a few µs)
 SERIAL_LENGTH = 8_192
 
@@ -110,6 +112,86 @@ def bicg_x(x, alpha, ph, omega, sh):
     """``x += alpha * ph + omega * sh``."""
     for i in prange(x.size):
         x[i] += alpha * ph[i] + omega * sh[i]
+
+
+#: entries of ``w`` per chunk of the Gram-Schmidt kernels: a chunk of ``w`` stays in L1 while the
+#: basis rows stream past it, and the chunk of 30 basis rows (GMRES' default restart) in L2
+GS_CHUNK = 1024
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _chunk_coefficients(V, k1, w, lo, hi, partial, ch):
+    """``partial[ch, j] = sum(conj(V[j, i]) * w[i])`` over ``lo <= i < hi``, ``j < k1``: four rows
+    at a time, two entries per step, so eight independent sums (one would wait on the add
+    latency; without fastmath the compiler may not reorder them itself)."""
+    quads = k1 - k1 % 4
+    pairs = lo + (hi - lo) // 2 * 2
+    for j in range(0, quads, 4):
+        r0, r1, r2, r3 = U(j), U(j + 1), U(j + 2), U(j + 3)
+        zero = partial.dtype.type(0)
+        a0 = a1 = a2 = a3 = b0 = b1 = b2 = b3 = zero
+        for i in range(lo, pairs, 2):
+            p, q = U(i), U(i + 1)
+            wp, wq = w[p], w[q]
+            a0 += np.conj(V[r0, p]) * wp
+            a1 += np.conj(V[r1, p]) * wp
+            a2 += np.conj(V[r2, p]) * wp
+            a3 += np.conj(V[r3, p]) * wp
+            b0 += np.conj(V[r0, q]) * wq
+            b1 += np.conj(V[r1, q]) * wq
+            b2 += np.conj(V[r2, q]) * wq
+            b3 += np.conj(V[r3, q]) * wq
+        for i in range(pairs, hi):
+            p = U(i)
+            a0 += np.conj(V[r0, p]) * w[p]
+            a1 += np.conj(V[r1, p]) * w[p]
+            a2 += np.conj(V[r2, p]) * w[p]
+            a3 += np.conj(V[r3, p]) * w[p]
+        partial[ch, j], partial[ch, j + 1] = a0 + b0, a1 + b1
+        partial[ch, j + 2], partial[ch, j + 3] = a2 + b2, a3 + b3
+    for j in range(quads, k1):
+        r = U(j)
+        s = partial.dtype.type(0)
+        for i in range(lo, hi):
+            s += np.conj(V[r, U(i)]) * w[U(i)]
+        partial[ch, j] = s
+
+
+@vector_kernel
+def gs_coefficients(V, k1, w, partial):
+    """``partial[ch, j]``: chunk ``ch``'s share of ``(V[:k1]^H w)_j`` (sum over ``ch`` for it)."""
+    n = w.size
+    for ch in prange(partial.shape[0]):
+        lo = ch * GS_CHUNK
+        _chunk_coefficients(V, k1, w, lo, min(lo + GS_CHUNK, n), partial, ch)
+
+
+@vector_kernel
+def gs_subtract(V, k1, c, w, partial, norms, again):
+    """``w -= sum_j c[j] V[j]`` (four rows per pass over a chunk); then, with the chunk still in
+    cache, ``norms[ch]`` = its ``||w||^2`` and, if ``again``, ``partial`` = the next pass's
+    coefficient shares (as :func:`gs_coefficients`)."""
+    n = w.size
+    quads = k1 - k1 % 4
+    for ch in prange(norms.size):
+        lo = ch * GS_CHUNK
+        hi = min(lo + GS_CHUNK, n)
+        for j in range(0, quads, 4):
+            c0, c1, c2, c3 = c[j], c[j + 1], c[j + 2], c[j + 3]
+            r0, r1, r2, r3 = U(j), U(j + 1), U(j + 2), U(j + 3)
+            for i in range(lo, hi):
+                p = U(i)
+                w[p] -= (c0 * V[r0, p] + c1 * V[r1, p]) + (c2 * V[r2, p] + c3 * V[r3, p])
+        for j in range(quads, k1):
+            cj = c[j]
+            for i in range(lo, hi):
+                w[U(i)] -= cj * V[U(j), U(i)]
+        s = 0.0
+        for i in range(lo, hi):
+            s += (np.conj(w[U(i)]) * w[U(i)]).real
+        norms[ch] = s
+        if again:
+            _chunk_coefficients(V, k1, w, lo, hi, partial, ch)
 
 
 @njit(cache=True, nogil=True)

@@ -117,14 +117,23 @@ class HostVectors:
         np.divide(w, d, out=V.rows[k])
 
     def orthogonalize(self, V: Basis, k1: int, w):
-        """Modified Gram-Schmidt, twice (keeps V orthogonal near convergence)."""
-        h = np.zeros(k1, dtype=w.dtype)
-        for _ in range(2):
-            for j in range(k1):
-                hj = self._k(w).dot(V.rows[j], w)
-                h[j] += hj
-                w -= hj * V.rows[j]
-        return h, self.norm2(w)
+        """Classical Gram-Schmidt twice, as on the device ("twice is enough": ``V`` stays
+        orthogonal near convergence), in three passes over ``V[:k1]``: the coefficients; the
+        subtraction fused with the second pass's coefficients (each chunk of ``V`` re-read from
+        cache); the second subtraction, which also returns ``||w||``. Modified Gram-Schmidt twice
+        read ``w`` and one row per coefficient four times."""
+        if not k1:
+            return np.zeros(0, dtype=w.dtype), self.norm2(w)
+        k = self._k(w)
+        chunks = -(-w.size // self.parallel.GS_CHUNK)
+        partial = np.empty((chunks, k1), dtype=w.dtype)
+        norms = np.empty(chunks)
+        k.gs_coefficients(V.data, k1, w, partial)
+        h = partial.sum(axis=0)
+        k.gs_subtract(V.data, k1, h, w, partial, norms, True)
+        again = partial.sum(axis=0)
+        k.gs_subtract(V.data, k1, again, w, partial, norms, False)
+        return h + again, math.sqrt(max(float(norms.sum()), 0.0))
 
     def combine(self, out, V: Basis, y) -> None:
         if len(y):
