@@ -175,7 +175,7 @@ class GeneratedRoute(Route):
         self.program = nt.Program((nt.Statement(nt.Access("C", oi), rhs, accumulate=accumulate),))
         self.target, self.out_format = target, out_format
         self._run = self._module = self._call = self._plan = None
-        self._args, self._bound = None, None
+        self._args, self._bound, self._fn = None, None, None
         self.info = "generated"
 
     def prepare(self, a, b, out, alpha) -> None:
@@ -220,13 +220,16 @@ class GeneratedRoute(Route):
                 views[name] = views[name].convert(fmt)
             self._run.scalars = {"alpha": alpha} if self.scaled else {}
             self._args, self._bound = self._run._arguments(self._plan, views, {}), (a, b, out, alpha)
+            # the kernel these operands take, chosen once per binding (not at every execute)
+            self._fn = self._cpu_function(a, b) if self.target == "cpu" else self._call
         return self._args
 
     def run(self, a, b, out, alpha):
-        call = self._cpu_function(a, b) if self.target == "cpu" else self._call
         if not self.sparse_out:
-            call(*self._arguments(a, b, out, alpha))
+            args = self._arguments(a, b, out, alpha)
+            self._fn(*args)
             return out
+        call = self._cpu_function(a, b) if self.target == "cpu" else self._call
         tensors = self._run.tensors
         tensors["A"].value, tensors["B"].value, tensors["C"].value = a, b, None
         self._run.scalars = {"alpha": alpha} if self.scaled else {}
@@ -236,7 +239,7 @@ class GeneratedRoute(Route):
         return result
 
     def unbind(self) -> None:
-        self._args = self._bound = None
+        self._args = self._bound = self._fn = None
         if self._run is not None:
             for bound in self._run.tensors.values():
                 bound.value = None
