@@ -86,7 +86,20 @@ def convert(t, fmt: TensorFormat):
         out = _transpose(pos, crd, values, t.shape[1 - src.major])
         if out is None:
             return None
-    return _csr_tensor(t, fmt, *out)
+    return _csr_tensor(t.shape, t.package, fmt, *out)
+
+
+def csr_from_sorted(major, minor, values, shape, fmt: TensorFormat):
+    """A tensor in CSR-family ``fmt`` that takes ``minor`` and ``values`` as they are (no copy):
+    entries the caller has just assembled, with ``(major, minor)`` strictly increasing. None when
+    ``fmt`` is not of the family or an explicit zero must be dropped (the generic path does it)."""
+    from . import kernels
+
+    fam = family(fmt)
+    if fam is None or fam.kind != "csr" or kernels.count_zeros(values):
+        return None
+    pos = prefix_sum(kernels.histogram(major, shape[fam.major]))
+    return _csr_tensor(tuple(shape), None, fmt, pos, minor, values)
 
 
 def _transpose(pos, crd, values, n_minor):
@@ -100,11 +113,11 @@ def _transpose(pos, crd, values, n_minor):
     return pos_out, crd_out, values_out
 
 
-def _csr_tensor(t, fmt, pos, crd, values):
+def _csr_tensor(shape, package, fmt, pos, crd, values):
     from .tensor import Tensor
 
-    buffers = narrow(fmt, {(1, "pos"): pos, (1, "crd"): crd}, fmt.level_shape(t.shape), (0, 0))
-    return Tensor(fmt, t.shape, buffers, values, package=t.package)
+    buffers = narrow(fmt, {(1, "pos"): pos, (1, "crd"): crd}, fmt.level_shape(shape), (0, 0))
+    return Tensor(fmt, shape, buffers, values, package=package)
 
 
 # -- dense -> sparse -------------------------------------------------------------------

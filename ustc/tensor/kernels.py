@@ -79,6 +79,17 @@ def histogram(keys, n):
 
 
 @njit(cache=True)
+def strictly_increasing(major, minor):
+    """Whether the pairs ``(major[k], minor[k])`` increase strictly (lexicographic order), in one
+    pass without temporaries."""
+    for k in range(1, major.size):
+        a, b = major[U(k - 1)], major[U(k)]
+        if b < a or (b == a and minor[U(k)] <= minor[U(k - 1)]):
+            return False
+    return True
+
+
+@njit(cache=True)
 def count_zeros(values):
     z = 0
     for v in values:
