@@ -330,9 +330,9 @@ class Lowering:
         pass starts each row at ``offsets[v]`` (the host turns sizes into offsets in between)."""
         offsets = f"{self.out.tensor}_offsets"
         self.rows = v
-        start = ir.Select(ir.Var("emit"), ir.load(offsets, ir.Var(v)), ir.Const(0))
+        start = ir.Select(ir.Var("emit"), ir.Load(offsets, (ir.Index(ir.Var(v)),)), ir.Const(0))
         done = ir.If(ir.Bin("==", ir.Var("emit"), ir.Const(False)),
-                     (ir.Store(offsets, (ir.add(ir.Var(v), 1),), ir.Var(self.count)),))
+                     (ir.Store(offsets, (ir.Index(ir.add(ir.Var(v), 1)),), ir.Var(self.count)),))
         return (ir.Assign(self.count, start), *body, done)
 
     def chunkable(self, ctx: Ctx, depth: int, v: str, ref) -> bool:
@@ -370,7 +370,7 @@ class Lowering:
         name = self.out.tensor
         if not self.out.sparse:
             return [ir.Store(name, idx, value, accumulate=True)]
-        n = ir.Var(self.count)
+        n = ir.Index(ir.Var(self.count))   # the running output position is never negative
         writes = [ir.Store(f"{name}_crd{d}", (n,), ir.Var(i)) for d, i in enumerate(self.stmt.lhs.indices)]
         writes.append(ir.Store(f"{name}_vals", (n,), value))
         out = [ir.If(ir.Var("emit"), tuple(writes)), ir.Assign(self.count, ir.Const(1), "+")]

@@ -28,21 +28,21 @@ def kernel_0(emit, C_crd0, C_crd1, C_vals, A_lvl1_pos, A_lvl1_crd, A_vals, B_lvl
                 B_here1 = B_c1 == j
                 if A_here1 and B_here1:
                     if emit:
-                        C_crd0[C_n] = i
-                        C_crd1[C_n] = j
-                        C_vals[C_n] = A_vals[np.uintp(A_p1)] + B_vals[np.uintp(B_p1)]
+                        C_crd0[np.uintp(C_n)] = i
+                        C_crd1[np.uintp(C_n)] = j
+                        C_vals[np.uintp(C_n)] = A_vals[np.uintp(A_p1)] + B_vals[np.uintp(B_p1)]
                     C_n += 1
                 elif A_here1:
                     if emit:
-                        C_crd0[C_n] = i
-                        C_crd1[C_n] = j
-                        C_vals[C_n] = A_vals[np.uintp(A_p1)]
+                        C_crd0[np.uintp(C_n)] = i
+                        C_crd1[np.uintp(C_n)] = j
+                        C_vals[np.uintp(C_n)] = A_vals[np.uintp(A_p1)]
                     C_n += 1
                 elif B_here1:
                     if emit:
-                        C_crd0[C_n] = i
-                        C_crd1[C_n] = j
-                        C_vals[C_n] = B_vals[np.uintp(B_p1)]
+                        C_crd0[np.uintp(C_n)] = i
+                        C_crd1[np.uintp(C_n)] = j
+                        C_vals[np.uintp(C_n)] = B_vals[np.uintp(B_p1)]
                     C_n += 1
                 if A_here1:
                     A_p1 += 1
@@ -52,9 +52,9 @@ def kernel_0(emit, C_crd0, C_crd1, C_vals, A_lvl1_pos, A_lvl1_crd, A_vals, B_lvl
             for A_p1 in range(np.intp(A_lvl1_pos[np.uintp(i)]), np.intp(A_lvl1_pos[np.uintp(i + 1)])):
                 j = np.intp(A_lvl1_crd[np.uintp(A_p1)])
                 if emit:
-                    C_crd0[C_n] = i
-                    C_crd1[C_n] = j
-                    C_vals[C_n] = A_vals[np.uintp(A_p1)]
+                    C_crd0[np.uintp(C_n)] = i
+                    C_crd1[np.uintp(C_n)] = j
+                    C_vals[np.uintp(C_n)] = A_vals[np.uintp(A_p1)]
                 C_n += 1
         if B_here0:
             B_p0 += 1

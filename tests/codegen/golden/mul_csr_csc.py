@@ -9,7 +9,7 @@ def kernel_0(emit, C_crd0, C_crd1, C_vals, C_offsets, A_lvl1_pos, A_lvl1_crd, A_
     """C[i, j] = A[i, j] * B[i, j]"""
     for i_u in prange(n_i):
         i = np.intp(i_u)
-        C_n = C_offsets[i] if emit else 0
+        C_n = C_offsets[np.uintp(i)] if emit else 0
         A_p1 = np.intp(A_lvl1_pos[np.uintp(i)])
         A_p1_end = np.intp(A_lvl1_pos[np.uintp(i + 1)])
         B_p1 = np.intp(B_lvl1_pos[np.uintp(i)])
@@ -22,23 +22,23 @@ def kernel_0(emit, C_crd0, C_crd1, C_vals, C_offsets, A_lvl1_pos, A_lvl1_crd, A_
             B_here1 = B_c1 == j
             if A_here1 and B_here1:
                 if emit:
-                    C_crd0[C_n] = i
-                    C_crd1[C_n] = j
-                    C_vals[C_n] = A_vals[np.uintp(A_p1)] * B_vals[np.uintp(B_p1)]
+                    C_crd0[np.uintp(C_n)] = i
+                    C_crd1[np.uintp(C_n)] = j
+                    C_vals[np.uintp(C_n)] = A_vals[np.uintp(A_p1)] * B_vals[np.uintp(B_p1)]
                 C_n += 1
             if A_here1:
                 A_p1 += 1
             if B_here1:
                 B_p1 += 1
         if emit == False:
-            C_offsets[i + 1] = C_n
+            C_offsets[np.uintp(i + 1)] = C_n
 
 
 @njit(cache=True, nogil=True)
 def kernel_0_serial(emit, C_crd0, C_crd1, C_vals, C_offsets, A_lvl1_pos, A_lvl1_crd, A_vals, B_lvl1_pos, B_lvl1_crd, B_vals, n_i):
     """C[i, j] = A[i, j] * B[i, j] (serial: for small operands)"""
     for i in range(n_i):
-        C_n = C_offsets[i] if emit else 0
+        C_n = C_offsets[np.uintp(i)] if emit else 0
         A_p1 = np.intp(A_lvl1_pos[np.uintp(i)])
         A_p1_end = np.intp(A_lvl1_pos[np.uintp(i + 1)])
         B_p1 = np.intp(B_lvl1_pos[np.uintp(i)])
@@ -51,16 +51,16 @@ def kernel_0_serial(emit, C_crd0, C_crd1, C_vals, C_offsets, A_lvl1_pos, A_lvl1_
             B_here1 = B_c1 == j
             if A_here1 and B_here1:
                 if emit:
-                    C_crd0[C_n] = i
-                    C_crd1[C_n] = j
-                    C_vals[C_n] = A_vals[np.uintp(A_p1)] * B_vals[np.uintp(B_p1)]
+                    C_crd0[np.uintp(C_n)] = i
+                    C_crd1[np.uintp(C_n)] = j
+                    C_vals[np.uintp(C_n)] = A_vals[np.uintp(A_p1)] * B_vals[np.uintp(B_p1)]
                 C_n += 1
             if A_here1:
                 A_p1 += 1
             if B_here1:
                 B_p1 += 1
         if emit == False:
-            C_offsets[i + 1] = C_n
+            C_offsets[np.uintp(i + 1)] = C_n
 
 
 PLAN = [{'function': 'kernel_0', 'params': [['emit'], ['out_crd', 'C', 0], ['out_crd', 'C', 1], ['out_vals', 'C'], ['out_offsets', 'C'], ['pos', 'A', 1], ['crd', 'A', 1], ['vals', 'A'], ['pos', 'B', 1], ['crd', 'B', 1], ['vals', 'B'], ['extent', 'i']], 'convert': {'B': '(d0, d1) -> (d0 : dense, d1 : compressed)'}, 'alias': {}, 'order': ['i', 'j'], 'sparse_output': True, 'rows': 'i', 'statement': 'C[i, j] = A[i, j] * B[i, j]', 'accumulate': False, 'overwrites': False}]

@@ -9,7 +9,7 @@ def kernel_0(emit, C_crd0, C_crd1, C_vals, C_offsets, A_lvl1_size, A_lvl2_crd, A
     """C[i, j] = A[i, j] * B[i, k] * D[k, j]"""
     for i_u in prange(n_i):
         i = np.intp(i_u)
-        C_n = C_offsets[i] if emit else 0
+        C_n = C_offsets[np.uintp(i)] if emit else 0
         for v_j_div4 in range(A_lvl1_size):
             A_p1 = i * A_lvl1_size + v_j_div4
             for A_p2 in range(A_p1 * 2, A_p1 * 2 + 2):
@@ -35,19 +35,19 @@ def kernel_0(emit, C_crd0, C_crd1, C_vals, C_offsets, A_lvl1_size, A_lvl2_crd, A
                     acc += acc_1
                     if found:
                         if emit:
-                            C_crd0[C_n] = i
-                            C_crd1[C_n] = j
-                            C_vals[C_n] = acc
+                            C_crd0[np.uintp(C_n)] = i
+                            C_crd1[np.uintp(C_n)] = j
+                            C_vals[np.uintp(C_n)] = acc
                         C_n += 1
         if emit == False:
-            C_offsets[i + 1] = C_n
+            C_offsets[np.uintp(i + 1)] = C_n
 
 
 @njit(cache=True, nogil=True)
 def kernel_0_serial(emit, C_crd0, C_crd1, C_vals, C_offsets, A_lvl1_size, A_lvl2_crd, A_vals, B, D, n_i, n_j, n_k):
     """C[i, j] = A[i, j] * B[i, k] * D[k, j] (serial: for small operands)"""
     for i in range(n_i):
-        C_n = C_offsets[i] if emit else 0
+        C_n = C_offsets[np.uintp(i)] if emit else 0
         for v_j_div4 in range(A_lvl1_size):
             A_p1 = i * A_lvl1_size + v_j_div4
             for A_p2 in range(A_p1 * 2, A_p1 * 2 + 2):
@@ -73,12 +73,12 @@ def kernel_0_serial(emit, C_crd0, C_crd1, C_vals, C_offsets, A_lvl1_size, A_lvl2
                     acc += acc_1
                     if found:
                         if emit:
-                            C_crd0[C_n] = i
-                            C_crd1[C_n] = j
-                            C_vals[C_n] = acc
+                            C_crd0[np.uintp(C_n)] = i
+                            C_crd1[np.uintp(C_n)] = j
+                            C_vals[np.uintp(C_n)] = acc
                         C_n += 1
         if emit == False:
-            C_offsets[i + 1] = C_n
+            C_offsets[np.uintp(i + 1)] = C_n
 
 
 PLAN = [{'function': 'kernel_0', 'params': [['emit'], ['out_crd', 'C', 0], ['out_crd', 'C', 1], ['out_vals', 'C'], ['out_offsets', 'C'], ['size', 'A', 1], ['crd', 'A', 2], ['vals', 'A'], ['array', 'B'], ['array', 'D'], ['extent', 'i'], ['extent', 'j'], ['extent', 'k']], 'convert': {}, 'alias': {}, 'order': ['i', 'v_j_div4', 'v_j_mod4', 'k'], 'sparse_output': True, 'rows': 'i', 'statement': 'C[i, j] = A[i, j] * B[i, k] * D[k, j]', 'accumulate': False, 'overwrites': False}]
