@@ -29,6 +29,7 @@ from ..tensor import packages
 from ..tensor.dtypes import index_dtype
 from ..tensor.tensor import Tensor, as_format
 from ..codegen import notation as nt
+from .operands import dtype_name
 
 TARGETS = ("cpu", "cuda")
 
@@ -158,10 +159,10 @@ class Run:
         operands = {}
         for name, b in self.tensors.items():
             if b.sparse:
-                index = sorted({str(a.dtype) for a in b.value._buffers.values()}) if b.value is not None else []
-                operands[name] = {"format": b.format.signature, "dtype": str(b.dtype), "index": index}
+                index = sorted({dtype_name(a.dtype) for a in b.value._buffers.values()}) if b.value is not None else []
+                operands[name] = {"format": b.format.signature, "dtype": dtype_name(b.dtype), "index": index}
             else:
-                operands[name] = {"format": "ndarray", "ndim": len(b.shape), "dtype": str(b.dtype)}
+                operands[name] = {"format": "ndarray", "ndim": len(b.shape), "dtype": dtype_name(b.dtype)}
         scalars = {s: type(v).__name__ for s, v in sorted(self.scalars.items())}
         fields = {"op": str(self.program), "operands": operands, "scalars": scalars, "target": self.target,
                   "compiler": compiler_fingerprint()}
