@@ -11,6 +11,7 @@ builds the transpose in any format through a generated kernel.
 
 from __future__ import annotations
 
+import functools
 import numbers
 
 import numpy as np
@@ -129,10 +130,14 @@ def transpose(a: Tensor, axes=None, tensor_format=None) -> Tensor:
 
 
 def view_transposed(a: Tensor, perm: tuple[int, ...]) -> Tensor:
+    shape = tuple(a.shape[p] for p in perm)
+    return Tensor(_permuted_format(a.format, perm), shape, a._buffers, a._values, device=a.device,
+                  package=a.package)
+
+
+@functools.lru_cache(maxsize=256)     # a transposed weight is viewed at every forward call
+def _permuted_format(fmt, perm: tuple[int, ...]):
+    """``fmt`` with its dimensions listed in ``perm`` order (same levels: a zero-copy view)."""
     from ..format.ir import TensorFormat
 
-    fmt = a.format
-    dims = tuple(fmt.dims[p] for p in perm)
-    view_fmt = TensorFormat(dims, fmt.levels, fmt.pos_width, fmt.crd_width)
-    shape = tuple(a.shape[p] for p in perm)
-    return Tensor(view_fmt, shape, a._buffers, a._values, device=a.device, package=a.package)
+    return TensorFormat(tuple(fmt.dims[p] for p in perm), fmt.levels, fmt.pos_width, fmt.crd_width)
