@@ -10,7 +10,7 @@ import ustc
 from ustc import formats
 from ustc.torch import TorchUST
 
-from conftest import random_weight, torch_ust
+from torch_helpers import random_weight, torch_ust
 
 GRAD_FORMATS = [formats.CSR, formats.Structured(2, 4), formats.DIAI, formats.BSR(2, 2), formats.DELTA(4),
                 formats.COO()]

@@ -16,7 +16,7 @@ import ustc.torch
 from ustc import formats
 from ustc.torch import TorchUST
 
-from conftest import random_weight, torch_ust
+from torch_helpers import random_weight, torch_ust
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ import ustc
 from ustc import formats
 from ustc.torch import TorchUST
 
-from conftest import FORMAT_IDS, FORMATS_2D, random_weight, torch_ust
+from torch_helpers import FORMAT_IDS, FORMATS_2D, random_weight, torch_ust
 
 TOL = {torch.float32: dict(rtol=1e-4, atol=1e-5), torch.float64: dict(rtol=1e-10, atol=1e-12)}
 

@@ -1,4 +1,6 @@
-"""Shared fixtures for the PyTorch layer: random weights in every 2-D named format."""
+"""Shared by the PyTorch layer tests: random weights in every 2-D named format (imported as
+``torch_helpers``; a module of its own, since ``from conftest import`` resolves to whichever
+conftest.py comes first on sys.path when several test directories run together)."""
 
 from __future__ import annotations
 
