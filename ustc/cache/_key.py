@@ -14,6 +14,7 @@ Contract:
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from typing import Any
@@ -29,8 +30,8 @@ def _dumps(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
-def canonical_fields(fields: dict) -> dict:
-    """``fields`` as it reads back from JSON; TypeError when it is not a JSON-able mapping."""
+def _fields_text(fields: dict) -> str:
+    """The sorted-key JSON text of ``fields``; TypeError when it is not a JSON-able mapping."""
     if not isinstance(fields, dict):
         raise TypeError(f"kernel fields must be a dict, got {type(fields).__name__}")
     try:
@@ -39,7 +40,12 @@ def canonical_fields(fields: dict) -> dict:
         raise TypeError(f"kernel fields must be JSON-serializable: {exc}") from exc
     if any(not isinstance(k, str) for k in fields):
         raise TypeError("kernel fields must have string keys")
-    return json.loads(text)
+    return text
+
+
+def canonical_fields(fields: dict) -> dict:
+    """``fields`` as it reads back from JSON; TypeError when it is not a JSON-able mapping."""
+    return json.loads(_fields_text(fields))
 
 
 def versions() -> dict[str, str]:
@@ -53,7 +59,12 @@ def versions() -> dict[str, str]:
 
 def kernel_key(fields: dict) -> str:
     """sha256 hex of the canonical JSON of ``fields`` plus ustc/numba versions and the layout."""
-    payload = {"fields": canonical_fields(fields), "layout": CACHE_LAYOUT, **versions()}
+    return _key(_fields_text(fields), tuple(sorted(versions().items())))
+
+
+@functools.lru_cache(maxsize=4096)   # every execute names its kernel: hash each distinct text once
+def _key(text: str, version_items: tuple) -> str:
+    payload = {"fields": json.loads(text), "layout": CACHE_LAYOUT, **dict(version_items)}
     return hashlib.sha256(_dumps(payload).encode("utf-8")).hexdigest()
 
 

@@ -64,8 +64,7 @@ def load(fields: dict, generate: Callable[[], str]) -> tuple[types.ModuleType, s
     ``generate()`` returns the module's Python source; it is called only on a miss. Exceptions
     from ``generate`` propagate unchanged and leave nothing on disk.
     """
-    canonical = canonical_fields(fields)
-    key = kernel_key(canonical)
+    key = kernel_key(fields)
     with _state.LOCK:
         module = _state.remembered(key)
         if module is not None:
@@ -73,6 +72,7 @@ def load(fields: dict, generate: Callable[[], str]) -> tuple[types.ModuleType, s
             _state.bump("memory_hits")
             return module, key
 
+        canonical = canonical_fields(fields)
         record, problem = _store.inspect(key, canonical)
         py, _ = _store.files(key)
         if record is not None:
