@@ -32,19 +32,10 @@ import time
 import numpy as np
 import scipy.sparse.linalg as spla
 
-from _common import machine, median_ms, write_section
+from _common import machine, median_ms, per_call_ms, write_section
 from bench_convert import stencil_csr
 
 import ustc
-
-
-def per_call_ms(fn, repeat: int, inner: int) -> float:
-    """Median over ``repeat`` samples of the mean time of ``inner`` back-to-back calls (small
-    problems: one call after ``median_ms``'s garbage collection measures cold caches, not the call)."""
-    def batch():
-        for _ in range(inner):
-            fn()
-    return median_ms(batch, repeat)[0] / inner
 
 
 def matmul_rows(name: str, csr, repeat: int, inner: int = 1) -> list[tuple]:

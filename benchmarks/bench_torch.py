@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from _common import machine, median_ms, write_section
+from _common import machine, per_call_ms, write_section
 
 import ustc.torch
 
@@ -41,16 +41,6 @@ def weight_bytes(model: nn.Module) -> int:
     return total
 
 
-def per_call_ms(fn, repeat: int, inner: int = 20) -> float:
-    """Median over ``repeat`` samples of the mean of ``inner`` back-to-back calls: the steady state
-    of inference (a single call after ``median_ms``'s garbage collection measured cold caches,
-    ~1 ms for a 0.2 ms layer)."""
-    def batch():
-        for _ in range(inner):
-            fn()
-    return median_ms(batch, repeat)[0] / inner
-
-
 def measure(name: str, model: nn.Module, x: torch.Tensor, repeat: int) -> tuple:
     dense = copy.deepcopy(model)
     summary = ustc.torch.reformat_model(model)
@@ -58,7 +48,7 @@ def measure(name: str, model: nn.Module, x: torch.Tensor, repeat: int) -> tuple:
     with torch.inference_mode():
         want, got = dense(x), model(x)
         error = float((got - want).abs().max() / want.abs().max())
-        ms_dense, ms_ust = (per_call_ms(lambda f=f: f(x), repeat) for f in (dense, model))
+        ms_dense, ms_ust = (per_call_ms(lambda f=f: f(x), repeat, 20) for f in (dense, model))
     bd, bu = weight_bytes(dense), weight_bytes(model)
     return (name, formats, tuple(x.shape), bd, bu, ms_dense, ms_ust, error)
 
