@@ -17,9 +17,9 @@ measured in one run, so ratios compare like with like on a shared machine.
   the same run (the machine's attainable bandwidth).
 * **Warm-cache first call**: a new process with a fresh cache directory times
   its first ``A @ x`` (generate + compile); a second new process with the same
-  cache times its first call again (load only). Target ratio <= 0.3. Numba's floor
-  (a trivial cached parallel function's first call in the same setting) is measured
-  beside it.
+  cache times its first call again (load only). Target ratio <= 0.3. Beside it: the
+  warm call through Numba's own cache path (``USTC_NUMBA_LEAN_LOAD=0``) and plain
+  Numba's first call of a trivial cached parallel function in the same setting.
 """
 
 from __future__ import annotations
@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -173,26 +172,33 @@ def _fresh_process(code: str, env: dict) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def first_call(side: int, warm_runs: int = 3) -> tuple[dict, dict, float]:
-    """``(cold, warm, floor)``: the first ``A @ x`` in a new process with an empty cache, then
-    with that cache (the median of ``warm_runs`` processes), and Numba's own floor: the
-    first call of a 5-line ``cache=True, parallel=True`` function loaded from Numba's cache
-    in a process set up the same way (import numba, load, start the thread pool)."""
+def first_call(side: int, warm_runs: int = 3) -> dict:
+    """First-call seconds in new processes: ``cold`` (empty cache) and ``warm`` (that cache, the
+    median of ``warm_runs`` processes) as dicts with ``first`` and ``stats``; ``numba_default`` (warm,
+    but with ``USTC_NUMBA_LEAN_LOAD=0``: Numba's own cache path with its registry refresh); and
+    ``plain``: a 5-line ``cache=True, parallel=True`` function loaded by plain Numba in a process
+    set up the same way."""
     bench = os.path.dirname(os.path.abspath(__file__))
+
+    def median_of(code, env):
+        runs = sorted((_fresh_process(code, env) for _ in range(warm_runs)), key=lambda r: r["first"])
+        return runs[len(runs) // 2]
+
     with tempfile.TemporaryDirectory() as tmp:
         env = dict(os.environ, USTC_CACHE_DIR=tmp)
         code = FIRST_CALL.format(bench=bench, side=side)
-        cold = _fresh_process(code, env)
-        warm = sorted((_fresh_process(code, env) for _ in range(warm_runs)), key=lambda r: r["first"])
+        out = {"cold": _fresh_process(code, env), "warm": median_of(code, env)}
+        out["numba_default"] = median_of(code, dict(env, USTC_NUMBA_LEAN_LOAD="0"))
         with open(os.path.join(tmp, "floor_kernel.py"), "w") as f:
             f.write(FLOOR_KERNEL)
         code = FLOOR_CALL.format(bench=bench, tmp=tmp, side=side)
         _fresh_process(code, env)                                   # compiles into Numba's cache
-        floor = statistics.median(_fresh_process(code, env)["first"] for _ in range(warm_runs))
-    return cold, warm[len(warm) // 2], floor
+        out["plain"] = median_of(code, env)
+    return out
 
 
-def report(side, csr, spmv, spmm, bandwidth, cold, warm, floor) -> str:
+def report(side, csr, spmv, spmm, bandwidth, first) -> str:
+    cold, warm = first["cold"], first["warm"]
     scipy_csr = spmv[0][1]
     lines = [f"Machine: {machine()}", "",
              f"3-D 7-point stencil, side {side}: {csr.shape[0]:,} rows, {csr.nnz:,} nonzeros, float64. "
@@ -213,10 +219,11 @@ def report(side, csr, spmv, spmm, bandwidth, cold, warm, floor) -> str:
               f"(generated {cold['stats']['generated']}, compiled {cold['stats']['compiled']}); warm cache "
               f"{warm['first']:.2f} s (generated {warm['stats']['generated']}, compiled "
               f"{warm['stats']['compiled']}, loaded {warm['stats']['loaded']}; median of 3 processes): ratio {ratio:.2f} "
-              f"(target <= 0.3). Numba's own floor, the first call of a 5-line cached `prange` function in a "
-              f"process set up the same way: {floor:.2f} s, so the warm call is {warm['first'] / floor:.2f}× "
-              f"Numba's floor and the ratio cannot go below {floor / cold['first']:.2f} while kernels load "
-              f"through Numba's cache."]
+              f"(target <= 0.3). Warm kernels load through `ustc.cache._lean.LeanCache`, which skips "
+              f"Numba's registry refresh; with `USTC_NUMBA_LEAN_LOAD=0` (Numba's own path) the warm call takes "
+              f"{first['numba_default']['first']:.2f} s (ratio {first['numba_default']['first'] / cold['first']:.2f}). "
+              f"For scale, plain Numba's first call of a 5-line cached `prange` function in a process set up "
+              f"the same way: {first['plain']['first']:.2f} s."]
     return "\n".join(lines) + "\n"
 
 
@@ -230,8 +237,7 @@ def main(argv=None) -> int:
     bandwidth = triad_gbs()
     spmv = spmv_rows(csr, args.repeat)
     spmm = spmm_rows(csr, args.repeat)
-    cold, warm, floor = first_call(args.side)
-    text = report(args.side, csr, spmv, spmm, bandwidth, cold, warm, floor)
+    text = report(args.side, csr, spmv, spmm, bandwidth, first_call(args.side))
     print(text)
     if args.write:
         write_section("CPU kernels", text)

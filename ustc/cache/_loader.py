@@ -15,7 +15,8 @@ in ``sys.modules`` *before* ``exec_module``: Numba's ``@njit(cache=True)`` keys 
 (in ``__pycache__`` next to the file) by the source file and resolves the module by name when it
 loads cached code, which is what lets a second process skip compilation. A module that fails to
 execute is taken out of ``sys.modules`` and reported as :class:`ustc.errors.KernelError` naming
-its file (the file is kept for inspection).
+its file (the file is kept for inspection). Its CPU dispatchers get :class:`ustc.cache._lean.LeanCache`,
+which loads their cached machine code without Numba's whole-target refresh.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import types
 from typing import Callable
 
 from ..errors import KernelError
-from . import _manage, _state, _store
+from . import _lean, _manage, _state, _store
 from ._key import canonical_fields, kernel_key, module_name
 
 log = logging.getLogger("ustc.cache")
@@ -49,6 +50,7 @@ def _import(key: str, py) -> types.ModuleType:
         if not isinstance(exc, Exception):
             raise
         raise KernelError(f"generated kernel {py} failed to import: {type(exc).__name__}: {exc}") from exc
+    _lean.adopt_module(module)  # cached machine code then loads without Numba's registry refresh
     return module
 
 

@@ -17,7 +17,9 @@ from __future__ import annotations
 import functools
 
 import numpy as np
-from numba import njit, prange
+from numba import prange
+
+from ..cache._lean import njit_cached
 
 U = np.uintp
 
@@ -32,7 +34,7 @@ def packed_spmv(bits: int):
     shift = np.uint32(bits)
     upper, ubits, one = U(per), U(bits), U(1)    # unsigned entry arithmetic: no wraparound tests
 
-    @njit(cache=True, nogil=True, parallel=True)
+    @njit_cached(nogil=True, parallel=True)
     def kernel(pos, words, vals, x, y, alpha, n_rows):
         for i_u in prange(n_rows):
             i = np.intp(i_u)

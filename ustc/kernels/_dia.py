@@ -9,12 +9,14 @@ on the CPU (design §6).
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from numba import prange
+
+from ..cache._lean import njit_cached
 
 TILE = 16384  # rows per parallel task (measured on the stencil: 2,048 rows 4.7 ms, 16,384 rows 4.3 ms)
 
 
-@njit(cache=True, nogil=True, parallel=True)
+@njit_cached(nogil=True, parallel=True)
 def dia_spmv(offsets, vals, x, y, alpha, n_rows, n_cols, diag_len, by_column):
     """``y += alpha * A @ x`` where diagonal ``d`` (offset ``o = j - i``) stores
     ``A[i, i + o]`` at ``vals[d * diag_len + (i + o if by_column else i)]``. Each task owns
@@ -23,14 +25,14 @@ def dia_spmv(offsets, vals, x, y, alpha, n_rows, n_cols, diag_len, by_column):
         _tile(offsets, vals, x, y, alpha, n_cols, diag_len, by_column, t * TILE, min(t * TILE + TILE, n_rows))
 
 
-@njit(cache=True, nogil=True)
+@njit_cached(nogil=True)
 def dia_spmv_serial(offsets, vals, x, y, alpha, n_rows, n_cols, diag_len, by_column):
     """:func:`dia_spmv` on one thread, for small operands (a parallel launch costs ~0.1 ms)."""
     for t in range((n_rows + TILE - 1) // TILE):
         _tile(offsets, vals, x, y, alpha, n_cols, diag_len, by_column, t * TILE, min(t * TILE + TILE, n_rows))
 
 
-@njit(cache=True, nogil=True)
+@njit_cached(nogil=True)
 def _tile(offsets, vals, x, y, alpha, n_cols, diag_len, by_column, lo, hi):
     """Rows ``[lo, hi)`` of ``y += alpha * A @ x``."""
     for d in range(offsets.size):

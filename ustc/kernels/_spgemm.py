@@ -17,12 +17,14 @@ The spans rely on that promise for ``b``: its rows are ordered, so
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from numba import prange
+
+from ..cache._lean import njit_cached
 
 U = np.uintp  # an unsigned subscript: no wraparound test (every subscript here is >= 0)
 
 
-@njit(cache=True, nogil=True, parallel=True)
+@njit_cached(nogil=True, parallel=True)
 def row_work(apos, acrd, bpos, n_rows):
     """``work[i + 1] - work[i]`` = multiply-adds of output row ``i`` (``sum_k |b_k|`` over row ``i`` of ``a``)."""
     flops = np.zeros(n_rows + 1, dtype=np.int64)
@@ -43,7 +45,7 @@ def chunk_bounds(work: np.ndarray, chunks: int) -> np.ndarray:
     return np.concatenate(([0], inner, [n_rows])).astype(np.int64)
 
 
-@njit(cache=True, nogil=True)
+@njit_cached(nogil=True)
 def _span(apos, acrd, bpos, bcrd, lo, hi):
     """``(first, last)`` column any row ``lo <= i < hi`` of ``a @ b`` can hold (``last < first`` if none)."""
     first, last = np.int64(2**62), np.int64(-1)
@@ -55,7 +57,7 @@ def _span(apos, acrd, bpos, bcrd, lo, hi):
     return first, last
 
 
-@njit(cache=True, nogil=True, parallel=True)
+@njit_cached(nogil=True, parallel=True)
 def spgemm_count(apos, acrd, bpos, bcrd, bounds):
     """``(sizes, spans)``: ``sizes[i + 1]`` = number of distinct columns of output row ``i``
     (``sizes[0] = 0``); ``spans[ch]`` = chunk ``ch``'s column span (``_span``), for the filling pass."""
@@ -81,7 +83,7 @@ def spgemm_count(apos, acrd, bpos, bcrd, bounds):
     return sizes, spans
 
 
-@njit(cache=True, nogil=True)
+@njit_cached(nogil=True)
 def _sort_small(a, lo, hi):
     """Insertion sort of ``a[lo:hi]`` (output rows are short)."""
     for p in range(lo + 1, hi):
@@ -93,7 +95,7 @@ def _sort_small(a, lo, hi):
         a[U(q + 1)] = v
 
 
-@njit(cache=True, nogil=True, parallel=True)
+@njit_cached(nogil=True, parallel=True)
 def spgemm_fill(apos, acrd, avals, bpos, bcrd, bvals, pos, crd, vals, bounds, spans):
     """Columns (sorted) and values of every output row at ``pos[i]``."""
     for ch in prange(len(bounds) - 1):

@@ -16,7 +16,9 @@ from __future__ import annotations
 import types
 
 import numpy as np
-from numba import njit, prange
+from numba import prange
+
+from ..cache._lean import njit_cached
 
 U = np.uintp  # unsigned subscripts: no negative-index wraparound test on each access
 
@@ -34,8 +36,8 @@ def vector_kernel(fn):
                               fn.__closure__)
     twin.__qualname__ = fn.__qualname__ + "_serial"
     twin.__doc__ = fn.__doc__
-    SERIAL[fn.__name__] = njit(cache=True, nogil=True)(twin)
-    return njit(cache=True, nogil=True, parallel=True)(fn)
+    SERIAL[fn.__name__] = njit_cached(nogil=True)(twin)
+    return njit_cached(nogil=True, parallel=True)(fn)
 
 
 @vector_kernel
@@ -119,7 +121,7 @@ def bicg_x(x, alpha, ph, omega, sh):
 GS_CHUNK = 1024
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit_cached(nogil=True, inline="always")
 def _chunk_coefficients(V, k1, w, lo, hi, partial, ch):
     """``partial[ch, j] = sum(conj(V[j, i]) * w[i])`` over ``lo <= i < hi``, ``j < k1``: four rows
     at a time, two entries per step, so eight independent sums (one would wait on the add
@@ -194,7 +196,7 @@ def gs_subtract(V, k1, c, w, partial, norms, again):
             _chunk_coefficients(V, k1, w, lo, hi, partial, ch)
 
 
-@njit(cache=True, nogil=True)
+@njit_cached(nogil=True)
 def triangular_csr(pos, crd, vals, b, x, unit, lower):
     """Substitution on canonical CSR rows: forward (``lower``: ``L x = b``) from the first row,
     else backward (``U x = b``) from the last; ``b``, ``x`` are (n, k). Entries on the other
@@ -221,7 +223,7 @@ def triangular_csr(pos, crd, vals, b, x, unit, lower):
     return -1
 
 
-@njit(cache=True, nogil=True)
+@njit_cached(nogil=True)
 def triangular_levels(pos, crd, lower):
     """Level schedule of the CSR pattern ``pos`` / ``crd`` (:mod:`ustc.ops.trisolve`): returns
     ``(level_ptr, level_rows, diag)``. One pass in dependency order (``level[r] = 1 + max

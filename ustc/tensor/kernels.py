@@ -1,6 +1,7 @@
 """Compiled (Numba) kernels behind the conversion fast paths.
 
-All are ``cache=True`` so a second process loads them from disk. Each one
+All are ``cache=True`` (:func:`ustc.cache._lean.njit_cached`) so a second process loads them
+from disk. Each one
 makes a fixed number of passes over its input and allocates only its
 outputs (no hidden full-size index temporaries). Scattered subscripts are cast
 to ``np.uintp`` (every one is >= 0): Numba then drops its negative-index
@@ -11,9 +12,10 @@ the 1.48M-row stencil.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange, types
+from numba import prange, types
 from numba.extending import overload
 
+from ..cache._lean import njit_cached
 from .fastpaths import MASKED, NONZERO, POSITIVE  # noqa: F401  (modes 0, 1, 2 below)
 
 U = np.uintp  # an unsigned subscript: no wraparound test
@@ -32,7 +34,7 @@ def _positive_impl(v):
     return lambda v: v > 0
 
 
-@njit(cache=True, inline="always")
+@njit_cached(inline="always")
 def _selected(mode, v, mask, r, j):
     if mode == 0:
         return v != 0
@@ -41,7 +43,7 @@ def _selected(mode, v, mask, r, j):
     return mask[r, j] and v != 0
 
 
-@njit(cache=True, parallel=True)
+@njit_cached(parallel=True)
 def row_counts(x2, mode, mask):
     """Number of selected entries of every row of a 2-D array."""
     rows, cols = x2.shape
@@ -55,7 +57,7 @@ def row_counts(x2, mode, mask):
     return counts
 
 
-@njit(cache=True, parallel=True)
+@njit_cached(parallel=True)
 def row_fill(x2, mode, mask, pos, crd, values):
     """Column index and value of the selected entries, row by row at ``pos[r]``."""
     rows, cols = x2.shape
@@ -69,7 +71,7 @@ def row_fill(x2, mode, mask, pos, crd, values):
                 o += 1
 
 
-@njit(cache=True)
+@njit_cached()
 def histogram(keys, n):
     """``counts[k]`` = occurrences of k in ``keys`` (all in ``[0, n)``)."""
     counts = np.zeros(n, dtype=np.int64)
@@ -78,7 +80,7 @@ def histogram(keys, n):
     return counts
 
 
-@njit(cache=True)
+@njit_cached()
 def strictly_increasing(major, minor):
     """Whether the pairs ``(major[k], minor[k])`` increase strictly (lexicographic order), in one
     pass without temporaries."""
@@ -89,7 +91,7 @@ def strictly_increasing(major, minor):
     return True
 
 
-@njit(cache=True)
+@njit_cached()
 def count_zeros(values):
     z = 0
     for v in values:
@@ -98,7 +100,7 @@ def count_zeros(values):
     return z
 
 
-@njit(cache=True)
+@njit_cached()
 def transpose_compressed(pos, crd, values, n_minor, pos_out, crd_out, values_out):
     """Counting transpose of a compressed level (CSR <-> CSC), stable, O(nnz + n).
 
