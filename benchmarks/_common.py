@@ -1,6 +1,7 @@
 """Shared helpers for the benchmark scripts: timing, peak memory, machine line, docs sections.
 
 * :func:`median_ms` -- median wall time of ``N`` calls after warm-up calls.
+* :func:`interleaved_ms` -- the same for several competitors, measured in alternating rounds.
 * :func:`extra_peak` -- peak bytes a call allocates on top of what was held
   before it, seen by ``tracemalloc`` (NumPy data buffers are reported to
   tracemalloc, and so are arrays Numba's runtime allocates: check with
@@ -65,6 +66,22 @@ def median_ms(fn: Callable[[], object], repeat: int = 5, warmup: int = 1) -> tup
         samples.append((time.perf_counter() - start) * 1e3)
         del result
     return statistics.median(samples), samples
+
+
+def interleaved_ms(fns: dict[str, Callable[[], object]], rounds: int = 5, per_round: int = 3) -> dict[str, float]:
+    """Median ms per name of ``fns``, measured in ``rounds`` rounds; each round gives every function
+    one untimed call and then ``per_round`` timed ones (as :func:`median_ms`).
+
+    Competitors timed one after the other see different moments of a shared machine; alternating
+    rounds spread that drift over all of them. The untimed call lets the previous competitor's
+    thread pool go quiet first (OpenMP and OpenBLAS threads spin for a while after a parallel
+    region and slow the next library's threads on the same cores).
+    """
+    samples: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            samples[name] += median_ms(fn, per_round, warmup=1)[1]
+    return {name: statistics.median(values) for name, values in samples.items()}
 
 
 def per_call_ms(fn: Callable[[], object], repeat: int, inner: int) -> float:

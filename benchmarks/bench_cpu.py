@@ -4,7 +4,9 @@
 
 The matrix is the 3-D 7-point stencil of side ``n`` (default 114: 1.48M rows,
 10.3M nonzeros, float64; like SuiteSparse atmosmodl). All rows of the table are
-measured in one run, so ratios compare like with like on a shared machine.
+measured in one run, so ratios compare like with like on a shared machine; the fast SpMV
+competitors (SciPy, PyTorch CSR, every ustc row) are timed in alternating rounds
+(``_common.interleaved_ms``), so drift of the shared machine spreads over all of them.
 
 * **Execute-only**: ``ustc.Matmul(A, x).plan()`` then ``execute(out=y)``, for
   the route Matmul takes (a registered hand-written kernel where one matches)
@@ -34,7 +36,7 @@ import warnings
 
 import numpy as np
 
-from _common import machine, median_ms, write_section
+from _common import interleaved_ms, machine, median_ms, write_section
 from bench_convert import stencil_csr
 
 import ustc
@@ -58,55 +60,74 @@ def index_bytes(t: ustc.Tensor) -> int:
 
 
 def spmv_rows(csr, repeat: int) -> list[tuple]:
+    """``(label, ms, bytes moved, full-call ms or None)`` rows; the fast competitors are timed in
+    alternating rounds (:func:`interleaved_ms`), the slow COO peers on their own."""
     n = csr.shape[0]
     x = np.random.default_rng(0).random(n)
     vec_bytes = 3 * 8 * n  # x read, y read and written
-    rows = []
     coo = csr.tocoo()
-    scipy_csr, _ = median_ms(lambda: csr @ x, repeat)
-    scipy_coo, _ = median_ms(lambda: coo @ x, repeat)
-    rows.append(("SciPy CSR", scipy_csr, csr.data.nbytes + csr.indices.nbytes + csr.indptr.nbytes + vec_bytes))
-    rows.append(("SciPy COO", scipy_coo, coo.data.nbytes + coo.row.nbytes + coo.col.nbytes + vec_bytes))
-    rows += torch_rows(csr, x, repeat, vec_bytes)
-    rows += pydata_rows(coo, x, repeat, vec_bytes)
+    fast = [("SciPy CSR", lambda: csr @ x, csr.data.nbytes + csr.indices.nbytes + csr.indptr.nbytes + vec_bytes),
+            ("SciPy COO", lambda: coo @ x, coo.data.nbytes + coo.row.nbytes + coo.col.nbytes + vec_bytes)]
+    fast += torch_csr(csr, x, vec_bytes)
+    ustc_rows, full = [], {}
     for name in ("CSR", "DIAI", "COO", "DELTA(16)"):  # 8-bit gaps: ~5,800 padding entries a row here
         A = ustc.Tensor.from_package(csr if name != "COO" else coo)
         if name not in ("CSR", "COO"):
             A = A.convert(name)
         moved = A.values.nbytes + index_bytes(A) + vec_bytes
-        full, _ = median_ms(lambda: A @ x, repeat)
         taken = ustc.Matmul(A, x).plan()  # the route Matmul picks, then generated code if that differs
         plans = [taken] + ([] if taken.plan_info.startswith("generated")
                            else [ustc.Matmul(A, x, options={"route": "generated"}).plan()])
         for k, mm in enumerate(plans):
+            label = f"ustc {name} ({mm.plan_info.split(' (')[0].split(',')[0]})"
             y = np.empty(n)
-            ms, _ = median_ms(lambda: mm.execute(out=y), repeat, warmup=2)
-            label = mm.plan_info.split(" (")[0].split(",")[0]
-            rows.append((f"ustc {name} ({label})", ms, moved, full if k == 0 else None))
-    return rows
+            ustc_rows.append((label, lambda mm=mm, y=y: mm.execute(out=y), moved))
+            if k == 0:
+                full[label] = lambda A=A: A @ x
+    peers = len(fast)
+    fast += ustc_rows
+    ms = interleaved_ms({**{label: fn for label, fn, _ in fast}, **{f"{k} full": f for k, f in full.items()}},
+                        rounds=max(3, repeat // 3))  # 15 -> 5 rounds of 3 calls
+    rows = [(label, ms[label], moved, ms.get(f"{label} full")) for label, _, moved in fast]
+    slow = torch_coo(csr, x, repeat, vec_bytes) + pydata_rows(coo, x, repeat, vec_bytes)
+    return rows[:peers] + slow + rows[peers:]
 
 
-def torch_rows(csr, x, repeat, vec_bytes) -> list[tuple]:
+def _torch():
     try:
         import torch
     except ImportError:
-        return []
+        return None
     warnings.filterwarnings("ignore", message="Sparse (CSR tensor support|invariant checks)")
     torch.set_num_threads(os.cpu_count() or 1)
+    return torch
+
+
+def torch_csr(csr, x, vec_bytes) -> list[tuple]:
+    """``(label, call, bytes)`` for PyTorch CPU CSR SpMV with int32 and int64 indices."""
+    torch = _torch()
+    if torch is None:
+        return []
     xt = torch.from_numpy(x)
     rows = []
     for bits in (32, 64):
         itype = getattr(torch, f"int{bits}")
         t = torch.sparse_csr_tensor(torch.from_numpy(csr.indptr).to(itype), torch.from_numpy(csr.indices).to(itype),
                                     torch.from_numpy(csr.data), csr.shape)
-        ms, _ = median_ms(lambda: torch.mv(t, xt), repeat)
-        rows.append((f"PyTorch CSR int{bits}", ms, csr.nnz * (8 + bits // 8) + (csr.shape[0] + 1) * bits // 8
-                     + vec_bytes))
+        rows.append((f"PyTorch CSR int{bits}", lambda t=t: torch.mv(t, xt),
+                     csr.nnz * (8 + bits // 8) + (csr.shape[0] + 1) * bits // 8 + vec_bytes))
+    return rows
+
+
+def torch_coo(csr, x, repeat, vec_bytes) -> list[tuple]:
+    torch = _torch()
+    if torch is None:
+        return []
     coo = csr.tocoo()
     tc = torch.sparse_coo_tensor(np.vstack([coo.row, coo.col]).astype(np.int64), coo.data, coo.shape).coalesce()
+    xt = torch.from_numpy(x)
     ms, _ = median_ms(lambda: torch.mv(tc, xt), max(2, repeat // 3))
-    rows.append(("PyTorch COO", ms, coo.nnz * 24 + vec_bytes))
-    return rows
+    return [("PyTorch COO", ms, coo.nnz * 24 + vec_bytes, None)]
 
 
 def pydata_rows(coo, x, repeat, vec_bytes) -> list[tuple]:
@@ -116,7 +137,7 @@ def pydata_rows(coo, x, repeat, vec_bytes) -> list[tuple]:
         return []
     s = sparse.COO.from_scipy_sparse(coo)
     ms, _ = median_ms(lambda: s @ x, max(2, repeat // 3))
-    return [("pydata sparse COO", ms, coo.nnz * 24 + vec_bytes)]
+    return [("pydata sparse COO", ms, coo.nnz * 24 + vec_bytes, None)]
 
 
 def spmm_rows(csr, repeat: int, k: int = 16) -> list[tuple]:
