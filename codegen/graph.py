@@ -12,7 +12,8 @@ then iterated ones, then variables only dense arrays use; within a class,
 output indices before reductions (so sums stay in registers), then order of
 appearance. A cycle (``A[i, j] * B[i, j]`` with CSR ``A`` and CSC ``B``) raises
 :class:`~codegen.space.Replan` for the later operand on the cycle, asking for
-its levels in an order compatible with the rest.
+its levels in an order compatible with the rest (with the later operands of any
+further cycles set aside too: they are replanned in turn).
 """
 
 from __future__ import annotations
@@ -60,29 +61,44 @@ def _edge(graph: nx.DiGraph, u: str, w: str, slot: int) -> None:
 
 def loop_order(space: Space) -> list[str]:
     graph = build(space)
-    try:
-        cycle = nx.find_cycle(graph)
-    except nx.NetworkXNoCycle:
+    cycle = _cycle(graph)
+    if cycle is None:
         return _prioritised(graph, space)
-    slots = set().union(*(graph.edges[u, w]["slots"] for u, w, *_ in cycle))
-    slot = max(slots)
+    slot = _latest(graph, cycle)
     access = space.accesses[slot]
-    rest = graph.copy()
-    for u, w in list(rest.edges):
-        rest.edges[u, w]["slots"].discard(slot)
-        if not rest.edges[u, w]["slots"]:
-            rest.remove_edge(u, w)
-    order = loop_order_of(rest, space)
+    rest = _without(graph, slot)
+    while (more := _cycle(rest)) is not None:  # several operands in conflict: each is replanned in turn
+        rest = _without(rest, _latest(rest, more))
     fmt = space.formats[access.tensor]
-    raise Replan(access.tensor, reordered(fmt, access.indices, order),
+    raise Replan(access.tensor, reordered(fmt, access.indices, _prioritised(rest, space)),
                  f"its level order conflicts with another operand's (cycle {' -> '.join(u for u, *_ in cycle)})",
                  slot)
 
 
-def loop_order_of(graph: nx.DiGraph, space: Space) -> list[str]:
-    if not nx.is_directed_acyclic_graph(graph):
-        return list(nx.topological_sort(nx.DiGraph(graph.edges)))  # pragma: no cover - still cyclic
-    return _prioritised(graph, space)
+def _cycle(graph: nx.DiGraph):
+    try:
+        return nx.find_cycle(graph)
+    except nx.NetworkXNoCycle:
+        return None
+
+
+def _latest(graph: nx.DiGraph, cycle) -> int:
+    """The operand to convert on ``cycle``: the last (in reading order) of those whose edges
+    alone close it, so that converting it breaks the cycle."""
+    edge_slots = [graph.edges[u, w]["slots"] for u, w, *_ in cycle]
+    sole = [next(iter(slots)) for slots in edge_slots if len(slots) == 1]
+    return max(sole) if sole else max(set().union(*edge_slots))
+
+
+def _without(graph: nx.DiGraph, slot: int) -> nx.DiGraph:
+    """``graph`` without the edges that only ``slot`` adds."""
+    rest = nx.DiGraph()
+    rest.add_nodes_from(graph)
+    for u, w, data in graph.edges(data=True):
+        slots = data["slots"] - {slot}
+        if slots:
+            rest.add_edge(u, w, slots=slots)
+    return rest
 
 
 def _prioritised(graph: nx.DiGraph, space: Space) -> list[str]:

@@ -6,8 +6,11 @@ of the iterators there picks the loop shape:
 * no iterator, or a *universe* point: a dense ``for`` over the variable's
   range, iterators (if any) as cursors checked against the loop variable;
 * one iterator whose every term needs it: ``for`` over its positions;
-* otherwise a ``while`` loop over the sorted coordinates of all iterators,
-  taking the minimum and branching on which iterators hold it.
+* otherwise ``while`` loops over the sorted coordinates, one per lattice point,
+  largest first: each runs while the point's iterators all hold entries, takes
+  the minimum coordinate and branches on which iterators hold it (``A + B``:
+  both, then A's tail, then B's). Past ``SPLIT_ITERATORS`` operands one loop
+  runs over all of them, exhausted ones reading a sentinel coordinate.
 
 After a variable is bound, *settling* computes derived indices (guarded against
 padding unless the loop bounds were tightened to exclude it, and a ``c * d``
@@ -35,6 +38,7 @@ from .iterators import Cursor
 from .space import Replan, Space, exactness, linear_in, plain_format, to_loop
 
 SENTINEL = 1 << 62
+SPLIT_ITERATORS = 3  # co-iterations up to this many get one loop per lattice point (3^n bodies)
 
 
 @dataclass(frozen=True)
@@ -147,9 +151,42 @@ class Lowering:
 
     def while_loop(self, ctx: Ctx, depth: int, v: str, lattice: lat.Lattice) -> list[ir.Stmt]:
         cursors = [self.cursor(ctx, s, dedup=True) for s in lattice.iterators]
+        pre = [s for c in cursors for s in c.init()]
+        if len(cursors) > SPLIT_ITERATORS:
+            return pre + [self.union_loop(ctx, depth, v, lattice, cursors)]
+        return pre + [self.point_loop(ctx, depth, v, lattice, point, cursors) for point in lattice.points]
+
+    def point_loop(self, ctx: Ctx, depth: int, v: str, lattice: lat.Lattice, point: lat.Point,
+                   cursors: list[Cursor]) -> ir.While:
+        """The loop of one lattice point: it runs while all the point's iterators hold entries,
+        and branches over the points below it. Points go largest first, so when it starts every
+        other iterator is exhausted (a superset of a point is a point, and its loop ended
+        because one of its iterators ran out), and no coordinate needs a sentinel."""
+        members = [c for c in cursors if c.ref.slot in point.present]
+        below = lat.Lattice(tuple(c.ref.slot for c in members),
+                            tuple(q for q in lattice.points if q.present <= point.present))
+        alone = len(members) == 1  # one iterator: it holds every coordinate the loop visits
+        body: list[ir.Stmt] = [s for c in members for s in c.load()]
+        coord = ir.Var(members[0].c)
+        for c in members[1:]:
+            coord = ir.Call("min", (coord, ir.Var(c.c)))
+        body.append(ir.Assign(v, coord))
+        for c in members:
+            if alone:
+                body += c.find_run()
+                continue
+            body.append(ir.Assign(self.here(c), ir.eq(ir.Var(c.c), ir.Var(v))))
+            body += [ir.If(ir.Var(self.here(c)), tuple(c.find_run()))] if c.dedup else []
+        body += self.cases(ctx, depth, v, below, members, frozenset(), sure=point.present if alone else frozenset())
+        for c in members:
+            body += c.advance() if alone else [ir.If(ir.Var(self.here(c)), tuple(c.advance()))]
+        return ir.While(ir.conj([c.valid() for c in members]), tuple(body))
+
+    def union_loop(self, ctx: Ctx, depth: int, v: str, lattice: lat.Lattice, cursors: list[Cursor]) -> ir.While:
+        """One loop for many iterators: it runs while some minimal point is alive; exhausted
+        iterators read a sentinel coordinate (one body instead of 3^n point bodies)."""
         alive = lattice.alive_sets()
         always = frozenset.intersection(*alive)
-        pre = [s for c in cursors for s in c.init()]
         cond = ir.disj([ir.conj([c.valid() for c in cursors if c.ref.slot in s]) for s in alive])
         body: list[ir.Stmt] = []
         for c in cursors:
@@ -168,16 +205,17 @@ class Lowering:
             body += [ir.If(ir.Var(self.here(c)), tuple(c.find_run()))] if c.dedup else []
         body += self.cases(ctx, depth, v, lattice, cursors, frozenset())
         body += [ir.If(ir.Var(self.here(c)), tuple(c.advance())) for c in cursors]
-        return pre + [ir.While(cond, tuple(body))]
+        return ir.While(cond, tuple(body))
 
-    def cases(self, ctx, depth, v, lattice, cursors, tight) -> list[ir.Stmt]:
-        """``if``/``elif`` over the lattice points, largest first (structural zeros are monotone)."""
+    def cases(self, ctx, depth, v, lattice, cursors, tight, sure=frozenset()) -> list[ir.Stmt]:
+        """``if``/``elif`` over the lattice points, largest first (structural zeros are monotone);
+        iterators in ``sure`` are known to hold the coordinate (no test)."""
         by_slot = {c.ref.slot: c for c in cursors}
         branches = []
         for point in lattice.points:
             updates = {s: (by_slot[s].ref.level, *by_slot[s].child()) for s in point.present}
             body = self.bind(ctx, depth, v, updates, point.expr, tight)
-            cond = ir.conj([ir.Var(self.here(by_slot[s])) for s in sorted(point.present)])
+            cond = ir.conj([ir.Var(self.here(by_slot[s])) for s in sorted(point.present - sure)])
             branches.append((cond, body))
         out: tuple[ir.Stmt, ...] = ()
         for cond, body in reversed(branches):

@@ -71,6 +71,30 @@ def test_cycle_asks_for_conversion():
         "(i, j) -> (i : compressed, j : compressed)")
 
 
+def _replanned(st, formats: dict) -> tuple[list[str], list[str]]:
+    """The operands converted (in turn) until a loop order exists, and that order."""
+    formats, converted = dict(formats), []
+    for _ in range(4):
+        try:
+            return converted, loop_order(Space(st, formats))
+        except Replan as exc:
+            converted.append(exc.tensor)
+            formats[exc.tensor] = exc.target
+    raise AssertionError(f"no loop order after converting {converted}")
+
+
+def test_conflicts_among_three_or_four_operands_are_resolved():
+    """The operand converted is one whose edges alone close the cycle (CSR A against CSC B and
+    D: A alone); with no such operand, more are set aside and replanned in turn."""
+    prod = nt.Mul(_a("A", "i", "j"), nt.Add(_a("B", "i", "j"), _a("D", "i", "j")))
+    converted, order = _replanned(_stmt(_a("C", "i", "j"), prod),
+                                  {"A": F.CSR, "B": F.CSC, "D": F.CSC, "C": F.CSR})
+    assert converted == ["A"] and order == ["j", "i"]
+    st = _stmt(_a("C", "i", "j"), nt.Add(prod, _a("E", "i", "j")))
+    converted, order = _replanned(st, {"A": F.CSR, "E": F.CSR, "B": F.CSC, "D": F.CSC, "C": F.CSR})
+    assert len(converted) == 2 and len(set(converted)) == 2 and sorted(order) == ["i", "j"]
+
+
 def test_conversion_warns_and_is_correct(tmp_path, monkeypatch):
     monkeypatch.setenv("USTC_CACHE_DIR", str(tmp_path))
     ustc.cache._forget()  # the warning comes with generation: no kernel from an earlier test's memory

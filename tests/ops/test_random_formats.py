@@ -102,6 +102,56 @@ def test_einsum_sparse_output_in_random_format(data):
     assert_matches(C, A.to_dense() * X)
 
 
+@ustc.jit
+def three_way(C, A, B, D):
+    C[i, j] = A[i, j] + B[i, j] - D[i, j]
+
+
+@ustc.jit
+def product_plus(C, A, B, D):
+    C[i, j] = A[i, j] * B[i, j] + D[i, j]
+
+
+@ustc.jit
+def product_of_sum(C, A, B, D):
+    C[i, j] = A[i, j] * (B[i, j] + D[i, j])
+
+
+@ustc.jit
+def four_way(C, A, B, D, E):
+    C[i, j] = A[i, j] + B[i, j] * 2 + D[i, j] + E[i, j]  # past SPLIT_ITERATORS: one sentinel loop
+
+
+LATTICES = {"A + B - D": (three_way, lambda a, b, d, e: a + b - d),
+            "A * B + D": (product_plus, lambda a, b, d, e: a * b + d),
+            "A * (B + D)": (product_of_sum, lambda a, b, d, e: a * (b + d)),
+            "A + 2B + D + E": (four_way, lambda a, b, d, e: a + 2 * b + d + e)}
+
+
+@settings(max_examples=examples(8), deadline=None)
+@given(st.data())
+def test_co_iteration_lattices_random_formats(data):
+    """Unions, intersections and mixes of three or four matrices in random formats (deduplicated
+    and delta levels included), into a dense or a CSR output: one loop per lattice point, or one
+    sentinel loop past three operands."""
+    name = data.draw(st.sampled_from(sorted(LATTICES)))
+    kernel, oracle = LATTICES[name]
+    fmts = [data.draw(_matrices()) for _ in range(4)]
+    A = data.draw(operand(fmts[0], dtype=np.float64))
+    others = [data.draw(operand(f, A.shape, np.float64)) for f in fmts[1:]]
+    dense = [t.to_dense() for t in (A, *others)]
+    before = snapshot(A, *others)
+    args = others if kernel is four_way else others[:2]
+    if data.draw(st.booleans()):
+        C = kernel("CSR", A, *args)
+        C.validate()
+    else:
+        C = np.zeros(A.shape)
+        kernel(C, A, *args)
+    assert_matches(C, oracle(*dense), np.float64)
+    assert_unchanged([A, *others], before)
+
+
 def test_strategy_formats_are_used_in_every_rank():
     """Guard: the filters above can be satisfied (the strategy draws ranks 1 to max_rank)."""
     ranks = set()

@@ -20,9 +20,9 @@ def kernel_0(emit, C_crd0, C_crd1, C_vals, A_lvl1_pos, A_lvl1_crd, A_vals, B_lvl
             A_p1_end = np.intp(A_lvl1_pos[np.uintp(i + 1)])
             B_p1 = np.intp(B_lvl1_pos[np.uintp(B_p0)])
             B_p1_end = np.intp(B_lvl1_pos[np.uintp(B_p0 + 1)])
-            while A_p1 < A_p1_end or B_p1 < B_p1_end:
-                A_c1 = np.intp(A_lvl1_crd[np.uintp(A_p1)]) if A_p1 < A_p1_end else 4611686018427387904
-                B_c1 = np.intp(B_lvl1_crd[np.uintp(B_p1)]) if B_p1 < B_p1_end else 4611686018427387904
+            while A_p1 < A_p1_end and B_p1 < B_p1_end:
+                A_c1 = np.intp(A_lvl1_crd[np.uintp(A_p1)])
+                B_c1 = np.intp(B_lvl1_crd[np.uintp(B_p1)])
                 j = min(A_c1, B_c1)
                 A_here1 = A_c1 == j
                 B_here1 = B_c1 == j
@@ -48,6 +48,24 @@ def kernel_0(emit, C_crd0, C_crd1, C_vals, A_lvl1_pos, A_lvl1_crd, A_vals, B_lvl
                     A_p1 += 1
                 if B_here1:
                     B_p1 += 1
+            while A_p1 < A_p1_end:
+                A_c1 = np.intp(A_lvl1_crd[np.uintp(A_p1)])
+                j = A_c1
+                if emit:
+                    C_crd0[np.uintp(C_n)] = i
+                    C_crd1[np.uintp(C_n)] = j
+                    C_vals[np.uintp(C_n)] = A_vals[np.uintp(A_p1)]
+                C_n += 1
+                A_p1 += 1
+            while B_p1 < B_p1_end:
+                B_c1 = np.intp(B_lvl1_crd[np.uintp(B_p1)])
+                j = B_c1
+                if emit:
+                    C_crd0[np.uintp(C_n)] = i
+                    C_crd1[np.uintp(C_n)] = j
+                    C_vals[np.uintp(C_n)] = B_vals[np.uintp(B_p1)]
+                C_n += 1
+                B_p1 += 1
         else:
             for A_p1 in range(np.intp(A_lvl1_pos[np.uintp(i)]), np.intp(A_lvl1_pos[np.uintp(i + 1)])):
                 j = np.intp(A_lvl1_crd[np.uintp(A_p1)])
