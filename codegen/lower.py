@@ -19,7 +19,8 @@ of random-access levels. Once every output index is bound and only reduction
 loops remain, the sum is kept in a register (``acc``) and stored once.
 Dense outputs are accumulated into (the host zero-fills for ``=``); sparse
 outputs are appended as coordinate lists, counted in a first pass
-(``emit=False``) and filled in a second.
+(``emit=COUNT``) and filled in a second (``FILL``), or written in one serial pass
+(``APPEND``) when the host knows a capacity (:func:`ustc.ops.runtime.output_bound`).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from .iterators import Cursor
 from .space import Replan, Space, exactness, linear_in, plain_format, to_loop
 
 SENTINEL = 1 << 62
+COUNT, FILL, APPEND = 0, 1, 2  # the ``emit`` modes of a kernel with a sparse output
 SPLIT_ITERATORS = 3  # co-iterations up to this many get one loop per lattice point (3^n bodies)
 
 
@@ -80,13 +82,21 @@ class Lowering:
         ctx = Ctx(self.stmt.rhs, frozenset(), pos)
         steps, ctx = self.settle(ctx, frozenset())
         body = optimize.tile_parallel(self.wrap(steps, lambda: self.lower(ctx, 0)), self.tuning.tile)
-        if self.out.sparse and self.rows is None:
-            return [ir.Assign(self.count, ir.Const(0))] + body + [ir.Return(ir.Var(self.count))]
-        return body
+        if not self.out.sparse:
+            return body
+        # entries past the arrays' capacity are counted, not written (the host then re-runs)
+        capacity = [ir.Assign(self.capacity, ir.Call("len", (ir.Var(f"{self.out.tensor}_vals"),)))]
+        if self.rows is None:
+            return capacity + [ir.Assign(self.count, ir.Const(0))] + body + [ir.Return(ir.Var(self.count))]
+        return capacity + body
 
     @property
     def count(self) -> str:
         return f"{self.out.tensor}_n"
+
+    @property
+    def capacity(self) -> str:
+        return f"{self.out.tensor}_cap"
 
     # -- the recursion -------------------------------------------------------------------
     def lower(self, ctx: Ctx, depth: int) -> list[ir.Stmt]:
@@ -364,12 +374,14 @@ class Lowering:
                 and v not in self.space.derived)
 
     def row_counted(self, v: str, body) -> tuple[ir.Stmt, ...]:
-        """Per-row counter: the counting pass stores row sizes in ``offsets[v + 1]``; the filling
-        pass starts each row at ``offsets[v]`` (the host turns sizes into offsets in between)."""
+        """Per-row counter, by ``emit`` mode (:data:`COUNT`, :data:`FILL`, :data:`APPEND`): counting
+        stores row sizes in ``offsets[v + 1]``; filling starts each row at ``offsets[v]`` (the
+        host turns sizes into offsets in between); appending (one pass, serial, into arrays of
+        a known capacity) starts each row where the previous one ended and stores its end."""
         offsets = f"{self.out.tensor}_offsets"
         self.rows = v
         start = ir.Select(ir.Var("emit"), ir.Load(offsets, (ir.Index(ir.Var(v)),)), ir.Const(0))
-        done = ir.If(ir.Bin("==", ir.Var("emit"), ir.Const(False)),
+        done = ir.If(ir.Bin("!=", ir.Var("emit"), ir.Const(FILL)),
                      (ir.Store(offsets, (ir.Index(ir.add(ir.Var(v), 1)),), ir.Var(self.count)),))
         return (ir.Assign(self.count, start), *body, done)
 
@@ -411,7 +423,8 @@ class Lowering:
         n = ir.Index(ir.Var(self.count))   # the running output position is never negative
         writes = [ir.Store(f"{name}_crd{d}", (n,), ir.Var(i)) for d, i in enumerate(self.stmt.lhs.indices)]
         writes.append(ir.Store(f"{name}_vals", (n,), value))
-        out = [ir.If(ir.Var("emit"), tuple(writes)), ir.Assign(self.count, ir.Const(1), "+")]
+        room = ir.conj([ir.Var("emit"), ir.lt(ir.Var(self.count), ir.Var(self.capacity))])
+        out = [ir.If(room, tuple(writes)), ir.Assign(self.count, ir.Const(1), "+")]
         return [ir.If(ir.Var(guard), tuple(out))] if guard else out
 
     def value(self, e: nt.Expr, ctx: Ctx, pre: list) -> ir.Expr:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -212,7 +213,7 @@ class Run:
         for statement, plan in zip(self.program.statements, module.PLAN):
             fn = cpu_function(module, plan, self.work()) if self.target == "cpu" else getattr(module, plan["function"])
             call = fn if self.target == "cpu" else self._launcher(module, plan)
-            first = not getattr(fn, "signatures", None)
+            first = not getattr(fn, "overloads", None)  # (Numba's .signatures builds a list)
             t0 = time.perf_counter()
             results[statement.lhs.tensor] = self._statement(statement, plan, call)
             if first:
@@ -252,25 +253,46 @@ class Run:
         return out.value
 
     def _sparse(self, statement, plan, fn, views, out):
+        from ..codegen.lower import APPEND, COUNT, FILL
+
         rows = plan.get("rows")
         offsets = np.zeros(self.extents[rows] + 1 if rows else 1, np.int64)
         # coordinates in the narrowest default index dtype, so assembly need not cast them
         dtypes = [index_dtype(0, 0, max(n - 1, 0), "crd") for n in out.shape]
-        empty = {"crd": [np.zeros(0, d) for d in dtypes], "vals": np.zeros(0, out.dtype), "offsets": offsets}
-        count = fn(*self._arguments(plan, views, dict(empty, emit=False)))
-        if rows:  # row sizes -> row offsets, for the parallel filling pass
-            np.cumsum(offsets, out=offsets)
-            count = int(offsets[-1])
-        filled = {"crd": [np.empty(count, d) for d in dtypes], "vals": np.empty(count, out.dtype),
-                  "emit": True, "offsets": offsets}
-        fn(*self._arguments(plan, views, filled))
-        coords, values = filled["crd"], filled["vals"]
+
+        def buffers(mode: int, size: int) -> dict:
+            return {"crd": [np.empty(size, d) for d in dtypes], "vals": np.empty(size, out.dtype),
+                    "emit": mode, "offsets": offsets}
+
+        capacity = self._append_capacity(statement, plan, views, fn)
+        count = None
+        if capacity is not None:  # one pass into arrays of a known capacity, then trimmed
+            filled = buffers(APPEND if rows else FILL, capacity)
+            count = fn(*self._arguments(plan, views, filled))
+            # appended rows store where they end; rows past a tightened loop stay 0
+            count = int(offsets.max(initial=0)) if rows else int(count)
+            if count > capacity:  # the kernel counted past the capacity: recount (never expected)
+                offsets[:], count = 0, None
+        if count is None:
+            count = fn(*self._arguments(plan, views, buffers(COUNT, 0)))
+            if rows:  # row sizes -> row offsets, for the parallel filling pass
+                np.cumsum(offsets, out=offsets)
+                count = int(offsets[-1])
+            filled = buffers(FILL, count)
+            capacity = count
+            fn(*self._arguments(plan, views, filled))
+        keep = (lambda a: a[:count].copy()) if count < capacity // 2 else (lambda a: a[:count])
+        coords, values = [keep(c) for c in filled["crd"]], keep(filled["vals"])
         old = out.value
         if statement.accumulate and isinstance(old, Tensor):
             old_coords, old_values = old.entries()
             coords = [np.concatenate([a, b]) for a, b in zip(old_coords, coords)]
             values = np.concatenate([old_values, values])
-        result = assemble(coords, values, out.shape, out.format)
+        starts = None
+        if rows and not (statement.accumulate and isinstance(old, Tensor)):
+            np.maximum.accumulate(offsets, out=offsets)  # appended rows past a tightened loop stored 0
+            starts = (statement.lhs.indices.index(rows), offsets)
+        result = assemble(coords, values, out.shape, out.format, starts)
         if self.device == "cuda":  # pragma: no cover - needs a GPU
             from .cuda_host import place
 
@@ -282,6 +304,20 @@ class Run:
             result = old
         out.value = result
         return result
+
+    def _append_capacity(self, statement, plan, views, fn) -> int | None:
+        """The capacity for one appending pass, or None for count-then-fill: a host kernel that
+        runs serially (no row-parallel plan, or the serial twin) and an output bound, from the
+        operands the kernel reads (``views``: converted ones included), no larger than the
+        inputs (a union with a dense operand would allocate the dense size)."""
+        if self.target != "cpu" or (plan.get("rows") and getattr(fn, "__name__", None) != plan.get("serial")):
+            return None
+        operands = dict(views)
+        for alias, original in plan["alias"].items():  # an operand read twice: its larger copy
+            if isinstance(views.get(alias), Tensor) and views[alias].nse > getattr(operands[original], "nse", -1):
+                operands[original] = views[alias]
+        bound = output_bound(statement, operands, self.extents)
+        return bound if bound is not None and bound <= self.work() + 1024 else None
 
     def _arguments(self, plan: dict, views: dict, out: dict) -> list:
         flat = {}
@@ -314,18 +350,54 @@ class Run:
         return args
 
 
-def assemble(coords, values, shape, fmt: TensorFormat) -> Tensor:
+def output_bound(statement: nt.Statement, operands: dict, extents: dict) -> int | None:
+    """An upper bound on the entries of ``statement``'s output, or None when an index is
+    summed over (a product of sparse operands can fill anything then).
+
+    A stored operand bounds its term by its stored entries times the extents of the output
+    indices it does not carry; a dense operand, a literal or a scalar by the output's size.
+    ``+``/``-`` add bounds and ``*`` takes the smaller. Example: ``C[i, j] = A[i, j] + B[i, j]``
+    gives ``nse(A) + nse(B)``; ``C[i, j] = A[i, j] * x[j]`` gives ``nse(A)``.
+    """
+    if statement.reduction_indices:
+        return None
+    out = set(statement.lhs.indices)
+    full = math.prod(extents[i] for i in out)
+
+    def bound(e: nt.Expr) -> int:
+        if isinstance(e, nt.Zero):
+            return 0
+        if isinstance(e, nt.Access):
+            value = operands.get(e.tensor)
+            if not isinstance(value, Tensor):
+                return full
+            missing = math.prod(extents[i] for i in out - set(e.indices))
+            return min(full, value.nse * missing)
+        if isinstance(e, nt.Neg):
+            return bound(e.operand)
+        if isinstance(e, nt.Mul):
+            return min(bound(e.left), bound(e.right))
+        if isinstance(e, (nt.Add, nt.Sub)):
+            return min(full, bound(e.left) + bound(e.right))
+        return full
+
+    return bound(statement.rhs)
+
+
+def assemble(coords, values, shape, fmt: TensorFormat, rows: tuple[int, np.ndarray] | None = None) -> Tensor:
     """The output tensor from kernel-order coordinates (arrays the caller owns): a
     compressed-family target fed in its own order (CSR rows by rows) keeps the minor
-    coordinates and values as they are and counts the major ones (O(n), no copy), else the
-    generic assembler sorts, sums duplicates and drops zeros."""
+    coordinates and values as they are and counts the major ones (O(n), no copy), or takes
+    ``rows = (dimension, offsets)`` as its positions when the kernel wrote row offsets of that
+    dimension; else the generic assembler sorts, sums duplicates and drops zeros."""
     from ..tensor import fastpaths, kernels
 
     fam = fastpaths.family(fmt)
     if fam is not None and fam.kind == "csr" and len(values):
         major, minor = coords[fam.major], coords[1 - fam.major]
         if kernels.strictly_increasing(major, minor):
-            fast = fastpaths.csr_from_sorted(major, minor, values, shape, fmt)
+            pos = rows[1] if rows is not None and rows[0] == fam.major else None
+            fast = fastpaths.csr_from_sorted(major, minor, values, shape, fmt, pos)
             if fast is not None:
                 return fast
     return Tensor.from_coo(coords, values, shape, fmt)

@@ -89,16 +89,18 @@ def convert(t, fmt: TensorFormat):
     return _csr_tensor(t.shape, t.package, fmt, *out)
 
 
-def csr_from_sorted(major, minor, values, shape, fmt: TensorFormat):
+def csr_from_sorted(major, minor, values, shape, fmt: TensorFormat, pos=None):
     """A tensor in CSR-family ``fmt`` that takes ``minor`` and ``values`` as they are (no copy):
-    entries the caller has just assembled, with ``(major, minor)`` strictly increasing. None when
-    ``fmt`` is not of the family or an explicit zero must be dropped (the generic path does it)."""
+    entries the caller has just assembled, with ``(major, minor)`` strictly increasing. ``pos``,
+    when the caller has it, is the major level's positions (else counted from ``major``). None
+    when ``fmt`` is not of the family or an explicit zero must be dropped (the generic path does it)."""
     from . import kernels
 
     fam = family(fmt)
     if fam is None or fam.kind != "csr" or kernels.count_zeros(values):
         return None
-    pos = prefix_sum(kernels.histogram(major, shape[fam.major]))
+    if pos is None:
+        pos = prefix_sum(kernels.histogram(major, shape[fam.major]))
     return _csr_tensor(tuple(shape), None, fmt, pos, minor, values)
 
 

@@ -13,6 +13,7 @@ def blocks_for(work, threads, limit):
 @cuda.jit(cache=True)
 def kernel_0(emit, C_crd0, C_crd1, C_vals, C_offsets, A_lvl1_pos, A_lvl1_crd, A_vals, B_lvl1_pos, B_lvl1_crd, B_vals, n_i):
     """C[i, j] = A[i, j] * B[i, j]"""
+    C_cap = len(C_vals)
     for i in range(cuda.grid(1), n_i, cuda.gridsize(1)):
         C_n = C_offsets[np.uintp(i)] if emit else 0
         A_p1 = np.intp(A_lvl1_pos[np.uintp(i)])
@@ -26,7 +27,7 @@ def kernel_0(emit, C_crd0, C_crd1, C_vals, C_offsets, A_lvl1_pos, A_lvl1_crd, A_
             A_here1 = A_c1 == j
             B_here1 = B_c1 == j
             if A_here1 and B_here1:
-                if emit:
+                if emit and C_n < C_cap:
                     C_crd0[np.uintp(C_n)] = i
                     C_crd1[np.uintp(C_n)] = j
                     C_vals[np.uintp(C_n)] = A_vals[np.uintp(A_p1)] * B_vals[np.uintp(B_p1)]
@@ -35,7 +36,7 @@ def kernel_0(emit, C_crd0, C_crd1, C_vals, C_offsets, A_lvl1_pos, A_lvl1_crd, A_
                 A_p1 += 1
             if B_here1:
                 B_p1 += 1
-        if emit == False:
+        if emit != 1:
             C_offsets[np.uintp(i + 1)] = C_n
 
 

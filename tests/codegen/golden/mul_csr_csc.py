@@ -7,6 +7,7 @@ from numba import njit, prange
 @njit(cache=True, nogil=True, parallel=True)
 def kernel_0(emit, C_crd0, C_crd1, C_vals, C_offsets, A_lvl1_pos, A_lvl1_crd, A_vals, B_lvl1_pos, B_lvl1_crd, B_vals, n_i):
     """C[i, j] = A[i, j] * B[i, j]"""
+    C_cap = len(C_vals)
     for i_u in prange(n_i):
         i = np.intp(i_u)
         C_n = C_offsets[np.uintp(i)] if emit else 0
@@ -21,7 +22,7 @@ def kernel_0(emit, C_crd0, C_crd1, C_vals, C_offsets, A_lvl1_pos, A_lvl1_crd, A_
             A_here1 = A_c1 == j
             B_here1 = B_c1 == j
             if A_here1 and B_here1:
-                if emit:
+                if emit and C_n < C_cap:
                     C_crd0[np.uintp(C_n)] = i
                     C_crd1[np.uintp(C_n)] = j
                     C_vals[np.uintp(C_n)] = A_vals[np.uintp(A_p1)] * B_vals[np.uintp(B_p1)]
@@ -30,13 +31,14 @@ def kernel_0(emit, C_crd0, C_crd1, C_vals, C_offsets, A_lvl1_pos, A_lvl1_crd, A_
                 A_p1 += 1
             if B_here1:
                 B_p1 += 1
-        if emit == False:
+        if emit != 1:
             C_offsets[np.uintp(i + 1)] = C_n
 
 
 @njit(cache=True, nogil=True)
 def kernel_0_serial(emit, C_crd0, C_crd1, C_vals, C_offsets, A_lvl1_pos, A_lvl1_crd, A_vals, B_lvl1_pos, B_lvl1_crd, B_vals, n_i):
     """C[i, j] = A[i, j] * B[i, j] (serial: for small operands)"""
+    C_cap = len(C_vals)
     for i in range(n_i):
         C_n = C_offsets[np.uintp(i)] if emit else 0
         A_p1 = np.intp(A_lvl1_pos[np.uintp(i)])
@@ -50,7 +52,7 @@ def kernel_0_serial(emit, C_crd0, C_crd1, C_vals, C_offsets, A_lvl1_pos, A_lvl1_
             A_here1 = A_c1 == j
             B_here1 = B_c1 == j
             if A_here1 and B_here1:
-                if emit:
+                if emit and C_n < C_cap:
                     C_crd0[np.uintp(C_n)] = i
                     C_crd1[np.uintp(C_n)] = j
                     C_vals[np.uintp(C_n)] = A_vals[np.uintp(A_p1)] * B_vals[np.uintp(B_p1)]
@@ -59,7 +61,7 @@ def kernel_0_serial(emit, C_crd0, C_crd1, C_vals, C_offsets, A_lvl1_pos, A_lvl1_
                 A_p1 += 1
             if B_here1:
                 B_p1 += 1
-        if emit == False:
+        if emit != 1:
             C_offsets[np.uintp(i + 1)] = C_n
 
 

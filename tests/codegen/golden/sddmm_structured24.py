@@ -7,6 +7,7 @@ from numba import njit, prange
 @njit(cache=True, nogil=True, parallel=True)
 def kernel_0(emit, C_crd0, C_crd1, C_vals, C_offsets, A_lvl1_size, A_lvl2_crd, A_vals, B, D, n_i, n_j, n_k):
     """C[i, j] = A[i, j] * B[i, k] * D[k, j]"""
+    C_cap = len(C_vals)
     for i_u in prange(n_i):
         i = np.intp(i_u)
         C_n = C_offsets[np.uintp(i)] if emit else 0
@@ -34,18 +35,19 @@ def kernel_0(emit, C_crd0, C_crd1, C_vals, C_offsets, A_lvl1_size, A_lvl2_crd, A
                         acc += A_vals[np.uintp(A_p2)] * B[np.uintp(i), np.uintp(k)] * D[np.uintp(k), np.uintp(j)]
                     acc += acc_1
                     if found:
-                        if emit:
+                        if emit and C_n < C_cap:
                             C_crd0[np.uintp(C_n)] = i
                             C_crd1[np.uintp(C_n)] = j
                             C_vals[np.uintp(C_n)] = acc
                         C_n += 1
-        if emit == False:
+        if emit != 1:
             C_offsets[np.uintp(i + 1)] = C_n
 
 
 @njit(cache=True, nogil=True)
 def kernel_0_serial(emit, C_crd0, C_crd1, C_vals, C_offsets, A_lvl1_size, A_lvl2_crd, A_vals, B, D, n_i, n_j, n_k):
     """C[i, j] = A[i, j] * B[i, k] * D[k, j] (serial: for small operands)"""
+    C_cap = len(C_vals)
     for i in range(n_i):
         C_n = C_offsets[np.uintp(i)] if emit else 0
         for v_j_div4 in range(A_lvl1_size):
@@ -72,12 +74,12 @@ def kernel_0_serial(emit, C_crd0, C_crd1, C_vals, C_offsets, A_lvl1_size, A_lvl2
                         acc += A_vals[np.uintp(A_p2)] * B[np.uintp(i), np.uintp(k)] * D[np.uintp(k), np.uintp(j)]
                     acc += acc_1
                     if found:
-                        if emit:
+                        if emit and C_n < C_cap:
                             C_crd0[np.uintp(C_n)] = i
                             C_crd1[np.uintp(C_n)] = j
                             C_vals[np.uintp(C_n)] = acc
                         C_n += 1
-        if emit == False:
+        if emit != 1:
             C_offsets[np.uintp(i + 1)] = C_n
 
 

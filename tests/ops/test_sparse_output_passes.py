@@ -1,0 +1,98 @@
+"""How a sparse output is written: one appending pass where a capacity is known (serial kernels,
+element-wise statements), count-then-fill otherwise, and a recount when a capacity was short."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import ustc
+from op_helpers import NAMED_2D, assert_matches, named_params, sparse
+from ustc import Tensor
+from ustc import formats as F
+from ustc.codegen import notation as nt
+from ustc.codegen.lower import APPEND, COUNT, FILL
+from ustc.ops import runtime
+
+FORMATS = named_params(NAMED_2D)
+
+
+@pytest.fixture
+def passes(monkeypatch):
+    """The ``emit`` mode of every generated-kernel call with a sparse output."""
+    modes = []
+    original = runtime.Run._arguments
+
+    def recording(self, plan, views, out):
+        if "emit" in out:
+            modes.append(out["emit"])
+        return original(self, plan, views, out)
+
+    monkeypatch.setattr(runtime.Run, "_arguments", recording)
+    return modes
+
+
+def _pair(fmt, shape=(9, 7), seed=0):
+    return sparse(fmt, shape, seed=seed), sparse(fmt, shape, seed=seed + 1)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_small_element_wise_outputs_take_one_pass(fmt, passes):
+    A, B = _pair(fmt, seed=3)
+    for op, expected in ((A + B, A.to_dense() + B.to_dense()), (A * B, A.to_dense() * B.to_dense()),
+                         (A * 2.5, 2.5 * A.to_dense()), (-A, -A.to_dense())):
+        assert isinstance(op, Tensor)
+        op.validate()
+        assert_matches(op, expected)
+    assert passes and set(passes) <= {APPEND, FILL} and COUNT not in passes
+
+
+def test_a_product_with_a_sum_over_an_index_counts_first(passes):
+    A, B = sparse(F.CSR, (6, 5), seed=1), sparse(F.CSR, (5, 4), seed=2)
+    C = ustc.einsum("ik,kj->ij", A, B, out_format=F.CSR)
+    assert_matches(C, A.to_dense() @ B.to_dense())
+    assert passes[:2] == [COUNT, FILL]
+
+
+def test_a_short_capacity_is_detected_and_recounted(monkeypatch, passes):
+    """The kernels write only below the arrays' length and keep counting, so a wrong bound
+    costs a recount, never memory beyond the arrays."""
+    monkeypatch.setattr(runtime, "output_bound", lambda statement, operands, extents: 3)
+    A, B = _pair(F.CSR, (40, 30), seed=5)
+    C = A + B
+    C.validate()
+    assert_matches(C, A.to_dense() + B.to_dense())
+    assert passes == [APPEND, COUNT, FILL] and C.nse > 3
+
+
+def test_a_result_much_smaller_than_its_capacity_is_copied_out():
+    """An intersection of two 40%-dense patterns fills ~16% of its min(nse) capacity: the
+    result's arrays are copied out rather than viewing (and holding) the capacity arrays."""
+    A, B = sparse(F.CSR, (60, 50), seed=7), sparse(F.CSR, (60, 50), seed=8)
+    C = A * B
+    assert_matches(C, A.to_dense() * B.to_dense())
+    assert 0 < C.nse < min(A.nse, B.nse) // 2
+    for array in (C.values, C.crd(1)):
+        assert array.base is None or array.base.size < 2 * C.nse
+
+
+def test_output_bound():
+    def access(name, *idx):
+        return nt.Access(name, tuple(idx))
+
+    A, B = sparse(F.CSR, (6, 5), seed=1), sparse(F.COO(), (6, 5), seed=2)
+    x = sparse(F.CSF(1), (5,), seed=3)
+    operands = {"A": A, "B": B, "x": x, "d": np.ones(5)}
+    extents = {"i": 6, "j": 5, "k": 5}
+    C = access("C", "i", "j")
+
+    def bound(rhs, lhs=C):
+        return runtime.output_bound(nt.Statement(lhs, rhs), operands, extents)
+
+    assert bound(nt.Add(access("A", "i", "j"), access("B", "i", "j"))) == min(30, A.nse + B.nse)
+    assert bound(nt.Mul(access("A", "i", "j"), access("B", "i", "j"))) == min(A.nse, B.nse)
+    assert bound(nt.Mul(access("A", "i", "j"), access("d", "j"))) == A.nse
+    assert bound(nt.Mul(access("A", "i", "j"), access("x", "j"))) == min(A.nse, 6 * x.nse)
+    assert bound(nt.Neg(access("A", "j", "i")), access("C", "j", "i")) == A.nse
+    assert bound(nt.Add(access("A", "i", "j"), nt.Literal(1))) == 30
+    assert bound(nt.Mul(access("A", "i", "k"), access("B", "k", "j"))) is None  # k is summed
