@@ -269,8 +269,10 @@ class Run:
         if capacity is not None:  # one pass into arrays of a known capacity, then trimmed
             filled = buffers(APPEND if rows else FILL, capacity)
             count = fn(*self._arguments(plan, views, filled))
-            # appended rows store where they end; rows past a tightened loop stay 0
-            count = int(offsets.max(initial=0)) if rows else int(count)
+            if rows:  # appended rows store where they end; rows past a tightened loop stay 0
+                np.maximum.accumulate(offsets, out=offsets)
+                count = int(offsets[-1])
+            count = int(count)
             if count > capacity:  # the kernel counted past the capacity: recount (never expected)
                 offsets[:], count = 0, None
         if count is None:
@@ -290,7 +292,6 @@ class Run:
             values = np.concatenate([old_values, values])
         starts = None
         if rows and not (statement.accumulate and isinstance(old, Tensor)):
-            np.maximum.accumulate(offsets, out=offsets)  # appended rows past a tightened loop stored 0
             starts = (statement.lhs.indices.index(rows), offsets)
         result = assemble(coords, values, out.shape, out.format, starts)
         if self.device == "cuda":  # pragma: no cover - needs a GPU

@@ -80,23 +80,57 @@ def histogram(keys, n):
     return counts
 
 
-@njit_cached()
-def strictly_increasing(major, minor):
+PARALLEL_SCAN = 1 << 20  # entries from which the checks below split across threads
+
+
+def strictly_increasing(major, minor) -> bool:
     """Whether the pairs ``(major[k], minor[k])`` increase strictly (lexicographic order), in one
-    pass without temporaries."""
+    pass without temporaries (split across threads for long arrays)."""
+    if major.size >= PARALLEL_SCAN:
+        return _descents_parallel(major, minor) == 0
+    return _increasing_serial(major, minor)
+
+
+def count_zeros(values) -> int:
+    """How many of ``values`` are zero."""
+    return int(_zeros_parallel(values) if values.size >= PARALLEL_SCAN else _zeros_serial(values))
+
+
+@njit_cached(inline="always")
+def _descent(major, minor, k):
+    a, b = major[U(k - 1)], major[U(k)]
+    return b < a or (b == a and minor[U(k)] <= minor[U(k - 1)])
+
+
+@njit_cached()
+def _increasing_serial(major, minor):
     for k in range(1, major.size):
-        a, b = major[U(k - 1)], major[U(k)]
-        if b < a or (b == a and minor[U(k)] <= minor[U(k - 1)]):
+        if _descent(major, minor, k):
             return False
     return True
 
 
+@njit_cached(parallel=True)
+def _descents_parallel(major, minor):
+    n = 0
+    for k in prange(1, major.size):
+        n += _descent(major, minor, k)
+    return n
+
+
 @njit_cached()
-def count_zeros(values):
+def _zeros_serial(values):
     z = 0
     for v in values:
-        if v == 0:
-            z += 1
+        z += v == 0
+    return z
+
+
+@njit_cached(parallel=True)
+def _zeros_parallel(values):
+    z = 0
+    for k in prange(values.size):
+        z += values[U(k)] == 0
     return z
 
 
