@@ -177,10 +177,7 @@ class Lowering:
                             tuple(q for q in lattice.points if q.present <= point.present))
         alone = len(members) == 1  # one iterator: it holds every coordinate the loop visits
         body: list[ir.Stmt] = [s for c in members for s in c.load()]
-        coord = ir.Var(members[0].c)
-        for c in members[1:]:
-            coord = ir.Call("min", (coord, ir.Var(c.c)))
-        body.append(ir.Assign(v, coord))
+        body.append(ir.Assign(v, _smallest(members)))
         for c in members:
             if alone:
                 body += c.find_run()
@@ -206,10 +203,7 @@ class Lowering:
                 load = c.coord_at(ir.Var(c.p))
                 body.append(ir.Assign(c.c, load if c.ref.slot in always
                                       else ir.Select(c.valid(), load, ir.Const(SENTINEL))))
-        coord = ir.Var(cursors[0].c)
-        for c in cursors[1:]:
-            coord = ir.Call("min", (coord, ir.Var(c.c)))
-        body.append(ir.Assign(v, coord))
+        body.append(ir.Assign(v, _smallest(cursors)))
         for c in cursors:
             body.append(ir.Assign(self.here(c), ir.eq(ir.Var(c.c), ir.Var(v))))
             body += [ir.If(ir.Var(self.here(c)), tuple(c.find_run()))] if c.dedup else []
@@ -454,3 +448,11 @@ class Lowering:
 def _zero(dtype: np.dtype):
     kind = np.dtype(dtype).kind
     return 0j if kind == "c" else 0.0 if kind == "f" else 0
+
+
+def _smallest(cursors: list[Cursor]) -> ir.Expr:
+    """The least coordinate the cursors hold (``min(A_c1, B_c1, ...)`` as nested calls)."""
+    coord: ir.Expr = ir.Var(cursors[0].c)
+    for c in cursors[1:]:
+        coord = ir.Call("min", (coord, ir.Var(c.c)))
+    return coord

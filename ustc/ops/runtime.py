@@ -253,38 +253,10 @@ class Run:
         return out.value
 
     def _sparse(self, statement, plan, fn, views, out):
-        from ..codegen.lower import APPEND, COUNT, FILL
-
         rows = plan.get("rows")
         offsets = np.zeros(self.extents[rows] + 1 if rows else 1, np.int64)
-        # coordinates in the narrowest default index dtype, so assembly need not cast them
-        dtypes = [index_dtype(0, 0, max(n - 1, 0), "crd") for n in out.shape]
-
-        def buffers(mode: int, size: int) -> dict:
-            return {"crd": [np.empty(size, d) for d in dtypes], "vals": np.empty(size, out.dtype),
-                    "emit": mode, "offsets": offsets}
-
-        capacity = self._append_capacity(statement, plan, views, fn)
-        count = None
-        if capacity is not None:  # one pass into arrays of a known capacity, then trimmed
-            filled = buffers(APPEND if rows else FILL, capacity)
-            count = fn(*self._arguments(plan, views, filled))
-            if rows:  # appended rows store where they end; rows past a tightened loop stay 0
-                np.maximum.accumulate(offsets, out=offsets)
-                count = int(offsets[-1])
-            count = int(count)
-            if count > capacity:  # the kernel counted past the capacity: recount (never expected)
-                offsets[:], count = 0, None
-        if count is None:
-            count = fn(*self._arguments(plan, views, buffers(COUNT, 0)))
-            if rows:  # row sizes -> row offsets, for the parallel filling pass
-                np.cumsum(offsets, out=offsets)
-                count = int(offsets[-1])
-            filled = buffers(FILL, count)
-            capacity = count
-            fn(*self._arguments(plan, views, filled))
-        keep = (lambda a: a[:count].copy()) if count < capacity // 2 else (lambda a: a[:count])
-        coords, values = [keep(c) for c in filled["crd"]], keep(filled["vals"])
+        coords, values = self._entries(plan, fn, views, out, offsets,
+                                       self._append_capacity(statement, plan, views, fn))
         old = out.value
         if statement.accumulate and isinstance(old, Tensor):
             old_coords, old_values = old.entries()
@@ -305,6 +277,37 @@ class Run:
             result = old
         out.value = result
         return result
+
+    def _entries(self, plan, fn, views, out, offsets, capacity):
+        """The output's coordinates and values: one appending pass into arrays of ``capacity``
+        (when not None and enough), else count-then-fill; trimmed, and copied out when less
+        than half the arrays is used. Row plans leave the row offsets in ``offsets``."""
+        from ..codegen.lower import APPEND, COUNT, FILL
+
+        rows = plan.get("rows")
+        # coordinates in the narrowest default index dtype, so assembly need not cast them
+        dtypes = [index_dtype(0, 0, max(n - 1, 0), "crd") for n in out.shape]
+
+        def run(mode: int, size: int):
+            """One kernel call; returns its arrays and how many entries it counted."""
+            filled = {"crd": [np.empty(size, d) for d in dtypes], "vals": np.empty(size, out.dtype),
+                      "emit": mode, "offsets": offsets}
+            count = fn(*self._arguments(plan, views, filled))
+            if rows:
+                if mode == COUNT:  # row sizes -> row offsets, for the parallel filling pass
+                    np.cumsum(offsets, out=offsets)
+                elif mode == APPEND:  # rows stored where they end; rows past a tightened loop 0
+                    np.maximum.accumulate(offsets, out=offsets)
+                count = offsets[-1]
+            return filled, int(count)
+
+        filled, count = run(APPEND if rows else FILL, capacity) if capacity is not None else (None, None)
+        if count is None or count > capacity:  # no capacity, or the kernel counted past it
+            offsets[:] = 0
+            _, count = run(COUNT, 0)
+            filled, capacity = run(FILL, count)[0], count
+        keep = (lambda a: a[:count].copy()) if count < capacity // 2 else (lambda a: a[:count])
+        return [keep(c) for c in filled["crd"]], keep(filled["vals"])
 
     def _append_capacity(self, statement, plan, views, fn) -> int | None:
         """The capacity for one appending pass, or None for count-then-fill: a host kernel that
