@@ -26,7 +26,7 @@ from ustc.format import expr as fx
 from ustc.format.ir import TensorFormat
 from ustc.format.ir_types import Level
 
-from .space import Replan, Space, coiterable, csf, holds_any_pattern
+from .space import Replan, Space, coiterable, csf
 
 
 def build(space: Space) -> nx.DiGraph:
@@ -145,6 +145,6 @@ def reordered(fmt: TensorFormat, indices: tuple[str, ...], order: list[str]) -> 
             out = TensorFormat(fmt.dims, levels, fmt.pos_width, fmt.crd_width)
         except Exception:  # noqa: BLE001 - the type sequence does not fit this order
             out = None
-        if out is not None and holds_any_pattern(out) and coiterable(out):
+        if out is not None and out.holds_any_pattern and coiterable(out):
             return out
     return csf(fmt, [d.name for d in dims])

@@ -1,14 +1,16 @@
 """Iterators: how a loop walks one stored level (kept apart from what the level stores).
 
 A :class:`Cursor` walks the positions of one segment of an iterated level
-(compressed, loose_compressed, singleton, delta, structured) and yields
-``(coordinate, position)`` pairs in order. It emits loop IR for the three ways a
-loop uses it:
+and yields ``(coordinate, position)`` pairs in order. What the level stores is
+asked of its level type (``ustc.format.levels``: the read hooks ``segment``,
+``coordinate``, ``coord_start`` / ``coord_step`` and capabilities such as
+``one_child`` and ``stateful``); the cursor only keeps the walk's state. It
+emits loop IR for the three ways a loop uses it:
 
 * ``for_loop`` — the only iterator of a loop: ``for A_p1 in range(lo, hi)``;
 * ``init`` / ``load`` / ``advance`` — a cursor inside a ``while`` co-iteration or
   a dense loop, holding its coordinate in ``A_c1`` (``load`` reads it from the
-  position, except for delta levels, which keep a running coordinate);
+  position, except for ``stateful`` levels such as delta, which keep a running coordinate);
 * ``dedup`` — wrapped around any of these when the level is nonunique and must
   yield each coordinate once: the run ``[A_p1, A_r1)`` of equal coordinates
   becomes one step, and the child level sees the whole run as its segment.
@@ -21,6 +23,8 @@ Naming: ``{prefix}_p{k}`` position, ``{prefix}_p{k}_end`` segment end,
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from ustc.format.levels.base import LevelAccess
 
 from . import loopir as ir
 from .space import LevelRef
@@ -55,54 +59,39 @@ class Cursor:
     def run(self) -> str:
         return f"{self.prefix}_r{self.k}"
 
-    def buf(self, name: str) -> str:
-        return f"{self.ref.tensor}_lvl{self.k}_{name}"
+    @property
+    def access(self) -> LevelAccess:
+        return self.ref.access
 
     @property
-    def lo(self) -> ir.Expr:
-        return ir.Var(f"{self.ref.tensor}_lvl{self.k}_lo") if self.ref.lo_nonzero else ir.Const(0)
+    def stateful(self) -> bool:
+        """The coordinate is a running state (delta): ``c`` is advanced, not loaded."""
+        return self.ref.ltype.stateful
 
-    @property
-    def delta(self) -> bool:
-        return self.ref.keyword == "delta"
-
-    # -- segment and coordinates ----------------------------------------------------------
+    # -- segment and coordinates (the level type's read hooks) ----------------------------
     def segment(self) -> tuple[ir.Expr, ir.Expr]:
         """``[start, stop)`` positions of the children of the parent position (or run)."""
-        kw, p = self.ref.keyword, self.parent
-        if kw == "singleton":
-            return p, self.parent_end if self.parent_end is not None else ir.add(p, 1)
-        if kw == "loose_compressed":
-            return ir.load(self.buf("pos"), ir.mul(2, p)), ir.load(self.buf("pos"), ir.add(ir.mul(2, p), 1))
-        if kw == "structured":
-            n = self.ref.ltype.n
-            return ir.mul(p, n), ir.add(ir.mul(p, n), n)
-        return (_signed(ir.load(self.buf("pos"), _position(p))),
-                _signed(ir.load(self.buf("pos"), _position(ir.add(p, 1)))))
+        return self.ref.ltype.segment(self.access, self.parent, self.parent_end)
 
     def coord_at(self, q: ir.Expr) -> ir.Expr:
-        return _signed(ir.load(self.buf("crd"), _position(q)))
+        return self.ref.ltype.coordinate(self.access, q)
 
     def gap(self, q: ir.Expr) -> ir.Expr:
-        """Delta levels: 1 + the stored gap at position q (unpacking bit-packed words)."""
-        lt = self.ref.ltype
-        if not lt.packed:
-            return ir.add(1, _signed(ir.load(self.buf("crd"), _position(q))))
-        bit = ir.mul(q, lt.bits)
-        word = ir.load(self.buf("crd"), ir.Bin(">>", bit, ir.Const(5)))
-        shifted = ir.Bin(">>", word, ir.Bin("&", bit, ir.Const(31)))
-        return ir.add(1, ir.Bin("&", shifted, ir.Const((1 << lt.bits) - 1)))
+        """Stateful levels: the running coordinate's step at position q."""
+        return self.ref.ltype.coord_step(self.access, q)
+
+    def start_state(self) -> ir.Stmt:
+        return ir.Assign(self.c, self.ref.ltype.coord_start(self.access))
 
     # -- single-iterator loop -------------------------------------------------------------
     def for_loop(self, var: str, body: tuple[ir.Stmt, ...], parallel: bool = False) -> list[ir.Stmt]:
         """``for p in segment: var = coordinate; body`` (no deduplication)."""
         start, stop = self.segment()
-        if self.ref.keyword == "singleton" and self.parent_end is None:  # exactly one child
+        if self.ref.ltype.one_child and self.parent_end is None:  # exactly one child
             return [ir.Assign(self.p, self.parent), ir.Assign(var, self.coord_at(ir.Var(self.p))), *body]
-        if self.delta:
+        if self.stateful:
             step = [ir.Assign(self.c, self.gap(ir.Var(self.p)), "+"), ir.Assign(var, ir.Var(self.c))]
-            return [ir.Assign(self.c, ir.sub(self.lo, 1)),
-                    ir.For(self.p, start, stop, tuple(step) + body)]
+            return [self.start_state(), ir.For(self.p, start, stop, tuple(step) + body)]
         head = ir.Assign(var, self.coord_at(ir.Var(self.p)))
         return [ir.For(self.p, start, stop, (head,) + body, parallel)]
 
@@ -140,14 +129,13 @@ class Cursor:
     def init(self) -> list[ir.Stmt]:
         start, stop = self.segment()
         out = [ir.Assign(self.p, start), ir.Assign(self.end, stop)]
-        if self.delta:
-            out += [ir.Assign(self.c, ir.sub(self.lo, 1)),
-                    ir.If(self.valid(), (ir.Assign(self.c, self.gap(ir.Var(self.p)), "+"),))]
+        if self.stateful:
+            out += [self.start_state(), ir.If(self.valid(), (ir.Assign(self.c, self.gap(ir.Var(self.p)), "+"),))]
         return out
 
     def load(self) -> list[ir.Stmt]:
         """Set ``c`` from the current position (call only while valid)."""
-        return [] if self.delta else [ir.Assign(self.c, self.coord_at(ir.Var(self.p)))]
+        return [] if self.stateful else [ir.Assign(self.c, self.coord_at(ir.Var(self.p)))]
 
     def find_run(self) -> list[ir.Stmt]:
         """``r`` = end of the run of positions holding coordinate ``c``."""
@@ -162,7 +150,7 @@ class Cursor:
         if self.dedup:
             return [ir.Assign(self.p, ir.Var(self.run))]
         out: list[ir.Stmt] = [ir.Assign(self.p, ir.Const(1), "+")]
-        if self.delta:
+        if self.stateful:
             out.append(ir.If(self.valid(), (ir.Assign(self.c, self.gap(ir.Var(self.p)), "+"),)))
         return out
 
@@ -170,13 +158,3 @@ class Cursor:
         """Position (and run end, when deduplicated) handed to the next level."""
         return ir.Var(self.p), (ir.Var(self.run) if self.dedup else None)
 
-
-def _position(q: ir.Expr) -> ir.Expr:
-    """A position as a subscript: positions are never negative, so targets may skip the wrap check."""
-    return q if isinstance(q, (ir.Const, ir.Index)) else ir.Index(q)
-
-
-def _signed(load: ir.Expr) -> ir.Expr:
-    """An index buffer's element as a signed machine integer: narrow unsigned buffers (uint8,
-    uint16 from small widths) mixed with signed loop variables would otherwise promote to float."""
-    return ir.Call("np.intp", (load,))

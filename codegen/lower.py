@@ -154,7 +154,7 @@ class Lowering:
             inner = replace(ctx, in_parallel=True)
             body = self.bind(inner, depth, v, {slot: (ref.level, *c.child())}, expr, frozenset())
             return c.chunked_loop(v, tuple(body), grain=self.tuning.grain)
-        parallel = ref.ltype.unique and ref.keyword != "delta" and self.parallel_ok(ctx, depth, v, dense=False)
+        parallel = ref.ltype.unique and not ref.ltype.stateful and self.parallel_ok(ctx, depth, v, dense=False)
         inner = replace(ctx, in_parallel=ctx.in_parallel or parallel)
         body = self.bind(inner, depth, v, {slot: (ref.level, *c.child())}, expr, frozenset())
         return c.for_loop(v, tuple(body), parallel)
@@ -197,9 +197,9 @@ class Lowering:
         cond = ir.disj([ir.conj([c.valid() for c in cursors if c.ref.slot in s]) for s in alive])
         body: list[ir.Stmt] = []
         for c in cursors:
-            if c.delta and c.ref.slot not in always:
+            if c.stateful and c.ref.slot not in always:
                 body.append(ir.Assign(c.c, ir.Select(c.valid(), ir.Var(c.c), ir.Const(SENTINEL))))
-            elif not c.delta:
+            elif not c.stateful:
                 load = c.coord_at(ir.Var(c.p))
                 body.append(ir.Assign(c.c, load if c.ref.slot in always
                                       else ir.Select(c.valid(), load, ir.Const(SENTINEL))))
@@ -243,10 +243,10 @@ class Lowering:
                 raise Replan(ref.tensor, plain_format(fmt), f"level {ref.level} is unordered but must be "
                              f"co-iterated", slot)
             child = self.space.levels[slot][ref.level + 1] if ref.level + 1 < fmt.nlevels else None
-            if dedup and child is not None and child.keyword != "singleton":
+            if dedup and child is not None and not child.ltype.one_child:
                 raise Replan(ref.tensor, plain_format(fmt), f"level {ref.level} repeats coordinates and "
                              f"its child level is not a singleton", slot)
-        if parent_end is not None and ref.keyword != "singleton":
+        if parent_end is not None and not ref.ltype.one_child:
             raise Replan(ref.tensor, plain_format(fmt), "a deduplicated level has a non-singleton child", slot)
         return Cursor(ref, self.prefix[slot], parent, parent_end, dedup)
 
@@ -294,9 +294,7 @@ class Lowering:
                     if run is not None:
                         raise Replan(ref.tensor, plain_format(self.space.formats[ref.tensor]),
                                      "a deduplicated level has a random-access child", slot)
-                    lo = ir.Var(f"{ref.tensor}_lvl{ref.level}_lo") if ref.lo_nonzero else ir.Const(0)
-                    size = ir.Var(f"{ref.tensor}_lvl{ref.level}_size")
-                    q = ir.add(ir.mul(p, size), ir.sub(ir.Var(ref.var), lo))
+                    q = ref.ltype.locate_position(ref.access, p, ir.Var(ref.var))
                     if not isinstance(q, (ir.Var, ir.Const)):
                         name = f"{self.prefix[slot]}_p{ref.level}"
                         steps.append(ir.Assign(name, q))
@@ -381,8 +379,8 @@ class Lowering:
 
     def chunkable(self, ctx: Ctx, depth: int, v: str, ref) -> bool:
         """A sorted level with repeats (COO rows) writing output rows it owns: split at run borders."""
-        return (depth == 0 and not ref.ltype.unique and ref.ltype.ordered and ref.keyword != "singleton"
-                and ref.keyword != "delta" and ctx.acc is None and not self.out.sparse
+        return (depth == 0 and not ref.ltype.unique and ref.ltype.ordered and not ref.ltype.one_child
+                and not ref.ltype.stateful and ctx.acc is None and not self.out.sparse
                 and v in self.stmt.lhs.indices)
 
     # -- the statement body -------------------------------------------------------------------

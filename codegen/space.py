@@ -8,9 +8,9 @@ expression; the index variables it replaces become *derived*: computed from
 loop variables through the format's inverse map (``j = j_minus_i + i`` for
 DIA, ``i = 2 * i_div2 + i_mod2`` for BSR) and guarded against padding.
 
-A level is walked by *iteration* (compressed, loose_compressed, singleton,
-delta, structured) or by *locate* (dense, batch, range: the position is
-``parent * size + (c - lo)``). A stored level that must be iterated at a derived
+A level is walked by *iteration* or, when its level type has the ``locate``
+capability (dense, batch, range), by *locate*: the position is
+``parent * size + (c - lo)``. A stored level that must be iterated at a derived
 index cannot be co-iterated; :class:`Replan` asks the planner to convert that
 operand first.
 """
@@ -22,12 +22,10 @@ from dataclasses import dataclass
 
 from ustc.format import expr as fx
 from ustc.format.ir import TensorFormat
+from ustc.format.levels.base import LevelAccess, LevelType
 
 from . import loopir as ir
 from .notation import Access, Statement
-
-LOCATE = frozenset({"dense", "batch", "range"})
-
 
 class Replan(Exception):
     """The statement cannot be lowered with ``tensor`` in its current format; convert it."""
@@ -44,14 +42,20 @@ class LevelRef:
     slot: int
     tensor: str
     level: int
-    keyword: str
-    ltype: object
+    ltype: LevelType
     var: str
     lo_nonzero: bool
 
     @property
     def iterate(self) -> bool:
-        return self.keyword not in LOCATE
+        return self.ltype.iterate
+
+    @property
+    def access(self) -> LevelAccess:
+        """The level's buffers as generated code names them (``A_lvl1_pos`` ...)."""
+        t, k = self.tensor, self.level
+        lo = ir.Var(f"{t}_lvl{k}_lo") if self.lo_nonzero else ir.Const(0)
+        return LevelAccess(f"{t}_lvl{k}_pos", f"{t}_lvl{k}_crd", ir.Var(f"{t}_lvl{k}_size"), lo)
 
 
 @dataclass(frozen=True)
@@ -109,7 +113,7 @@ class Space:
                 modulus = e.constant if isinstance(e, fx.Mod) else 0
                 self.loopvars.setdefault(var, LoopVar(var, ir.Var(f"{access.tensor}_lvl{k}_size"), lo, modulus))
             level_vars[f"l{k}"] = var
-            refs.append(LevelRef(access.slot, access.tensor, k, level.type.keyword, level.type, var,
+            refs.append(LevelRef(access.slot, access.tensor, k, level.type, var,
                                  isinstance(e, fx.Sub)))
         for d, dim_expr in zip(fmt.dims, fmt.dim_exprs):
             index = names[d.name]
@@ -154,7 +158,7 @@ class Space:
     def _replan_like(self, model_slot: int, slot: int, why: str) -> None:
         model, access = self.accesses[model_slot], self.accesses[slot]
         model_fmt, fmt = self.formats[model.tensor], self.formats[access.tensor]
-        if set(model.indices) == set(access.indices) and holds_any_pattern(model_fmt) and coiterable(model_fmt):
+        if set(model.indices) == set(access.indices) and model_fmt.holds_any_pattern and coiterable(model_fmt):
             raise Replan(access.tensor, like(model_fmt, model.indices, fmt, access.indices), why, slot)
         raise Replan(access.tensor, plain_format(fmt), why, slot)
 
@@ -257,7 +261,7 @@ def _is_plain(fmt: TensorFormat) -> bool:
 def _blocks_only(fmt: TensorFormat) -> bool:
     """Non-plain levels are only block maps (every pattern fits, fill-in bounded by the block)."""
     return all(isinstance(lv.expr, (fx.Dimension, fx.FloorDiv, fx.Mod)) for lv in fmt.levels) and \
-        not any(lv.type.keyword in ("structured", "range") for lv in fmt.levels)
+        all(lv.type.any_pattern and not lv.type.completes_affine for lv in fmt.levels)
 
 
 def coiterable(fmt: TensorFormat) -> bool:
@@ -266,16 +270,8 @@ def coiterable(fmt: TensorFormat) -> bool:
     would chase each other until the planner gives up)."""
     levels = fmt.levels
     return all(lv.type.ordered for lv in levels) and \
-        all(lv.type.unique or k + 1 == len(levels) or levels[k + 1].type.keyword == "singleton"
+        all(lv.type.unique or k + 1 == len(levels) or levels[k + 1].type.one_child
             for k, lv in enumerate(levels))
-
-
-def holds_any_pattern(fmt: TensorFormat) -> bool:
-    """Every sparsity pattern fits ``fmt`` (no n:m level, no singleton below a unique level)."""
-    levels = fmt.levels
-    return not any(lv.type.keyword == "structured" or
-                   (lv.type.keyword == "singleton" and k and levels[k - 1].type.unique)
-                   for k, lv in enumerate(levels))
 
 
 def plain_format(fmt: TensorFormat) -> TensorFormat:

@@ -121,7 +121,25 @@ class TensorFormat:
     @property
     def batch_levels(self) -> int:
         """Number of leading batch levels."""
-        return sum(lv.type.keyword == "batch" for lv in self.levels)
+        return sum(lv.type.batched for lv in self.levels)
+
+    @property
+    def holds_any_pattern(self) -> bool:
+        """Every sparsity pattern fits (no level like n:m that caps its entries, no one-child
+        level below a unique one, which allows one entry per coordinate above it)."""
+        levels = self.levels
+        return all(lv.type.any_pattern and not (lv.type.one_child and k and levels[k - 1].type.unique)
+                   for k, lv in enumerate(levels))
+
+    @property
+    def dense_storage(self) -> bool:
+        """Every level is a linearised full level: every coordinate stored, no buffers."""
+        return all(lv.type.full and not lv.type.batched and not lv.type.completes_affine for lv in self.levels)
+
+    @property
+    def all_dense(self) -> bool:
+        """Dense storage with one level per dimension (a dense array, maybe permuted)."""
+        return self.dense_storage and all(isinstance(lv.expr, Dimension) for lv in self.levels)
 
     def is_ordered(self, k: int) -> bool:
         """Coordinates of every segment of level ``k`` are sorted."""

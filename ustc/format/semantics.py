@@ -74,7 +74,7 @@ def check_diagonal_maps(levels: Sequence[Level]) -> None:
     for k, level in enumerate(levels):
         if isinstance(level.expr, (Add, Sub)):
             names = level.expr.variables()
-            ranges = [r for r in range(k + 1, len(levels)) if levels[r].type.keyword == "range"
+            ranges = [r for r in range(k + 1, len(levels)) if levels[r].type.completes_affine
                       and levels[r].expr.variables()[0] in names]
             if not ranges:
                 raise _fail(f"'{level.expr}' needs a later range level over one of {', '.join(names)}",

@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..format.ir import TensorFormat
+from ..format.levels import Delta, Dense
 from .registry import register
 
 
@@ -76,7 +77,7 @@ def _is_packed_delta_rows(fmt: TensorFormat) -> bool:
     if fmt.ndim != 2 or len(fmt.levels) != 2:
         return False
     row, col = fmt.levels
-    return (row.type.keyword == "dense" and col.type.keyword == "delta" and col.type.packed
+    return (row.type == Dense() and isinstance(col.type, Delta) and col.type.packed
             and row.expr == fmt.dims[0] and col.expr == fmt.dims[1])
 
 

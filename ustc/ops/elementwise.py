@@ -70,23 +70,12 @@ def binary(a: Tensor, other, op: str, reflected: bool = False):
     return result
 
 
-def holds_any_pattern(fmt) -> bool:
-    """Whether every sparsity pattern fits ``fmt`` (not n:m, not one entry per parent)."""
-    levels = fmt.levels
-    for k, lv in enumerate(levels):
-        if lv.type.keyword == "structured":
-            return False
-        if lv.type.keyword == "singleton" and k and levels[k - 1].type.unique:
-            return False
-    return True
-
-
 def union_format(a, b):
     """The format of ``A + B``: ``A``'s, else ``B``'s, else CSF (patterns grow under a union)."""
     from ..formats import CSF, CSR
 
     for fmt in (a, b):
-        if holds_any_pattern(fmt):
+        if fmt.holds_any_pattern:
             return fmt
     return CSR if a.ndim == 2 else CSF(a.ndim)
 

@@ -103,9 +103,8 @@ def _result_type(names: tuple[str, ...]) -> np.dtype:
 
 
 def _default_out_format(a: Tensor):
-    from .elementwise import holds_any_pattern
 
-    return a.format if holds_any_pattern(a.format) and a.ndim == 2 else "CSR"
+    return a.format if a.format.holds_any_pattern and a.ndim == 2 else "CSR"
 
 
 class Matmul:

@@ -19,7 +19,6 @@ import numpy as np
 
 from ..errors import StorageError
 from ..format.ir import TensorFormat
-from ..format.levels.delta import pack_bits
 
 
 def batch_shape(fmt: TensorFormat, level_shape) -> tuple[int, ...]:
@@ -59,46 +58,30 @@ def flatten(fmt: TensorFormat, level_shape, buffers: dict, values: np.ndarray) -
 def _empty(fmt: TensorFormat, buffers: dict) -> dict:
     """Flat buffers of a tensor with no batches: every level has no parents."""
     def empty(k: int, name: str, b) -> np.ndarray:
-        pos_one = name == "pos" and fmt.levels[k].type.keyword != "loose_compressed"
-        return np.zeros(1 if pos_one else 0, dtype=np.asarray(b).dtype)
+        length = fmt.levels[k].type.empty_pos_length() if name == "pos" else 0
+        return np.zeros(length, dtype=np.asarray(b).dtype)
 
     return {(k, name): empty(k, name, b) for (k, name), b in buffers.items()}
 
 
 def trim(level, own: dict, parents: int) -> dict:
-    """One batch's buffers without their padded tails: pos as long as ``parents`` need,
-    crd up to the last used position (loose: its last segment's end), structured crd n per block."""
-    out = dict(own)
-    if "pos" in out:
-        length = level.pos_length(parents) if hasattr(level, "pos_length") else parents + 1
-        out["pos"] = out["pos"][:length]
-    if level.keyword == "loose_compressed":
-        out["crd"] = out["crd"][:int(out["pos"][1::2].max(initial=0))]
-    elif level.keyword in ("compressed", "delta") and not getattr(level, "packed", False):
-        out["crd"] = out["crd"][:int(out["pos"][-1]) if len(out["pos"]) else 0]
-    elif level.keyword == "structured":
-        out["crd"] = out["crd"][:parents * level.n]
-    return out
+    """One batch's buffers without their padded tails (the level's ``used_entries``)."""
+    return level.used_entries(own, parents)
 
 
 def _shifted(buf, name, level, count, offset, last):
-    """One batch's part of the flat buffer: positions shifted, unused tails dropped."""
+    """One batch's part of the flat buffer: positions shifted, unused tails dropped, coordinates
+    one per entry (bit-packed levels unpack while batches are joined)."""
     if name == "pos":
-        if level.keyword == "loose_compressed":
-            return buf + offset
-        return (buf if last else buf[:-1]) + offset
-    if getattr(level, "packed", False):
-        return level.gaps(buf, count)
-    return buf[:count]  # trim() already cut most rows; singleton rows still carry padding
+        return level.shift_pos(buf, offset, last)
+    return level.decode_crd(buf, count)  # trim() already cut most rows; singleton rows still carry padding
 
 
 def _join(level, name, chunks):
     if not chunks:
         return np.zeros(0, dtype=np.int64)
     joined = np.concatenate(chunks)
-    if name == "crd" and getattr(level, "packed", False):
-        return pack_bits(joined, level.bits)
-    return joined
+    return level.encode_crd(joined) if name == "crd" else joined
 
 
 def split(fmt: TensorFormat, level_shape, flat: dict, values: np.ndarray) -> tuple[dict, np.ndarray]:
@@ -109,40 +92,16 @@ def split(fmt: TensorFormat, level_shape, flat: dict, values: np.ndarray) -> tup
     pieces: dict = {key: [] for key in flat}
     for k in range(nb, fmt.nlevels):
         level = fmt.levels[k].type
-        child = _child_starts(level, level_shape[k], flat.get((k, "pos")), starts)
+        child = level.child_starts(level_shape[k], flat.get((k, "pos")), starts)
+        crd = level.decode_crd(flat[(k, "crd")], int(child[-1])) if (k, "crd") in flat else None
         for b in range(nbatch):
             if (k, "pos") in flat:
-                pos = flat[(k, "pos")]
-                if level.keyword == "loose_compressed":
-                    piece = pos[2 * starts[b]:2 * starts[b + 1]] - child[b]
-                else:
-                    piece = pos[starts[b]:starts[b + 1] + 1] - child[b]
-                pieces[(k, "pos")].append(piece)
-            if (k, "crd") in flat:
-                crd = level.gaps(flat[(k, "crd")], int(child[-1])) if getattr(level, "packed", False) \
-                    else flat[(k, "crd")]
-                piece = crd[child[b]:child[b + 1]]
-                pieces[(k, "crd")].append(pack_bits(piece, level.bits) if getattr(level, "packed", False)
-                                          else piece)
+                pieces[(k, "pos")].append(level.batch_pos(flat[(k, "pos")], starts, b, child[b]))
+            if crd is not None:
+                pieces[(k, "crd")].append(level.encode_crd(crd[child[b]:child[b + 1]]))
         starts = child
     out = {key: _stack(chunks, shape, flat[key].dtype) for key, chunks in pieces.items()}
     return out, _stack([values[starts[b]:starts[b + 1]] for b in range(nbatch)], shape, values.dtype)
-
-
-def _child_starts(level, extent: int, pos, starts: np.ndarray) -> np.ndarray:
-    """First child position of every parent position in ``starts``."""
-    kw = level.keyword
-    if kw in ("compressed", "delta"):
-        return np.asarray(pos, dtype=np.int64)[starts]
-    if kw == "loose_compressed":  # segments ustc packs are back to back: parent p starts at pos[2p]
-        pos = np.asarray(pos, dtype=np.int64)
-        lo = np.append(pos[0::2], pos[-1] if len(pos) else 0)
-        return lo[starts]
-    if kw == "singleton":
-        return starts
-    if kw == "structured":
-        return starts * level.n
-    return starts * extent
 
 
 def _stack(chunks, shape, dtype) -> np.ndarray:

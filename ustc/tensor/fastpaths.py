@@ -21,8 +21,14 @@ import numpy as np
 
 from ..format.expr import Dimension
 from ..format.ir import TensorFormat
+from ..format.levels import Compressed, Dense, LevelProperty, Singleton
 from ..format.levels.base import prefix_sum
 from .dtypes import index_dtype, narrow
+
+# The level types of the family's kernels (ordered and unique unless said; equality is exact,
+# so loose_compressed, a Compressed subclass, never matches)
+DENSE, COMPRESSED, SINGLETON = Dense(), Compressed(), Singleton()
+COMPRESSED_NONUNIQUE = Compressed(properties=(LevelProperty.NONUNIQUE,))
 
 # Selection modes of the dense -> sparse kernels (ustc.tensor.kernels, imported on first use:
 # Numba costs ~0.15 s to import and formats-only users never need it).
@@ -55,11 +61,11 @@ def _fitting(hi: int) -> np.dtype:
 def family(fmt: TensorFormat) -> Family | None:
     if fmt.ndim != 2 or not _plain_levels(fmt, in_order=False):
         return None
-    kinds = tuple(lv.type.keyword for lv in fmt.levels)
+    kinds = tuple(lv.type for lv in fmt.levels)
     major = [d.name for d in fmt.dims].index(fmt.levels[0].expr.name)
-    if kinds == ("dense", "compressed") and fmt.is_ordered(1) and fmt.is_unique(1):
+    if kinds == (DENSE, COMPRESSED):
         return Family("csr", major)
-    if kinds == ("compressed", "singleton") and fmt.is_ordered(0) and fmt.is_ordered(1) and fmt.is_unique(1):
+    if kinds in ((COMPRESSED, SINGLETON), (COMPRESSED_NONUNIQUE, SINGLETON)):
         return Family("coo", major)
     return None
 
@@ -160,9 +166,7 @@ def _select_numpy(x2: np.ndarray, mode: int, mask):
 def csr_like(fmt: TensorFormat) -> bool:
     """Leading dimensions dense in order, the last one an ordered unique compressed level."""
     return (_plain_levels(fmt, in_order=True)
-            and all(lv.type.keyword == "dense" for lv in fmt.levels[:-1])
-            and fmt.levels[-1].type.keyword == "compressed" and fmt.is_ordered(fmt.nlevels - 1)
-            and fmt.is_unique(fmt.nlevels - 1))
+            and all(lv.type == DENSE for lv in fmt.levels[:-1]) and fmt.levels[-1].type == COMPRESSED)
 
 
 def from_dense(x: np.ndarray, fmt: TensorFormat, package: str, mode: int = NONZERO, mask=None, **options):
@@ -184,11 +188,10 @@ def from_dense(x: np.ndarray, fmt: TensorFormat, package: str, mode: int = NONZE
 
 def coo_like(fmt: TensorFormat) -> bool:
     """Canonical COO in dimension order: compressed(nonunique) then singletons."""
-    kinds = [lv.type.keyword for lv in fmt.levels]
+    nonunique = Singleton(properties=(LevelProperty.NONUNIQUE,))
+    kinds = [lv.type for lv in fmt.levels]
     return (fmt.ndim >= 2 and _plain_levels(fmt, in_order=True)
-            and kinds == ["compressed"] + ["singleton"] * (fmt.ndim - 1)
-            and all(fmt.is_ordered(k) for k in range(fmt.nlevels)) and fmt.is_unique(fmt.nlevels - 1)
-            and not any(fmt.is_unique(k) for k in range(fmt.nlevels - 1))
+            and kinds == [COMPRESSED_NONUNIQUE] + [nonunique] * (fmt.ndim - 2) + [SINGLETON]
             and not fmt.pos_width and not fmt.crd_width)
 
 

@@ -12,7 +12,7 @@ import math
 
 from ..errors import UnsupportedOperation
 from ..format.ir import TensorFormat
-from ..format.levels import LevelFormat
+from ..format.levels import Dense, LevelFormat
 from . import packages
 from .interop import _dims, _from_coords, from_numpy, plain_format
 from .tensor import Tensor
@@ -128,7 +128,7 @@ def _torch_kind(fmt: TensorFormat) -> tuple[str, int]:
 
     levels = fmt.levels
     dense_tail = 0
-    while dense_tail < fmt.ndim - 1 and levels[-1 - dense_tail].type.keyword == "dense" \
+    while dense_tail < fmt.ndim - 1 and levels[-1 - dense_tail].type == Dense() \
             and levels[-1 - dense_tail].expr == fmt.dims[-1 - dense_tail]:
         dense_tail += 1
     nsparse = fmt.ndim - dense_tail

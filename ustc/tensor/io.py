@@ -147,7 +147,7 @@ def _write_mtx(t, path) -> None:
         raise UnsupportedOperation(f"Matrix Market holds matrices; this tensor has rank {t.ndim} "
                                    f"(write it as .tns instead)")
     comment = f" written by ustc {__version__} from format {t.format}"
-    if all(lv.type.keyword == "dense" for lv in t.format.levels):
+    if t.format.dense_storage:
         dense = np.asarray(_mtx_values(np.asarray(t.to_dense())))
         sio.mmwrite(os.fspath(path), dense, comment=comment, symmetry="general")
         return

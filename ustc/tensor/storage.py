@@ -123,9 +123,9 @@ def assemble(layout: Layout, coords, values: np.ndarray, *, prune: bool = False)
     prefix: list | None = None
     for k, level in enumerate(fmt.levels):
         end = k
-        while end + 1 < fmt.nlevels and fmt.levels[end + 1].type.keyword == "singleton":
+        while end + 1 < fmt.nlevels and fmt.levels[end + 1].type.one_child:
             end += 1
-        singleton = level.type.keyword == "singleton"
+        singleton = level.type.one_child
         if not singleton:  # a COO region starts here (or none does); singletons extend it
             prefix = [parent] if end > k else None
         seg = Segments(parent, level_coords[k], parents, layout.level_shape[k], layout.origins[k],

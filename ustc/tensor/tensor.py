@@ -18,7 +18,6 @@ from typing import Mapping
 import numpy as np
 
 from ..errors import DeviceError, FormatError, StorageError
-from ..format.expr import Dimension
 from ..format.ir import TensorFormat
 from . import batch, fastpaths, packages, storage
 from .dtypes import narrow
@@ -409,7 +408,7 @@ def _dense_format(rank: int) -> TensorFormat:
 
 def _dense_permutation(fmt: TensorFormat) -> tuple[int, ...] | None:
     """The dimension order of an all-dense format whose levels permute the dimensions, else None."""
-    if not all(lv.type.keyword == "dense" and isinstance(lv.expr, Dimension) for lv in fmt.levels):
+    if not fmt.all_dense:
         return None
     names = [d.name for d in fmt.dims]
     return tuple(names.index(lv.expr.name) for lv in fmt.levels)

@@ -53,7 +53,7 @@ def _check(layout, level_buffers, start: int, nvalues: int, where: str) -> None:
         except StorageError as exc:
             raise StorageError(f"{where}level {k} ({level}): {exc}") from None
         chain.append((parent, crd))
-        if level.type.keyword == "singleton":
+        if level.type.one_child:
             _check_coo_run(fmt, chain, k, where)
         parents = len(crd)
     if parents > nvalues:
@@ -63,7 +63,7 @@ def _check(layout, level_buffers, start: int, nvalues: int, where: str) -> None:
 def _check_coo_run(fmt, chain, k: int, where: str = "") -> None:
     """Order/uniqueness of singleton level k within runs of equal coordinates above it."""
     start = k
-    while fmt.levels[start].type.keyword == "singleton":
+    while fmt.levels[start].type.one_child:
         start -= 1
     parent = chain[start][0]
     group = np.zeros(len(parent), dtype=bool)

@@ -35,6 +35,37 @@ Storage hooks (vectorised NumPy; ``P`` parents, coordinates in ``[lo, lo + exten
 ``t.check_buffers(P, extent, lo, buffers) -> None``
     the full validity check; raises :class:`StorageError` naming the buffer and
     the first bad index.
+
+Capabilities (class attributes; the compiler and the storage drivers ask these,
+never the keyword; the vocabulary of TACO's ``ModeFormatImpl`` and MLIR's
+``SparseTensorLevel``):
+
+``locate``
+    random access: the child of parent ``p`` at coordinate ``c`` is position
+    ``p * size + (c - lo)``; the level owns no buffers and is *full* (every
+    coordinate has a position). Levels without it are *iterated* by position.
+``batched``
+    (locate levels) positions restart per parent: later buffers gain a leading axis.
+``one_child``
+    exactly one position per parent position (the parent's own), as singleton:
+    a deduplicated parent hands it its whole run of positions.
+``coo_parent``
+    singleton levels may follow it (the head of a COO region).
+``stateful``
+    coordinates are decoded from a running state along the segment (delta's
+    gaps): the segment is walked in order, one thread at a time.
+``any_pattern``
+    every sparsity pattern of its parents' coordinates fits (structured's n of
+    m does not).
+``completes_affine``
+    the level walks the dimension that completes an earlier ``d - e`` / ``d + e``
+    level (range).
+
+Read hooks (loop IR, given a :class:`LevelAccess` naming the level's buffers):
+``segment(acc, p, run_end)``, ``coordinate(acc, q)`` (stateless levels) or
+``coord_start(acc)`` / ``coord_step(acc, q)`` (stateful levels), and
+``locate_position(acc, p, c)``. Layout hooks for batched storage:
+``pos_length``, ``used_entries``, ``child_starts``.
 """
 
 from __future__ import annotations
@@ -45,6 +76,7 @@ from typing import TYPE_CHECKING, ClassVar, Sequence
 
 import numpy as np
 
+from ...codegen import loopir as ir
 from ...errors import FormatSemanticError, StorageError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -76,12 +108,31 @@ PACKED = "packed"  # the delta(b, packed) flag
 
 
 @dataclass(frozen=True)
+class LevelAccess:
+    """How generated code names one stored level: its buffers (``{tensor}_lvl{k}_pos`` ...),
+    its extent and its smallest coordinate, as loop-IR expressions."""
+
+    pos: str
+    crd: str
+    size: ir.Expr
+    lo: ir.Expr
+
+
+@dataclass(frozen=True)
 class LevelType:
     """Base of all level types; see the module docstring for the protocol."""
 
     keyword: ClassVar[str] = ""
     buffers: ClassVar[tuple[str, ...]] = ()
     allowed_properties: ClassVar[frozenset[LevelProperty]] = frozenset()
+    # capabilities (module docstring)
+    locate: ClassVar[bool] = False
+    batched: ClassVar[bool] = False
+    one_child: ClassVar[bool] = False
+    coo_parent: ClassVar[bool] = False
+    stateful: ClassVar[bool] = False
+    any_pattern: ClassVar[bool] = True
+    completes_affine: ClassVar[bool] = False
 
     properties: tuple[LevelProperty, ...] = ()
 
@@ -178,6 +229,83 @@ class LevelType:
 
     def check_buffers(self, nparents: int, extent: int, lo: int, buffers: dict) -> None:
         """Default: nothing beyond what ``unpack`` needs."""
+
+    # -- batched layout (one batch's buffers; ustc.tensor.batch) ------------------------
+    def pos_length(self, nparents: int) -> int:
+        """Entries of ``pos`` for ``nparents`` parents (levels with a pos buffer)."""
+        return nparents + 1
+
+    def used_entries(self, buffers: dict, nparents: int) -> dict:
+        """``buffers`` cut to what ``nparents`` parents use (a batch row's padded tail dropped)."""
+        out = dict(buffers)
+        if "pos" in out:
+            out["pos"] = out["pos"][:self.pos_length(nparents)]
+        return out
+
+    def child_starts(self, extent: int, pos, starts: np.ndarray) -> np.ndarray:
+        """First child position of every parent position in ``starts`` (segments back to back)."""
+        return starts * extent
+
+    def shift_pos(self, pos: np.ndarray, offset: int, last: bool) -> np.ndarray:
+        """One batch's ``pos`` as part of a flat ``pos`` starting at position ``offset``."""
+        return (pos if last else pos[:-1]) + offset
+
+    def batch_pos(self, pos: np.ndarray, starts: np.ndarray, b: int, base: int) -> np.ndarray:
+        """Batch ``b``'s slice of a flat ``pos`` (parents ``starts[b]:starts[b + 1]``), rebased."""
+        return pos[starts[b]:starts[b + 1] + 1] - base
+
+    def empty_pos_length(self) -> int:
+        """Entries of ``pos`` for no parents."""
+        return self.pos_length(0)
+
+    def decode_crd(self, crd: np.ndarray, count: int) -> np.ndarray:
+        """The first ``count`` coordinates (or gaps) one per entry (bit-packed levels unpack)."""
+        return crd[:count]
+
+    def encode_crd(self, crd: np.ndarray) -> np.ndarray:
+        """Inverse of :meth:`decode_crd` for a whole buffer."""
+        return crd
+
+    # -- read hooks (loop IR) -------------------------------------------------------------
+    @property
+    def iterate(self) -> bool:
+        """Walked by position (the opposite of ``locate``)."""
+        return not self.locate
+
+    @property
+    def full(self) -> bool:
+        """Every coordinate of the extent has a position."""
+        return self.locate
+
+    def segment(self, acc: LevelAccess, p: ir.Expr, run_end: ir.Expr | None) -> tuple[ir.Expr, ir.Expr]:
+        """``[start, stop)``: the positions of parent position ``p``'s children (default: ``pos``).
+        ``run_end`` is set when the parent was deduplicated (only ``one_child`` levels see it)."""
+        return (as_intp(ir.load(acc.pos, subscript(p))), as_intp(ir.load(acc.pos, subscript(ir.add(p, 1)))))
+
+    def coordinate(self, acc: LevelAccess, q: ir.Expr) -> ir.Expr:
+        """The coordinate at position ``q`` (stateless levels; default: ``crd[q]``)."""
+        return as_intp(ir.load(acc.crd, subscript(q)))
+
+    def coord_start(self, acc: LevelAccess) -> ir.Expr:  # pragma: no cover - stateful levels override
+        raise NotImplementedError(f"{self.keyword} keeps no coordinate state")
+
+    def coord_step(self, acc: LevelAccess, q: ir.Expr) -> ir.Expr:  # pragma: no cover - stateful levels override
+        raise NotImplementedError(f"{self.keyword} keeps no coordinate state")
+
+    def locate_position(self, acc: LevelAccess, p: ir.Expr, c: ir.Expr) -> ir.Expr:
+        """``locate`` levels: the position of coordinate ``c`` under parent position ``p``."""
+        return ir.add(ir.mul(p, acc.size), ir.sub(c, acc.lo))
+
+
+def subscript(q: ir.Expr) -> ir.Expr:
+    """A position as a subscript: positions are never negative, so targets may skip the wrap check."""
+    return q if isinstance(q, (ir.Const, ir.Index)) else ir.Index(q)
+
+
+def as_intp(load: ir.Expr) -> ir.Expr:
+    """An index buffer's element as a signed machine integer: narrow unsigned buffers (uint8,
+    uint16 from small widths) mixed with signed loop variables would otherwise promote to float."""
+    return ir.Call("np.intp", (load,))
 
 
 def pos_end(buffers: dict, nparents: int, length: int) -> int:

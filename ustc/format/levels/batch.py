@@ -17,9 +17,11 @@ from .base import LevelType, dense_pack, dense_unpack
 @dataclass(frozen=True)
 class Batch(LevelType):
     keyword = "batch"
+    locate = True
+    batched = True
 
     def check(self, levels, k):
-        if any(level.type.keyword != self.keyword for level in levels[:k]):
+        if any(not level.type.batched for level in levels[:k]):
             raise FormatSemanticError("batch levels must come before every other level")
         if not isinstance(levels[k].expr, Dimension):
             raise FormatSemanticError("a batch level's expression must be a single dimension")

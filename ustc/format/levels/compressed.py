@@ -24,6 +24,7 @@ class Compressed(LevelType):
     keyword = "compressed"
     buffers = ("pos", "crd")
     allowed_properties = frozenset({LevelProperty.NONUNIQUE, LevelProperty.NONORDERED})
+    coo_parent = True
 
     # -- segment bounds: the one thing loose_compressed changes ---------------------
     def bounds(self, pos: np.ndarray, nparents: int) -> tuple[np.ndarray, np.ndarray]:
@@ -36,6 +37,19 @@ class Compressed(LevelType):
 
     def pos_length(self, nparents: int) -> int:
         return nparents + 1
+
+    # -- batched layout --------------------------------------------------------------
+    def used_entries(self, buffers, nparents):
+        out = super().used_entries(buffers, nparents)
+        out["crd"] = out["crd"][:self.segments_end(out["pos"])]
+        return out
+
+    def segments_end(self, pos) -> int:
+        """One past the last position any segment uses."""
+        return int(pos[-1]) if len(pos) else 0
+
+    def child_starts(self, extent, pos, starts):
+        return np.asarray(pos, dtype=np.int64)[starts]
 
     # -- storage hooks ----------------------------------------------------------
     def positions(self, nparents, extent, buffers):

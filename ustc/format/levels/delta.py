@@ -23,7 +23,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...errors import FormatSemanticError, StorageError
-from .base import PACKED, LevelType, Packed, check_range, pos_end, split_spec
+from ...codegen import loopir as ir
+from .base import PACKED, LevelType, Packed, as_intp, check_range, pos_end, split_spec, subscript
 from .compressed import Compressed
 
 PACKABLE_BITS = (1, 2, 4, 8)
@@ -33,6 +34,7 @@ PACKABLE_BITS = (1, 2, 4, 8)
 class Delta(LevelType):
     keyword = "delta"
     buffers = ("pos", "crd")
+    stateful = True
 
     bits: int = 8
     packed: bool = False
@@ -72,6 +74,35 @@ class Delta(LevelType):
 
     def params_repr(self):
         return (str(self.bits), repr(PACKED)) if self.packed else (str(self.bits),)
+
+    # -- read hooks: a running coordinate, advanced by 1 + the gap at each position --------
+    def coord_start(self, acc):
+        return ir.sub(acc.lo, 1)
+
+    def coord_step(self, acc, q):
+        """1 + the stored gap at position ``q`` (unpacking bit-packed words)."""
+        if not self.packed:
+            return ir.add(1, as_intp(ir.load(acc.crd, subscript(q))))
+        bit = ir.mul(q, self.bits)
+        word = ir.load(acc.crd, ir.Bin(">>", bit, ir.Const(5)))
+        shifted = ir.Bin(">>", word, ir.Bin("&", bit, ir.Const(31)))
+        return ir.add(1, ir.Bin("&", shifted, ir.Const((1 << self.bits) - 1)))
+
+    # -- batched layout: gaps travel unpacked while batches are joined or split -------------
+    def used_entries(self, buffers, nparents):
+        out = super().used_entries(buffers, nparents)
+        if not self.packed:
+            out["crd"] = out["crd"][:int(out["pos"][-1]) if len(out["pos"]) else 0]
+        return out
+
+    def child_starts(self, extent, pos, starts):
+        return np.asarray(pos, dtype=np.int64)[starts]
+
+    def decode_crd(self, crd, count: int):
+        return self.gaps(crd, count) if self.packed else crd[:count]
+
+    def encode_crd(self, crd):
+        return pack_bits(crd, self.bits) if self.packed else crd
 
     # -- storage -----------------------------------------------------------------
     @property

@@ -14,6 +14,7 @@ from .base import LevelType, dense_pack, dense_unpack
 @dataclass(frozen=True)
 class Dense(LevelType):
     keyword = "dense"
+    locate = True
 
     def unpack(self, nparents, extent, lo, buffers):
         return dense_unpack(nparents, extent, lo)

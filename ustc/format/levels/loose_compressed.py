@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ...codegen import loopir as ir
 from ...errors import StorageError
 from .compressed import Compressed
 
@@ -31,6 +32,25 @@ class LooseCompressed(Compressed):
 
     def pos_length(self, nparents):
         return 2 * nparents
+
+    def segment(self, acc, p, run_end):
+        pos = acc.pos
+        return ir.load(pos, ir.mul(2, p)), ir.load(pos, ir.add(ir.mul(2, p), 1))
+
+    # -- batched layout --------------------------------------------------------------
+    def segments_end(self, pos):
+        return int(pos[1::2].max(initial=0))
+
+    def child_starts(self, extent, pos, starts):
+        """Segments ustc packs are back to back: parent p starts at pos[2p]."""
+        pos = np.asarray(pos, dtype=np.int64)
+        return np.append(pos[0::2], pos[-1] if len(pos) else 0)[starts]
+
+    def shift_pos(self, pos, offset, last):
+        return pos + offset
+
+    def batch_pos(self, pos, starts, b, base):
+        return pos[2 * starts[b]:2 * starts[b + 1]] - base
 
     def positions(self, nparents, extent, buffers):
         if len(buffers["pos"]) != 2 * nparents:

@@ -18,6 +18,8 @@ from .base import LevelType, dense_pack, dense_unpack
 @dataclass(frozen=True)
 class Range(LevelType):
     keyword = "range"
+    locate = True
+    completes_affine = True
 
     def check(self, levels, k):
         expr = levels[k].expr

@@ -14,10 +14,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ...codegen import loopir as ir
 from ...errors import FormatSemanticError, StorageError
 from .base import LevelProperty, LevelType, Packed, check_range
-
-_PARENTS = ("compressed", "loose_compressed", "singleton")
+from .dense import Dense
 
 
 @dataclass(frozen=True)
@@ -25,17 +25,28 @@ class Singleton(LevelType):
     keyword = "singleton"
     buffers = ("crd",)
     allowed_properties = frozenset(LevelProperty)
+    one_child = True
+    coo_parent = True
 
     def check(self, levels, k):
-        if k == 0 or levels[k - 1].type.keyword not in _PARENTS:
+        if k == 0 or not levels[k - 1].type.coo_parent:
             raise FormatSemanticError(
                 "a singleton level must follow a compressed, loose_compressed or singleton level")
-        later = [level.type.keyword for level in levels[k + 1:]]
-        tail = later[later.index("dense"):] if "dense" in later else []
-        bad = [kw for kw in later[:len(later) - len(tail)] if kw != self.keyword] + [kw for kw in tail if kw != "dense"]
+        later = [level.type for level in levels[k + 1:]]
+        dense = [isinstance(t, Dense) for t in later]
+        head = dense.index(True) if True in dense else len(later)
+        bad = [t for t in later[:head] if not isinstance(t, Singleton)] + \
+            [t for t, d in zip(later[head:], dense[head:]) if not d]
         if bad:
             raise FormatSemanticError(
-                f"only singleton levels (then dense levels) may follow a singleton level, not '{bad[0]}'")
+                f"only singleton levels (then dense levels) may follow a singleton level, not '{bad[0].keyword}'")
+
+    def segment(self, acc, p, run_end):
+        """Exactly the parent's position, or its whole run when the parent was deduplicated."""
+        return p, run_end if run_end is not None else ir.add(p, 1)
+
+    def child_starts(self, extent, pos, starts):
+        return starts
 
     def positions(self, nparents, extent, buffers):
         if len(buffers["crd"]) < nparents:

@@ -15,15 +15,18 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from ...codegen import loopir as ir
 from ...errors import FormatSemanticError, StorageError
 from ..expr import Dimension, FloorDiv, Mod
 from .base import LevelType, Packed, check_range, check_segments, int_args, split_spec
+from .dense import Dense
 
 
 @dataclass(frozen=True)
 class Structured(LevelType):
     keyword = "structured"
     buffers = ("crd",)
+    any_pattern = False
 
     n: int = 2
     m: int | None = 4  # None until resolved from the level's "d mod m"
@@ -76,13 +79,24 @@ class Structured(LevelType):
     def check(self, levels, k):
         if k != len(levels) - 1:
             raise FormatSemanticError("a structured level must be the last level")
-        before = [level for level in levels[:k] if level.type.keyword != "dense"]
+        before = [level for level in levels[:k] if not isinstance(level.type, Dense)]
         if before:
             raise FormatSemanticError(
                 f"only dense levels may precede a structured level, not '{before[0].type.keyword}'")
         dim = levels[k].expr.operand
         if FloorDiv(dim, self.m) not in [level.expr for level in levels[:k]]:
             raise FormatSemanticError(f"a structured level needs '{dim} floordiv {self.m}' on an earlier level")
+
+    # -- read hooks and batched layout ----------------------------------------------
+    def segment(self, acc, p, run_end):
+        """n positions per block: ``[p * n, p * n + n)``."""
+        return ir.mul(p, self.n), ir.add(ir.mul(p, self.n), self.n)
+
+    def used_entries(self, buffers, nparents):
+        return {"crd": buffers["crd"][:nparents * self.n]}
+
+    def child_starts(self, extent, pos, starts):
+        return starts * self.n
 
     # -- storage -----------------------------------------------------------------
     def positions(self, nparents, extent, buffers):
