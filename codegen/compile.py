@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ustc.errors import ConversionWarning, UnsupportedOperation
+from ustc.errors import ConversionWarning, KernelError, UnsupportedOperation
 from ustc.format.ir import TensorFormat
 
 from . import loopir as ir
@@ -72,6 +72,7 @@ def compile_statement(statement: nt.Statement, operands: dict[str, Operand], nam
     else:  # pragma: no cover - each replan removes a conflict
         raise UnsupportedOperation(f"could not find a loop order for {statement}")
     params = tuple(p for p in _candidates(stmt, formats, operands, aliases, output) if p.name in _names(body))
+    _check_clashes(stmt, params)
     overwrites = False
     if tuning.overwrite and not output.sparse and not stmt.accumulate and stmt.lhs.tensor not in {a.tensor for a in stmt.rhs.accesses()}:
         extents = {p.role[1]: p.name for p in params if p.role[0] == "extent"}
@@ -142,6 +143,31 @@ def _candidates(stmt, formats, operands, aliases, output):
         yield ir.Param(f"n_{index}", ("extent", index))
     for name in stmt.rhs.scalars():
         yield ir.Param(name, ("scalar", name))
+
+
+def _check_clashes(stmt: nt.Statement, params) -> None:
+    """Parameter names are built from tensor and index names (``A_lvl1_pos``, ``n_i``); a user name
+    that spells one of another role (an index ``n_i``, a tensor ``A_vals``) would alias two
+    arguments. Refuse it, naming both, rather than compute with the wrong one."""
+    seen: dict[str, tuple] = {}
+    user = {i: ("index", i) for i in stmt.indices} | {s: ("scalar", s) for s in stmt.rhs.scalars()}
+    for p in params:
+        clash = seen.get(p.name) or (user.get(p.name) if p.role[0] not in ("extent", "scalar") else None)
+        if clash is not None and clash != p.role:
+            raise KernelError(f"the name '{p.name}' is both {_role_text(clash)} and {_role_text(p.role)} "
+                              f"in {stmt}; rename the tensor or index")
+        seen[p.name] = p.role
+
+
+def _role_text(role: tuple) -> str:
+    kind = role[0]
+    if kind in ("index", "scalar"):
+        return f"the {kind} '{role[1]}'"
+    if kind == "extent":
+        return f"the extent of index '{role[1]}'"
+    if kind == "array":
+        return f"the dense operand '{role[1]}'"
+    return f"{kind} of '{role[1]}'" + (f" level {role[2]}" if len(role) > 2 else "")
 
 
 def _names(body) -> set[str]:

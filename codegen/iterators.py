@@ -16,17 +16,18 @@ emits loop IR for the three ways a loop uses it:
   becomes one step, and the child level sees the whole run as its segment.
 
 Naming: ``{prefix}_p{k}`` position, ``{prefix}_p{k}_end`` segment end,
-``{prefix}_c{k}`` coordinate, ``{prefix}_r{k}`` run end; buffers
-``{tensor}_lvl{k}_pos`` / ``_crd``.
+``{prefix}_c{k}`` coordinate, ``{prefix}_r{k}`` run end, each made unique by the
+kernel's :class:`~codegen.names.FreshNames`; buffers ``{tensor}_lvl{k}_pos`` / ``_crd``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ustc.format.levels.base import LevelAccess
 
 from . import loopir as ir
+from .names import FreshNames
 from .space import LevelRef
 
 
@@ -37,6 +38,7 @@ class Cursor:
     parent: ir.Expr    # parent position
     parent_end: ir.Expr | None  # end of the parent's run when the parent level was deduplicated
     dedup: bool
+    names: FreshNames = field(compare=False, hash=False, default_factory=FreshNames)
 
     # -- names ---------------------------------------------------------------------
     @property
@@ -45,19 +47,23 @@ class Cursor:
 
     @property
     def p(self) -> str:
-        return f"{self.prefix}_p{self.k}"
+        return self.fresh("p", f"{self.prefix}_p{self.k}")
 
     @property
     def end(self) -> str:
-        return f"{self.prefix}_p{self.k}_end"
+        return self.fresh("end", f"{self.prefix}_p{self.k}_end")
 
     @property
     def c(self) -> str:
-        return f"{self.prefix}_c{self.k}"
+        return self.fresh("c", f"{self.prefix}_c{self.k}")
 
     @property
     def run(self) -> str:
-        return f"{self.prefix}_r{self.k}"
+        return self.fresh("run", f"{self.prefix}_r{self.k}")
+
+    def fresh(self, role: str, base: str) -> str:
+        """This access's variable ``role`` at this level (one name per slot, level and role)."""
+        return self.names((role, self.ref.slot, self.k), base)
 
     @property
     def access(self) -> LevelAccess:
@@ -101,7 +107,8 @@ class Cursor:
         start of a run, so every coordinate (every output row) belongs to exactly one chunk.
         ``chunks`` equal chunks, or (``grain`` > 0) one chunk per ``grain`` positions."""
         start, stop = self.segment()
-        lo, hi, chunk = f"{self.p}_lo", f"{self.p}_hi", f"{self.prefix}_chunk{self.k}"
+        lo, hi = self.fresh("chunk_lo", f"{self.p}_lo"), self.fresh("chunk_hi", f"{self.p}_hi")
+        chunk = self.fresh("chunk", f"{self.prefix}_chunk{self.k}")
         first, last = ir.Var(lo), ir.Var(hi)
         span = ir.sub(last, first)
 
@@ -114,7 +121,7 @@ class Cursor:
                 at = ir.add(first, ir.Bin("//", ir.mul(span, index), ir.Const(chunks)))
             return [ir.Assign(name, at), ir.While(inside, (ir.Assign(name, ir.Const(1), "+"),))]
 
-        a, b = f"{self.p}_a", f"{self.p}_b"
+        a, b = self.fresh("chunk_a", f"{self.p}_a"), self.fresh("chunk_b", f"{self.p}_b")
         head = ir.Assign(var, self.coord_at(ir.Var(self.p)))
         inner = ir.For(self.p, ir.Var(a), ir.Var(b), (head,) + body)
         walk = border(a, ir.Var(chunk)) + border(b, ir.add(ir.Var(chunk), 1)) + [inner]

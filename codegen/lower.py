@@ -36,6 +36,7 @@ from . import loopir as ir
 from . import notation as nt
 from . import optimize
 from .iterators import Cursor
+from .names import FreshNames
 from .space import Replan, Space, exactness, linear_in, plain_format, to_loop
 
 SENTINEL = 1 << 62
@@ -75,13 +76,32 @@ class Lowering:
         self.rows: str | None = None  # set when a sparse output is built row-parallel
         self.prefix = {s: (a.tensor if a.tensor not in self.repeated else f"{a.tensor}_{s}")
                        for s, a in space.accesses.items()}
+        self.names = FreshNames(self.reserved())
+        self.acc = self.names("acc", "acc")
+        self.found = self.names("found", "found")
+
+    def reserved(self) -> set[str]:
+        """Names fresh variables must avoid: tensors, indices, loop variables, scalars, and every
+        parameter name a kernel of this statement may take (``codegen.compile`` names them)."""
+        stmt, out = self.stmt, self.out.tensor
+        names = {out, "emit", f"{out}_vals", f"{out}_offsets", self.count, self.capacity}
+        names |= {f"{out}_crd{d}" for d in range(len(stmt.lhs.indices))}
+        names |= set(stmt.indices) | set(self.space.loopvars) | set(self.space.derived) | set(stmt.rhs.scalars())
+        names |= {f"n_{v}" for v in set(stmt.indices) | set(self.space.loopvars)}
+        for access in self.space.accesses.values():
+            names.add(access.tensor)
+            fmt = self.space.formats.get(access.tensor)
+            for k in range(fmt.nlevels if fmt is not None else 0):
+                names |= {f"{access.tensor}_lvl{k}_{b}" for b in ("pos", "crd", "size", "lo")}
+            names.add(f"{access.tensor}_vals")
+        return names
 
     # -- entry -------------------------------------------------------------------------
     def body(self) -> list[ir.Stmt]:
         pos = {slot: (-1, ir.Const(0), None) for slot in self.space.levels}
         ctx = Ctx(self.stmt.rhs, frozenset(), pos)
         steps, ctx = self.settle(ctx, frozenset())
-        body = optimize.tile_parallel(self.wrap(steps, lambda: self.lower(ctx, 0)), self.tuning.tile)
+        body = optimize.tile_parallel(self.wrap(steps, lambda: self.lower(ctx, 0)), self.tuning.tile, self.names)
         if not self.out.sparse:
             return body
         # entries past the arrays' capacity are counted, not written (the host then re-runs)
@@ -230,7 +250,7 @@ class Lowering:
         return list(out)
 
     def here(self, c: Cursor) -> str:
-        return f"{c.prefix}_here{c.k}"
+        return c.fresh("here", f"{c.prefix}_here{c.k}")
 
     # -- cursors ----------------------------------------------------------------------------
     def cursor(self, ctx: Ctx, slot: int, dedup: bool) -> Cursor:
@@ -248,7 +268,7 @@ class Lowering:
                              f"its child level is not a singleton", slot)
         if parent_end is not None and not ref.ltype.one_child:
             raise Replan(ref.tensor, plain_format(fmt), "a deduplicated level has a non-singleton child", slot)
-        return Cursor(ref, self.prefix[slot], parent, parent_end, dedup)
+        return Cursor(ref, self.prefix[slot], parent, parent_end, dedup, self.names)
 
     def next_ref(self, ctx: Ctx, slot: int):
         refs = self.space.levels[slot]
@@ -296,7 +316,7 @@ class Lowering:
                                      "a deduplicated level has a random-access child", slot)
                     q = ref.ltype.locate_position(ref.access, p, ir.Var(ref.var))
                     if not isinstance(q, (ir.Var, ir.Const)):
-                        name = f"{self.prefix[slot]}_p{ref.level}"
+                        name = self.names(("p", slot, ref.level), f"{self.prefix[slot]}_p{ref.level}")
                         steps.append(ir.Assign(name, q))
                         q = ir.Var(name)
                     level, p = level + 1, q
@@ -385,24 +405,24 @@ class Lowering:
 
     # -- the statement body -------------------------------------------------------------------
     def accumulate(self, ctx: Ctx, depth: int) -> list[ir.Stmt]:
-        acc = "acc"
+        acc = self.acc
         init = [ir.Assign(acc, ir.Const(_zero(self.out.dtype)))]
         if self.out.sparse:
-            init.append(ir.Assign("found", ir.Const(False)))
+            init.append(ir.Assign(self.found, ir.Const(False)))
         inner = replace(ctx, acc=acc, acc_depth=depth)
         loops = self.lower(inner, depth)
         if not loops:
             return []
         if self.tuning.unroll:
-            loops = optimize.unroll_reductions(loops, acc, _zero(self.out.dtype))
-        return init + loops + self.store(ir.Var(acc), guard="found" if self.out.sparse else None)
+            loops = optimize.unroll_reductions(loops, acc, _zero(self.out.dtype), self.names)
+        return init + loops + self.store(ir.Var(acc), guard=self.found if self.out.sparse else None)
 
     def compute(self, ctx: Ctx) -> list[ir.Stmt]:
         pre: list[ir.Stmt] = []
         value = self.value(ctx.expr, ctx, pre)
         if ctx.acc is not None:
             if self.out.sparse:
-                pre.append(ir.Assign("found", ir.Const(True)))
+                pre.append(ir.Assign(self.found, ir.Const(True)))
             pre.append(ir.Assign(ctx.acc, value, "+"))  # last, so optimize.unroll_reductions applies
             return pre
         return pre + self.store(value)
@@ -429,7 +449,8 @@ class Lowering:
                 raise UnsupportedOperation(f"internal: {e} read before all its levels were walked")
             if run is None:
                 return ir.Load(f"{e.tensor}_vals", (ir.Index(p),))
-            name, q = f"{self.prefix[e.slot]}_v", f"{self.prefix[e.slot]}_q"
+            name = self.names(("run_value", e.slot), f"{self.prefix[e.slot]}_v")
+            q = self.names(("run_position", e.slot), f"{self.prefix[e.slot]}_q")
             pre += [ir.Assign(name, ir.Const(0)),
                     ir.For(q, p, run, (ir.Assign(name, ir.Load(f"{e.tensor}_vals", (ir.Index(ir.Var(q)),)), "+"),))]
             return ir.Var(name)

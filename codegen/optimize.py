@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from . import loopir as ir
+from .names import FreshNames
 
 TILE = 16384
 
@@ -44,16 +45,16 @@ CPU = Tuning()
 CUDA = Tuning(unroll=False, tile=1, grain=32, overwrite=False)
 
 
-def unroll_reductions(body, acc: str, zero) -> list[ir.Stmt]:
+def unroll_reductions(body, acc: str, zero, names: FreshNames) -> list[ir.Stmt]:
     out = []
     for s in body:
         if isinstance(s, ir.For) and not s.parallel and _reduction_only(s.body, acc):
-            out += _unrolled(s, acc, zero)
+            out += _unrolled(s, acc, zero, names)
         elif isinstance(s, (ir.For, ir.While)):
-            out.append(replace(s, body=tuple(unroll_reductions(s.body, acc, zero))))
+            out.append(replace(s, body=tuple(unroll_reductions(s.body, acc, zero, names))))
         elif isinstance(s, ir.If):
-            out.append(replace(s, body=tuple(unroll_reductions(s.body, acc, zero)),
-                               orelse=tuple(unroll_reductions(s.orelse, acc, zero))))
+            out.append(replace(s, body=tuple(unroll_reductions(s.body, acc, zero, names)),
+                               orelse=tuple(unroll_reductions(s.orelse, acc, zero, names))))
         else:
             out.append(s)
     return out
@@ -66,20 +67,21 @@ def _reduction_only(body, acc: str) -> bool:
     return all(isinstance(s, ir.Assign) and s.name != acc for s in body[:-1])
 
 
-def _unrolled(loop: ir.For, acc: str, zero) -> list[ir.Stmt]:
+def _unrolled(loop: ir.For, acc: str, zero, names: FreshNames) -> list[ir.Stmt]:
     v = loop.var
-    start, stop, mid, second = f"{v}_start", f"{v}_stop", f"{v}_mid", f"{acc}_1"
+    start, stop, mid = (names(("unroll", v, role), f"{v}_{role}") for role in ("start", "stop", "mid"))
+    second, even = names(("unroll_acc", acc), f"{acc}_1"), names(("unroll", v, "even"), f"{v}_2")
     twin = tuple(replace(s, name=second) if isinstance(s, ir.Assign) and s.name == acc else s for s in loop.body)
-    pair = (ir.Assign(v, ir.Var(f"{v}_2")),) + loop.body + (ir.Assign(v, ir.add(ir.Var(f"{v}_2"), 1)),) + twin
+    pair = (ir.Assign(v, ir.Var(even)),) + loop.body + (ir.Assign(v, ir.add(ir.Var(even), 1)),) + twin
     span = ir.Bin("&", ir.sub(ir.Var(stop), ir.Var(start)), ir.Const(-2))
     return [ir.Assign(start, loop.start), ir.Assign(stop, loop.stop),
             ir.Assign(mid, ir.add(ir.Var(start), span)), ir.Assign(second, ir.Const(zero)),
-            ir.For(f"{v}_2", ir.Var(start), ir.Var(mid), pair, step=2),
+            ir.For(even, ir.Var(start), ir.Var(mid), pair, step=2),
             ir.For(v, ir.Var(mid), ir.Var(stop), loop.body),
             ir.Assign(acc, ir.Var(second), "+")]
 
 
-def tile_parallel(body, tile: int = TILE) -> list[ir.Stmt]:
+def tile_parallel(body, tile: int, names: FreshNames) -> list[ir.Stmt]:
     """Hoist tiles of a nested parallel loop above the sequential loops that enclose it.
 
     Assignments just before the outer loop to variables the loop updates (a delta level's
@@ -94,7 +96,7 @@ def tile_parallel(body, tile: int = TILE) -> list[ir.Stmt]:
         setup: list[ir.Stmt] = []
         while out and isinstance(out[-1], ir.Assign) and out[-1].name in written:
             setup.insert(0, out.pop())
-        out.append(_tiled(s, inner, tile, tuple(setup)))
+        out.append(_tiled(s, inner, tile, names, tuple(setup)))
     return out
 
 
@@ -127,9 +129,10 @@ def _stores_follow_outer(outer: ir.For, target: ir.For) -> bool:
     return False
 
 
-def _tiled(outer: ir.For, target: ir.For, tile: int = TILE, setup: tuple[ir.Stmt, ...] = ()) -> ir.For:
+def _tiled(outer: ir.For, target: ir.For, tile: int, names: FreshNames,
+           setup: tuple[ir.Stmt, ...] = ()) -> ir.For:
     lo, hi = target.full
-    t, t_lo, t_hi = f"{target.var}_tile", f"{target.var}_tlo", f"{target.var}_thi"
+    t, t_lo, t_hi = (names(("tile", target.var, role), f"{target.var}_{role}") for role in ("tile", "tlo", "thi"))
     span = ir.sub(hi, lo)
     ntiles = span if tile == 1 else ir.Bin("//", ir.add(span, tile - 1), ir.Const(tile))
     local = replace(target, start=ir.Call("max", (ir.Var(t_lo), target.start)),

@@ -425,12 +425,17 @@ def cpu_function(module, plan: dict, work: int):
 
 @functools.lru_cache(maxsize=1)
 def compiler_fingerprint() -> str:
-    """sha256 of the code generator's own source: a changed compiler never reuses old kernels."""
+    """sha256 of the code generator's own source, the level types' modules (their read hooks
+    write kernel code) and the batched layout the host flattens for kernels: a changed compiler
+    or storage layout never reuses old kernels."""
     from .. import codegen
+    from ..format import levels
+    from ..tensor import batch
 
     digest = hashlib.sha256()
-    own = [Path(__file__), Path(__file__).with_name("cuda_host.py")]
-    for path in sorted(Path(codegen.__file__).parent.glob("*.py")) + own:
+    own = [Path(__file__), Path(__file__).with_name("cuda_host.py"), Path(batch.__file__)]
+    level_modules = sorted(Path(levels.__file__).parent.glob("*.py"))
+    for path in sorted(Path(codegen.__file__).parent.glob("*.py")) + level_modules + own:
         digest.update(path.name.encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()[:16]
 
