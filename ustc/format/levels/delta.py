@@ -14,20 +14,64 @@ Example: ``delta(2)`` row ``[1 at 0, 2 at 15]`` (16 columns) stores
 bits per entry in uint32 words: entry ``k`` sits at bit ``(k * b) % 32`` of
 word ``k * b // 32`` (the MACKO storage). Coordinates are ordered and unique
 by construction, so the level takes no properties.
+
+Padding can dwarf the real entries (a gap of g costs ``g >> b`` of them), so
+``pack`` counts the entries first and raises StorageError, naming the
+narrowest width that would fit, when their crd plus values would exceed
+:func:`memory_budget` (``USTC_MEMORY_BUDGET`` overrides it).
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import numpy as np
 
-from ...errors import FormatSemanticError, StorageError
+from ...errors import FormatSemanticError, StorageError, UstcError
 from ...codegen import loopir as ir
 from .base import PACKED, LevelType, Packed, as_intp, check_range, pos_end, split_spec, subscript
 from .compressed import Compressed
 
 PACKABLE_BITS = (1, 2, 4, 8)
+BUDGET_VARIABLE = "USTC_MEMORY_BUDGET"
+
+
+def memory_budget() -> int:
+    """Bytes a conversion may allocate for one level's buffers before it refuses with StorageError.
+
+    ``USTC_MEMORY_BUDGET`` (a byte count, read at every call) overrides it;
+    otherwise it is the memory available now: ``MemAvailable`` of
+    ``/proc/meminfo`` where there is one (free memory plus what the kernel
+    can reclaim), else ``SC_AVPHYS_PAGES * SC_PAGE_SIZE``, else the total
+    physical memory, else unlimited (``2**63 - 1``).
+    """
+    text = os.environ.get(BUDGET_VARIABLE, "").strip()
+    if text:
+        try:
+            budget = int(text)
+        except ValueError:
+            budget = -1
+        if budget < 0:
+            raise UstcError(f"{BUDGET_VARIABLE} must be a number of bytes (a non-negative integer), "
+                            f"got {text!r}")
+        return budget
+    try:
+        with open("/proc/meminfo", "rb") as f:
+            for line in f:
+                if line.startswith(b"MemAvailable:"):
+                    fields = line.split()
+                    return int(fields[1]) * (1024 if fields[2:3] == [b"kB"] else 1)
+    except (OSError, ValueError, IndexError):
+        pass
+    for pages in ("SC_AVPHYS_PAGES", "SC_PHYS_PAGES"):
+        try:
+            count, size = os.sysconf(pages), os.sysconf("SC_PAGE_SIZE")
+        except (AttributeError, ValueError, OSError):
+            continue
+        if count > 0 and size > 0:
+            return count * size
+    return 2 ** 63 - 1
 
 
 @dataclass(frozen=True)
@@ -135,19 +179,75 @@ class Delta(LevelType):
 
     def pack(self, seg):
         new = seg.new_positions()
-        parent, crd = seg.parent[new], seg.crd[new]
-        first = np.ones(len(crd), dtype=bool)
-        first[1:] = parent[1:] != parent[:-1]
-        previous = np.where(first, seg.lo - 1, np.roll(crd, 1))
-        gap = crd - previous - 1
-        pads = gap >> self.bits            # padding entries before each real entry
-        slots = np.cumsum(pads + 1)        # end (exclusive) of each entry's run
-        gaps = np.full(int(slots[-1]) if len(slots) else 0, (1 << self.bits) - 1, dtype=np.int64)
-        gaps[slots - 1] = gap & ((1 << self.bits) - 1)
-        counts = np.bincount(parent, weights=pads + 1, minlength=seg.nparents).astype(np.int64)
-        stored = pack_bits(gaps, self.bits) if self.packed else gaps.astype(self.crd_dtype)
-        position = (slots - 1)[np.cumsum(new) - 1]
-        return Packed({"pos": Compressed().make_pos(counts), "crd": stored}, position, len(gaps))
+        every = bool(new.all())  # unique coordinates (the usual case): no copies of parent and crd
+        parent, crd = (seg.parent, seg.crd) if every else (seg.parent[new], seg.crd[new])
+        gap = row_gaps(parent, crd, seg.lo)
+        slots = gap >> self.bits           # padding entries before each real entry
+        # sizes before memory: count what the level would store (and refuse) before allocating it
+        total = self.require_room(gap, seg.values.dtype.itemsize if seg.values is not None else 8,
+                                  seg.where, pads=slots)
+        slots += 1
+        np.cumsum(slots, out=slots)        # end (exclusive) of each entry's run; int64 as total fits
+        slots -= 1                         # now each real entry's position
+        ends = np.cumsum(np.bincount(parent, minlength=seg.nparents))  # entries up to each parent
+        run_end = np.zeros(seg.nparents + 1, dtype=np.int64)
+        has = ends > 0
+        run_end[1:][has] = slots[ends[has] - 1] + 1
+        gaps = np.full(total, (1 << self.bits) - 1, dtype=np.uint8 if self.packed else self.crd_dtype)
+        gap &= (1 << self.bits) - 1
+        gaps[slots] = gap
+        del gap
+        stored = pack_bits(gaps, self.bits) if self.packed else gaps
+        position = slots if every else slots[np.cumsum(new) - 1]
+        return Packed({"pos": Compressed().make_pos(np.diff(run_end)), "crd": stored}, position, total)
+
+    def require_room(self, gap: np.ndarray, value_bytes: int = 8, where: str = "", *, pads=None) -> int:
+        """The number of entries this level stores for entries skipping ``gap`` coordinates each
+        (real ones plus padding), computed without allocating them.
+
+        Raises StorageError when their crd plus values (``value_bytes`` each)
+        would exceed :func:`memory_budget`, naming the narrowest width that fits.
+        ``gap`` is int64 (``row_gaps``); ``pads``, when given, is ``gap >> bits``
+        and may be overwritten on the way to the error.
+        """
+        if pads is None:
+            pads = gap >> self.bits
+        widest = int(gap.max()) if len(gap) else 0
+        total = _padded_count(pads, widest >> self.bits)
+        budget = memory_budget()
+        if self.storage_bytes(total, value_bytes) > budget:
+            raise StorageError(self._over_budget(where, gap, widest, total, value_bytes, budget, pads))
+        return total
+
+    def storage_bytes(self, count: int, value_bytes: int) -> int:
+        """Bytes of ``crd`` plus values for ``count`` stored entries of ``value_bytes`` each."""
+        crd = -(-count * self.bits // 32) * 4 if self.packed else count * self.crd_dtype.itemsize
+        return crd + count * value_bytes
+
+    def _over_budget(self, where, gap, widest, total, vbytes, budget, scratch) -> str:
+        n = len(gap)
+        need = self.storage_bytes(total, vbytes)
+        where = where or f"level ({self.text()})"
+        plural = "s" * (self.bits > 1)
+        text = (f"{where}: {self.text()} would store {total:,} entries ({n:,} nonzeros and {total - n:,} "
+                f"padding entries bridging gaps wider than {self.bits} bit{plural}), {need:,} bytes "
+                f"({_human(need)}) of crd and values, more than the memory budget of {budget:,} bytes "
+                f"({_human(budget)}; {BUDGET_VARIABLE} sets it)")
+        top = max(1, widest.bit_length())
+        fit = _narrowest_fit(gap, top, vbytes, budget, self.packed, scratch)
+        if fit is None:
+            plain = Delta(bits=min(top, 32))
+            count = _padded_count(gap >> plain.bits, widest >> plain.bits)
+            return text + (f"; no delta width fits: even {plain.text()} needs "
+                           f"{plain.storage_bytes(count, vbytes):,} bytes")
+        level, count = fit
+        if self.packed and not level.packed:
+            text += "; no packed width fits"
+        text += (f"; the narrowest width that fits is b = {level.bits}: {level.text()} stores "
+                 f"{count:,} entries in {level.storage_bytes(count, vbytes):,} bytes")
+        if level.bits < top <= 32:
+            text += f" (from b = {top} on, no padding: {n:,} entries)"
+        return text
 
     def check_buffers(self, nparents, extent, lo, buffers):
         pos, crd = np.asarray(buffers["pos"], dtype=np.int64), buffers["crd"]
@@ -164,10 +264,12 @@ class Delta(LevelType):
 def pack_bits(gaps: np.ndarray, bits: int) -> np.ndarray:
     """Entry k at bits ``(k * b) % 32`` of word ``k * b // 32`` (little-endian within the word)."""
     per = 32 // bits
-    padded = np.zeros(-(-len(gaps) // per) * per, dtype=np.uint32)
-    padded[:len(gaps)] = gaps
-    shifts = (np.arange(per, dtype=np.uint32) * bits)
-    return np.bitwise_or.reduce(padded.reshape(-1, per) << shifts, axis=1).astype(np.uint32)
+    words = np.zeros(-(-len(gaps) // per), dtype=np.uint32)
+    for s in range(per):  # one strided pass per slot of the word: no temporary larger than the words
+        part = np.asarray(gaps[s::per]).astype(np.uint32)
+        part <<= np.uint32(s * bits)
+        words[:len(part)] |= part
+    return words
 
 
 def unpack_bits(words: np.ndarray, bits: int, count: int) -> np.ndarray:
@@ -177,6 +279,87 @@ def unpack_bits(words: np.ndarray, bits: int, count: int) -> np.ndarray:
     mask = np.uint32((1 << bits) - 1)
     out = (np.asarray(words, dtype=np.uint32)[:, None] >> shifts) & mask
     return out.reshape(-1)[:count].astype(np.int64)
+
+
+def _padded_count(pads: np.ndarray, largest: int | None = None) -> int:
+    """``sum(pads + 1)`` exactly, as a Python int (no int64 overflow whatever the gaps);
+    ``largest``: ``pads.max()`` when known."""
+    if not len(pads):
+        return 0
+    if largest is None:
+        largest = int(pads.max())
+    if largest < (1 << 62) // len(pads):  # the int64 sum cannot overflow
+        return int(pads.sum()) + len(pads)
+    return (int((pads >> 32).sum()) << 32) + int((pads & 0xFFFFFFFF).sum()) + len(pads)
+
+
+def row_gaps(parent: np.ndarray, crd: np.ndarray, lo: int) -> np.ndarray:
+    """int64 coordinates skipped before each entry: since the previous entry of its parent, or since
+    ``lo`` for a parent's first. ``parent`` and ``crd`` are sorted by (parent, crd) and unique."""
+    gap = np.empty(len(crd), dtype=np.int64)
+    if len(crd):
+        np.subtract(crd[1:], crd[:-1], out=gap[1:])
+        gap[1:] -= 1
+        first = np.flatnonzero(parent[1:] != parent[:-1]) + 1
+        gap[0] = crd[0] - lo
+        gap[first] = crd[first] - lo
+    return gap
+
+
+def _narrowest_fit(gap: np.ndarray, top: int, vbytes: int, budget: int, packed: bool, scratch=None):
+    """``(level, count)`` of the narrowest delta width whose padded storage fits ``budget``, or None.
+
+    Packed levels try the packable widths first, then plain ones. ``top`` is
+    the bit length of the widest gap: from there on nothing is padded, so
+    wider widths never help. The count falls as b grows while crd bytes per
+    entry step up after 8 and 16 bits, so each run of equal entry size is
+    bisected (a handful of passes over the gaps, only those wide enough to
+    matter, shifted into ``scratch``).
+    """
+    n = len(gap)
+    pool = gap
+    if scratch is None or len(scratch) < n:
+        scratch = np.empty(n, dtype=np.int64)
+    widest = (1 << top) - 1  # at least the widest gap: bounds the sums below
+    counts: dict = {}
+
+    def fits(level):
+        b = level.bits
+        if b not in counts:
+            out = np.right_shift(pool, b, out=scratch[:len(pool)])
+            counts[b] = _padded_count(out, widest >> b) - len(pool) + n if b < top else n
+        return level.storage_bytes(counts[b], vbytes) <= budget
+
+    if packed:
+        for b in PACKABLE_BITS:
+            level = Delta(bits=b, packed=True)
+            if fits(level):
+                return level, counts[b]
+            if b >= top:
+                break
+    for lo, hi in ((1, 8), (9, 16), (17, 32)):
+        hi = min(hi, max(top, lo))
+        if lo > 1:
+            pool = pool[pool >= (1 << lo)]  # narrower gaps add no padding at any b >= lo
+        if not fits(Delta(bits=hi)):
+            if hi >= top:
+                return None
+            continue
+        while lo < hi:  # smallest fitting b in [lo, hi]: equal crd bytes, so fitting is monotone
+            mid = (lo + hi) // 2
+            if fits(Delta(bits=mid)):
+                hi = mid
+            else:
+                lo = mid + 1
+        return Delta(bits=hi), counts[hi]
+    return None
+
+
+def _human(nbytes: int) -> str:
+    for unit, size in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if nbytes >= size:
+            return f"{nbytes / size:.1f} {unit}"
+    return f"{nbytes} bytes"
 
 
 def _is_int(x) -> bool:
