@@ -59,7 +59,7 @@ def compile_statement(statement: nt.Statement, operands: dict[str, Operand], nam
     converts: dict[str, str] = {}
     aliases: dict[str, str] = {}
     out = operands[stmt.lhs.tensor]
-    output = Output(out.name, out.format is not None, np.dtype(out.dtype))
+    output = Output(out.name, out.format is not None, np.dtype(out.dtype), out.format)
     for _ in range(MAX_REPLANS):
         try:
             space = Space(stmt, formats)
@@ -71,7 +71,8 @@ def compile_statement(statement: nt.Statement, operands: dict[str, Operand], nam
             stmt, formats = _apply(exc, stmt, formats, converts, aliases)
     else:  # pragma: no cover - each replan removes a conflict
         raise UnsupportedOperation(f"could not find a loop order for {statement}")
-    params = tuple(p for p in _candidates(stmt, formats, operands, aliases, output) if p.name in _names(body))
+    params = tuple(p for p in _candidates(stmt, formats, operands, aliases, output, lowering.writer)
+                   if p.name in _names(body))
     _check_clashes(stmt, params)
     overwrites = False
     if tuning.overwrite and not output.sparse and not stmt.accumulate and stmt.lhs.tensor not in {a.tensor for a in stmt.rhs.accesses()}:
@@ -80,7 +81,8 @@ def compile_statement(statement: nt.Statement, operands: dict[str, Operand], nam
     fn = ir.Function(name, params, tuple(body), doc=str(statement))
     plan = {"function": name, "params": [list(p.role) for p in params], "convert": converts,
             "alias": aliases, "order": order, "sparse_output": output.sparse, "rows": lowering.rows,
-            "statement": str(statement), "accumulate": statement.accumulate, "overwrites": overwrites}
+            "statement": str(statement), "accumulate": statement.accumulate, "overwrites": overwrites,
+            "writer": lowering.writer is not None}
     return fn, plan
 
 
@@ -112,10 +114,13 @@ def _rename(e: nt.Expr, slot: int, name: str) -> nt.Expr:
     return e
 
 
-def _candidates(stmt, formats, operands, aliases, output):
+def _candidates(stmt, formats, operands, aliases, output, writer=None):
     """Every parameter a kernel for ``stmt`` could use, in a stable order."""
     out = stmt.lhs.tensor
-    if output.sparse:
+    if writer is not None:
+        yield ir.Param("emit", ("emit",))
+        yield from writer.params
+    elif output.sparse:
         yield ir.Param("emit", ("emit",))
         for d in range(len(stmt.lhs.indices)):
             yield ir.Param(f"{out}_crd{d}", ("out_crd", out, d))

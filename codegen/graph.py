@@ -27,13 +27,16 @@ from ustc.format.ir import TensorFormat
 from ustc.format.ir_types import Level
 
 from .space import Replan, Space, coiterable, csf
+from .writer import levels_in_order
+
+OUTPUT_SLOT = -1  # the slot soft edges of the output's level order are recorded under
 
 
 def build(space: Space) -> nx.DiGraph:
     """Hard edges into every iterated level from the variables of the levels above it
     (its segment needs their positions); soft edges into random-access levels, kept
     only where they close no cycle (they only steer the order: outer blocks, DIA
-    diagonals outside rows)."""
+    diagonals outside rows), preceded by soft edges along the output's levels."""
     graph = nx.DiGraph()
     graph.add_nodes_from(space.loopvars)
     soft = []
@@ -48,10 +51,23 @@ def build(space: Space) -> nx.DiGraph:
                         _edge(graph, u, w, slot)
                     elif u != w:
                         soft.append((u, w, slot))
+    for u, w in _output_order(space):  # only where nothing decides (an edge here never joins a cycle)
+        if not graph.has_edge(u, w) and not nx.has_path(graph, w, u):
+            _edge(graph, u, w, OUTPUT_SLOT)
     for u, w, slot in soft:
         if graph.has_edge(u, w) or not nx.has_path(graph, w, u):
             _edge(graph, u, w, slot)
     return graph
+
+
+def _output_order(space: Space) -> list[tuple[str, str]]:
+    """Soft edges along the levels of a sparse output that can be written in order, ahead of the
+    operands' soft edges: where no stored level decides, walk in the order the output is kept."""
+    lhs = space.statement.lhs
+    order = levels_in_order(space.formats.get(lhs.tensor), lhs.indices)
+    if order is None:
+        return []
+    return [(u, w) for u, w in zip(order, order[1:]) if u in space.loopvars and w in space.loopvars]
 
 
 def _edge(graph: nx.DiGraph, u: str, w: str, slot: int) -> None:

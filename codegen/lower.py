@@ -30,6 +30,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from ustc.errors import UnsupportedOperation
+from ustc.format.ir import TensorFormat
 
 from . import lattice as lat
 from . import loopir as ir
@@ -37,6 +38,7 @@ from . import notation as nt
 from . import optimize
 from .iterators import Cursor
 from .names import FreshNames
+from .writer import Writer, levels_in_order
 from .space import Replan, Space, exactness, linear_in, plain_format, to_loop
 
 SENTINEL = 1 << 62
@@ -49,6 +51,7 @@ class Output:
     tensor: str
     sparse: bool
     dtype: np.dtype
+    format: TensorFormat | None = None
 
 
 @dataclass(frozen=True)
@@ -79,13 +82,30 @@ class Lowering:
         self.names = FreshNames(self.reserved())
         self.acc = self.names("acc", "acc")
         self.found = self.names("found", "found")
+        self.writer = self._writer()
+
+    def _writer(self) -> Writer | None:
+        """The in-order writer of a sparse output, when the loop order produces its entries in
+        the lexicographic order of its levels: the output indices are the outermost loops, in
+        level order, none derived (a block or diagonal walk is not monotone in them). Compressed
+        rows (CSR, CSC) keep the kernel that writes each row at its offset, in parallel: its
+        coordinate list is their crd and its offsets their pos."""
+        if not (self.out.sparse and self.tuning.ordered_writes) or self.out.format.compressed_rows:
+            return None  # compressed rows: the row-parallel (or one-pass appending) kernel writes them
+        levels = levels_in_order(self.out.format, self.stmt.lhs.indices)
+        if levels is None or tuple(self.order[:len(levels)]) != levels or \
+                any(v in self.space.derived for v in levels):
+            return None
+        extents = {v: self.space.loopvars[v].extent for v in levels}
+        return Writer(self.out.tensor, self.out.format, levels, self.names, ir.Var("emit"), extents)
 
     def reserved(self) -> set[str]:
         """Names fresh variables must avoid: tensors, indices, loop variables, scalars, and every
         parameter name a kernel of this statement may take (``codegen.compile`` names them)."""
         stmt, out = self.stmt, self.out.tensor
-        names = {out, "emit", f"{out}_vals", f"{out}_offsets", self.count, self.capacity}
+        names = {out, "emit", f"{out}_vals", f"{out}_offsets", f"{out}_counts", self.count, self.capacity}
         names |= {f"{out}_crd{d}" for d in range(len(stmt.lhs.indices))}
+        names |= {f"{out}_lvl{k}_{b}" for k in range(len(stmt.lhs.indices)) for b in ("pos", "crd")}
         names |= set(stmt.indices) | set(self.space.loopvars) | set(self.space.derived) | set(stmt.rhs.scalars())
         names |= {f"n_{v}" for v in set(stmt.indices) | set(self.space.loopvars)}
         for access in self.space.accesses.values():
@@ -104,6 +124,8 @@ class Lowering:
         body = optimize.tile_parallel(self.wrap(steps, lambda: self.lower(ctx, 0)), self.tuning.tile, self.names)
         if not self.out.sparse:
             return body
+        if self.writer is not None:
+            return self.writer.init() + body + self.writer.finish() + [ir.Return(ir.Const(0))]
         # entries past the arrays' capacity are counted, not written (the host then re-runs)
         capacity = [ir.Assign(self.capacity, ir.Call("len", (ir.Var(f"{self.out.tensor}_vals"),)))]
         if self.rows is None:
@@ -141,7 +163,8 @@ class Lowering:
 
     def raw_ok(self, slot: int, lattice: lat.Lattice) -> bool:
         """Duplicates may be visited one by one: every term is linear in this only operand."""
-        return self.space.accesses[slot].tensor not in self.repeated and len(lattice.points) == 1
+        return (self.writer is None and self.space.accesses[slot].tensor not in self.repeated
+                and len(lattice.points) == 1)
 
     # -- loop shapes ----------------------------------------------------------------------
     def dense_loop(self, ctx: Ctx, depth: int, v: str, lattice: lat.Lattice) -> list[ir.Stmt]:
@@ -382,8 +405,8 @@ class Lowering:
 
     def sparse_rows(self, ctx: Ctx, depth: int, v: str) -> bool:
         """A sparse output built in parallel over the outermost output index (its rows)."""
-        return (self.out.sparse and depth == 0 and not ctx.in_parallel and v in self.stmt.lhs.indices
-                and v not in self.space.derived)
+        return (self.out.sparse and self.writer is None and depth == 0 and not ctx.in_parallel
+                and v in self.stmt.lhs.indices and v not in self.space.derived)
 
     def row_counted(self, v: str, body) -> tuple[ir.Stmt, ...]:
         """Per-row counter, by ``emit`` mode (:data:`COUNT`, :data:`FILL`, :data:`APPEND`): counting
@@ -432,6 +455,9 @@ class Lowering:
         name = self.out.tensor
         if not self.out.sparse:
             return [ir.Store(name, idx, value, accumulate=True)]
+        if self.writer is not None:
+            out = self.writer.insert(value)
+            return [ir.If(ir.Var(guard), tuple(out))] if guard else out
         n = ir.Index(ir.Var(self.count))   # the running output position is never negative
         writes = [ir.Store(f"{name}_crd{d}", (n,), ir.Var(i)) for d, i in enumerate(self.stmt.lhs.indices)]
         writes.append(ir.Store(f"{name}_vals", (n,), value))

@@ -32,17 +32,19 @@ class Tuning:
     ``unroll``: two-accumulator reductions; ``tile``: rows per hoisted tile of a nested parallel
     loop (1: one row per iteration, as a GPU thread per row wants); ``grain``: nonzeros per chunk of a
     sorted level with repeats (0: a fixed 256 chunks, enough CPU threads); ``overwrite``: allow
-    :func:`overwrite_stores`."""
+    :func:`overwrite_stores`; ``ordered_writes``: write sparse outputs in their own format by in-order
+    insertion (serial; :mod:`codegen.writer`) where the loop order allows."""
 
     unroll: bool = True
     tile: int = TILE
     grain: int = 0
     overwrite: bool = True
+    ordered_writes: bool = True
 
 
 CPU = Tuning()
 # GPU: zero-filling is a device memset, and merge-path rows split between threads must add
-CUDA = Tuning(unroll=False, tile=1, grain=32, overwrite=False)
+CUDA = Tuning(unroll=False, tile=1, grain=32, overwrite=False, ordered_writes=False)
 
 
 def unroll_reductions(body, acc: str, zero, names: FreshNames) -> list[ir.Stmt]:

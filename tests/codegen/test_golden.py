@@ -31,6 +31,7 @@ SPMV = nt.Statement(_a("y", "i"), nt.Mul(_a("A", "i", "j"), _a("x", "j")), True)
 ADD = nt.Statement(_a("C", "i", "j"), nt.Add(_a("A", "i", "j"), _a("B", "i", "j")))
 MUL = nt.Statement(_a("C", "i", "j"), nt.Mul(_a("A", "i", "j"), _a("B", "i", "j")))
 SDDMM = nt.Statement(_a("C", "i", "j"), nt.Mul(nt.Mul(_a("A", "i", "j"), _a("B", "i", "k")), _a("D", "k", "j")))
+COPY = nt.Statement(_a("B", "i", "j"), _a("A", "i", "j"))
 MTTKRP = nt.Statement(_a("Y", "i", "j"), nt.Mul(nt.Mul(_a("B", "i", "k", "l"), _a("C", "k", "j")), _a("D", "l", "j")))
 
 CASES = {
@@ -45,6 +46,11 @@ CASES = {
     "sddmm_structured24": (SDDMM, {"A": F.Structured(2, 4), "C": F.Structured(2, 4)}),
     "mttkrp_csf3": (MTTKRP, {"B": F.CSF(3)}),
     "spmv_csr_overwrite": (nt.Statement(SPMV.lhs, SPMV.rhs, False), {"A": F.CSR}),  # y[i] = acc, no fill
+    # conversions written in the target's own format (codegen.writer)
+    "convert_csr_coo": (COPY, {"A": F.CSR, "B": F.COO(2)}),
+    "convert_coo_dcsr": (COPY, {"A": F.COO(2), "B": F.DCSR}),
+    "convert_csr_delta4_packed": (COPY, {"A": F.CSR, "B": F.DELTA(4, True)}),
+    "add_csr_dcsr_into_dcsr": (ADD, {"A": F.CSR, "B": F.DCSR, "C": F.DCSR}),
 }
 
 

@@ -26,7 +26,7 @@ from ..errors import FormatError, FormatSemanticError
 from . import semantics
 from .expr import Dimension, Expr, canonical
 from .ir_types import Level
-from .levels import BY_KEYWORD, LevelFormat, LevelType
+from .levels import BY_KEYWORD, Compressed, Dense, LevelFormat, LevelType
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -130,6 +130,13 @@ class TensorFormat:
         levels = self.levels
         return all(lv.type.any_pattern and not (lv.type.one_child and k and levels[k - 1].type.unique)
                    for k, lv in enumerate(levels))
+
+    @property
+    def compressed_rows(self) -> bool:
+        """Two plain levels, dense then ordered unique compressed (CSR, CSC): each row's
+        coordinates are one slice of ``crd`` and ``pos`` is the row offsets."""
+        return (self.nlevels == 2 and all(isinstance(lv.expr, Dimension) for lv in self.levels)
+                and self.levels[0].type == Dense() and self.levels[1].type == Compressed())
 
     @property
     def dense_storage(self) -> bool:

@@ -27,7 +27,7 @@ from lark.visitors import Transformer_NonRecursive
 from ..errors import FormatError, FormatSemanticError, FormatSyntaxError
 from .expr import Add, Const, Dimension, Expr, FloorDiv, Mod, Mul, Sub
 from .ir import TensorFormat
-from .levels import BY_KEYWORD
+from .levels import BY_KEYWORD, generation
 from .semantics import WIDTHS
 
 MAX_DEPTH = 32  # deepest expression accepted; real formats need 3
@@ -386,11 +386,16 @@ class _Builder:
                                     expected=() if known else formats.names()) from None
 
 
-@functools.lru_cache(maxsize=MAX_CACHED)
 def parse(text: str) -> TensorFormat:
     """Parse format text (DSL, MLIR wrapper or a named format) into a ``TensorFormat``."""
     if not isinstance(text, str):
         raise TypeError(f"format text must be a str, not {type(text).__name__}")
+    return _parse(text, generation())
+
+
+@functools.lru_cache(maxsize=MAX_CACHED)
+def _parse(text: str, registry: int) -> TensorFormat:
+    """``parse`` memoised per level-type registry generation ``registry``."""
     parser = grammar_parser()
     try:
         tree = parser.parse(text)

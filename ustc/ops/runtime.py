@@ -30,6 +30,7 @@ from ..tensor import packages
 from ..tensor.dtypes import index_dtype
 from ..tensor.tensor import Tensor, as_format
 from ..codegen import notation as nt
+from . import written
 from .operands import dtype_name
 
 TARGETS = ("cpu", "cuda")
@@ -238,6 +239,8 @@ class Run:
         for name, fmt in plan["convert"].items():
             views[name] = views[name].convert(fmt)
         out = self.tensors[statement.lhs.tensor]
+        if plan.get("writer"):
+            return self._written(statement, fn, plan, views, out)
         if plan["sparse_output"]:
             return self._sparse(statement, plan, fn, views, out)
         target = out.value
@@ -275,6 +278,21 @@ class Run:
             old.__dict__.update(result.__dict__)
             old._package = package
             result = old
+        out.value = result
+        return result
+
+    def _written(self, statement, fn, plan, views, out):
+        """A sparse output the kernel writes in its own format: count, size, fill, finalize."""
+        if statement.accumulate and isinstance(out.value, Tensor):
+            raise UnsupportedOperation(f"{statement}: '+=' into a sparse tensor the kernel writes in order "
+                                       f"is not supported; use '=' with the old tensor as an operand")
+        counts = np.zeros(out.format.nlevels, np.int64)
+        buffers, values = written.count_buffers(out.format, out.dtype)
+        fn(*self._arguments(plan, views, {"emit": 0, "levels": buffers, "vals": values, "counts": counts}))
+        sizes = written.plan_buffers(out.format, out.shape, counts, out.dtype)
+        buffers, values = sizes.allocate()
+        fn(*self._arguments(plan, views, {"emit": 1, "levels": buffers, "vals": values, "counts": counts}))
+        result = written.tensor_of(out.format, sizes, buffers, values)
         out.value = result
         return result
 
@@ -336,6 +354,10 @@ class Run:
                 args.append(out["vals"])
             elif kind == "out_offsets":
                 args.append(out["offsets"])
+            elif kind == "out_level":
+                args.append(out["levels"][(role[2], role[3])])
+            elif kind == "out_counts":
+                args.append(out["counts"])
             elif kind == "array":
                 a = views[role[1]]
                 args.append(a.reshape(1) if a.ndim == 0 else a)

@@ -138,7 +138,7 @@ def select(x: np.ndarray, mode: int, mask: np.ndarray | None):
 
     rows = int(np.prod(x.shape[:-1], dtype=np.int64))
     x2 = x.reshape(rows, x.shape[-1])
-    if not _compiled_dtype(x.dtype):
+    if not compiled_dtype(x.dtype):
         return _select_numpy(x2, mode, mask)
     mask2 = np.zeros((1, 1), dtype=np.bool_) if mask is None else np.asarray(mask, dtype=np.bool_).reshape(x2.shape)
     pos = prefix_sum(kernels.row_counts(x2, mode, mask2))
@@ -148,7 +148,7 @@ def select(x: np.ndarray, mode: int, mask: np.ndarray | None):
     return pos, crd, values
 
 
-def _compiled_dtype(dtype: np.dtype) -> bool:
+def compiled_dtype(dtype: np.dtype) -> bool:
     """Dtypes the Numba kernels handle (Numba has no CPU float16)."""
     return dtype.kind in "biuc" or (dtype.kind == "f" and dtype.itemsize >= 4)
 

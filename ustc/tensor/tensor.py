@@ -255,6 +255,13 @@ class Tensor:
         fast = fastpaths.convert(self, fmt)
         if fast is not None:
             return fast
+        if self.format.all_dense and (fastpaths.csr_like(fmt) or fastpaths.coo_like(fmt)):
+            return Tensor.from_dense(self.to_dense(), fmt)  # the parallel count and fill kernels
+        from ..ops.convert import worth_compiling, written
+
+        compiled = written(self, fmt) if worth_compiling(self) else None
+        if compiled is not None:
+            return compiled
         coords, values = self.entries()
         return Tensor._assembled(fmt, self.shape, coords, values, self._package, prune=prune)
 

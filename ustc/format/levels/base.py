@@ -61,11 +61,26 @@ never the keyword; the vocabulary of TACO's ``ModeFormatImpl`` and MLIR's
     the level walks the dimension that completes an earlier ``d - e`` / ``d + e``
     level (range).
 
+``append``
+    the level can be written in lexicographic order by generated code: one
+    :meth:`insert` per stored coordinate tuple, in order (MLIR's
+    ``sparse_tensor.insert`` lowering; TACO's append / locate assembly). A level
+    that cannot hold every pattern must refuse an overflowing count in
+    ``written_positions``, before the filling pass.
+
 Read hooks (loop IR, given a :class:`LevelAccess` naming the level's buffers):
 ``segment(acc, p, run_end)``, ``coordinate(acc, q)`` (stateless levels) or
 ``coord_start(acc)`` / ``coord_step(acc, q)`` (stateful levels), and
 ``locate_position(acc, p, c)``. Layout hooks for batched storage:
 ``pos_length``, ``used_entries``, ``child_starts``.
+
+Write hooks (given a :class:`LevelWrite`): ``insert(w, p, c)`` returns the loop
+IR that finds or makes the position of coordinate ``c`` under parent position
+``p`` (writing buffers only while ``w.emit`` holds, so the same code counts in a
+first pass and fills in a second) and that position; on the host,
+``written_positions`` turns the kernel's count into the level's position count,
+``write_lengths`` sizes the buffers before anything is allocated, and
+``finalize`` completes them (``pos`` of parents that got no children).
 """
 
 from __future__ import annotations
@@ -119,6 +134,23 @@ class LevelAccess:
 
 
 @dataclass(frozen=True)
+class LevelWrite:
+    """How a generated kernel names one level of the tensor it writes: the buffers, extent and
+    smallest coordinate, the insertion state (``count`` positions so far; ``last_parent`` and
+    ``last_coord`` of the last one; ``scratch``, a local) and ``emit``, true in the filling pass."""
+
+    pos: str
+    crd: str
+    size: ir.Expr
+    lo: ir.Expr
+    count: str
+    last_parent: str
+    last_coord: str
+    scratch: str
+    emit: ir.Expr
+
+
+@dataclass(frozen=True)
 class LevelType:
     """Base of all level types; see the module docstring for the protocol."""
 
@@ -133,6 +165,7 @@ class LevelType:
     stateful: ClassVar[bool] = False
     any_pattern: ClassVar[bool] = True
     completes_affine: ClassVar[bool] = False
+    append: ClassVar[bool] = False
 
     properties: tuple[LevelProperty, ...] = ()
 
@@ -295,6 +328,43 @@ class LevelType:
     def locate_position(self, acc: LevelAccess, p: ir.Expr, c: ir.Expr) -> ir.Expr:
         """``locate`` levels: the position of coordinate ``c`` under parent position ``p``."""
         return ir.add(ir.mul(p, acc.size), ir.sub(c, acc.lo))
+
+
+    # -- write hooks (loop IR; module docstring) ---------------------------------------------
+    def insert(self, w: LevelWrite, p: ir.Expr, c: ir.Expr) -> tuple[list[ir.Stmt], ir.Expr]:
+        """Locate levels: the position is computed, nothing is written."""
+        if not self.locate:  # pragma: no cover - appendable iterated levels override
+            raise NotImplementedError(f"{self.keyword} levels cannot be written in order")
+        return [], self.locate_position(LevelAccess(w.pos, w.crd, w.size, w.lo), p, c)
+
+    def written_positions(self, nparents: int, extent: int, counted: int) -> int:
+        """Positions of the written level: ``counted`` is the kernel's ``count`` for it."""
+        return nparents * extent if self.locate else counted
+
+    def write_lengths(self, nparents: int, count: int) -> dict[str, int]:
+        """Length of each buffer the kernel writes, for ``nparents`` parents and ``count`` positions."""
+        return {}
+
+    def finalize(self, buffers: dict, nparents: int, count: int) -> dict:
+        """The level's buffers once the kernel wrote them (default: as written)."""
+        return buffers
+
+
+def unique_append(w: LevelWrite, unique: bool, p: ir.Expr, c: ir.Expr,
+                  body: list[ir.Stmt]) -> list[ir.Stmt]:
+    """``body`` (which appends positions) run when coordinate ``c`` under ``p`` is not the last
+    position's (always, for a nonunique level: every tuple below gets its own position),
+    then the state updated: in-order insertion meets a repeated (parent, coordinate) only
+    right after its first time."""
+    body = body + [ir.Assign(w.last_parent, p), ir.Assign(w.last_coord, c)]
+    if not unique:
+        return body
+    new = ir.disj([ir.Bin("!=", ir.Var(w.last_parent), p), ir.Bin("!=", ir.Var(w.last_coord), c)])
+    return [ir.If(new, tuple(body))]
+
+
+def store(array: str, index: ir.Expr, value: ir.Expr) -> ir.Stmt:
+    return ir.Store(array, (subscript(index),), value)
 
 
 def subscript(q: ir.Expr) -> ir.Expr:

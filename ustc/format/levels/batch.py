@@ -18,6 +18,7 @@ from .base import LevelType, dense_pack, dense_unpack
 class Batch(LevelType):
     keyword = "batch"
     locate = True
+    append = True
     batched = True
 
     def check(self, levels, k):

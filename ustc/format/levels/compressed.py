@@ -15,8 +15,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ...codegen import loopir as ir
 from ...errors import StorageError
-from .base import LevelProperty, LevelType, Packed, check_range, check_segments, pos_end, prefix_sum, segment_parents
+from .base import (LevelProperty, LevelType, Packed, check_range, check_segments, pos_end, prefix_sum,
+                   segment_parents, store, unique_append)
 
 
 @dataclass(frozen=True)
@@ -25,6 +27,7 @@ class Compressed(LevelType):
     buffers = ("pos", "crd")
     allowed_properties = frozenset({LevelProperty.NONUNIQUE, LevelProperty.NONORDERED})
     coo_parent = True
+    append = True
 
     # -- segment bounds: the one thing loose_compressed changes ---------------------
     def bounds(self, pos: np.ndarray, nparents: int) -> tuple[np.ndarray, np.ndarray]:
@@ -50,6 +53,24 @@ class Compressed(LevelType):
 
     def child_starts(self, extent, pos, starts):
         return np.asarray(pos, dtype=np.int64)[starts]
+
+    # -- write hooks: append in order; pos[p + 1] holds the count after p's last child ------
+    def insert(self, w, p, c):
+        n = ir.Var(w.count)
+        body = [ir.If(w.emit, tuple(self.append_stores(w, p, c))), ir.Assign(w.count, ir.Const(1), "+")]
+        return unique_append(w, self.unique, p, c, body), ir.sub(n, 1)
+
+    def append_stores(self, w, p, c) -> list:
+        n = ir.Var(w.count)
+        return [store(w.crd, n, c), store(w.pos, ir.add(p, 1), ir.add(n, 1))]
+
+    def write_lengths(self, nparents, count):
+        return {"pos": self.pos_length(nparents), "crd": count}
+
+    def finalize(self, buffers, nparents, count):
+        """Parents without children: their ``pos[p + 1]`` takes the count before them."""
+        np.maximum.accumulate(buffers["pos"], out=buffers["pos"])
+        return buffers
 
     # -- storage hooks ----------------------------------------------------------
     def positions(self, nparents, extent, buffers):

@@ -23,55 +23,18 @@ narrowest width that would fit, when their crd plus values would exceed
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import numpy as np
 
-from ...errors import FormatSemanticError, StorageError, UstcError
+from ...errors import FormatSemanticError, StorageError
+from ...memory import BUDGET_VARIABLE, memory_budget
 from ...codegen import loopir as ir
-from .base import PACKED, LevelType, Packed, as_intp, check_range, pos_end, split_spec, subscript
+from .base import (PACKED, LevelType, Packed, as_intp, check_range, pos_end, split_spec, store, subscript,
+                   unique_append)
 from .compressed import Compressed
 
 PACKABLE_BITS = (1, 2, 4, 8)
-BUDGET_VARIABLE = "USTC_MEMORY_BUDGET"
-
-
-def memory_budget() -> int:
-    """Bytes a conversion may allocate for one level's buffers before it refuses with StorageError.
-
-    ``USTC_MEMORY_BUDGET`` (a byte count, read at every call) overrides it;
-    otherwise it is the memory available now: ``MemAvailable`` of
-    ``/proc/meminfo`` where there is one (free memory plus what the kernel
-    can reclaim), else ``SC_AVPHYS_PAGES * SC_PAGE_SIZE``, else the total
-    physical memory, else unlimited (``2**63 - 1``).
-    """
-    text = os.environ.get(BUDGET_VARIABLE, "").strip()
-    if text:
-        try:
-            budget = int(text)
-        except ValueError:
-            budget = -1
-        if budget < 0:
-            raise UstcError(f"{BUDGET_VARIABLE} must be a number of bytes (a non-negative integer), "
-                            f"got {text!r}")
-        return budget
-    try:
-        with open("/proc/meminfo", "rb") as f:
-            for line in f:
-                if line.startswith(b"MemAvailable:"):
-                    fields = line.split()
-                    return int(fields[1]) * (1024 if fields[2:3] == [b"kB"] else 1)
-    except (OSError, ValueError, IndexError):
-        pass
-    for pages in ("SC_AVPHYS_PAGES", "SC_PHYS_PAGES"):
-        try:
-            count, size = os.sysconf(pages), os.sysconf("SC_PAGE_SIZE")
-        except (AttributeError, ValueError, OSError):
-            continue
-        if count > 0 and size > 0:
-            return count * size
-    return 2 ** 63 - 1
 
 
 @dataclass(frozen=True)
@@ -79,6 +42,7 @@ class Delta(LevelType):
     keyword = "delta"
     buffers = ("pos", "crd")
     stateful = True
+    append = True
 
     bits: int = 8
     packed: bool = False
@@ -131,6 +95,33 @@ class Delta(LevelType):
         word = ir.load(acc.crd, ir.Bin(">>", bit, ir.Const(5)))
         shifted = ir.Bin(">>", word, ir.Bin("&", bit, ir.Const(31)))
         return ir.add(1, ir.Bin("&", shifted, ir.Const((1 << self.bits) - 1)))
+
+    # -- write hooks: append in order, bridging wide gaps with value-0 padding entries --------
+    def insert(self, w, p, c):
+        n, gap, full = ir.Var(w.count), ir.Var(w.scratch), 1 << self.bits
+        prev = ir.Select(ir.Bin("!=", ir.Var(w.last_parent), p), ir.sub(w.lo, 1), ir.Var(w.last_coord))
+        pad = (ir.If(w.emit, (self._write_gap(w, n, ir.Const(full - 1)),)), ir.Assign(w.count, ir.Const(1), "+"),
+               ir.Assign(w.scratch, ir.sub(gap, full)))
+        body = [ir.Assign(w.scratch, ir.sub(ir.sub(c, prev), 1)),
+                ir.While(ir.Bin(">=", gap, ir.Const(full)), pad),
+                ir.If(w.emit, (self._write_gap(w, n, gap), store(w.pos, ir.add(p, 1), ir.add(n, 1)))),
+                ir.Assign(w.count, ir.Const(1), "+")]
+        return unique_append(w, True, p, c, body), ir.sub(n, 1)
+
+    def _write_gap(self, w, q, gap):
+        if not self.packed:
+            return store(w.crd, q, gap)
+        bit = ir.mul(q, self.bits)
+        word = ir.Index(ir.Bin(">>", bit, ir.Const(5)))
+        shifted = ir.Bin("<<", gap, ir.Bin("&", bit, ir.Const(31)))
+        return ir.Store(w.crd, (word,), ir.Bin("|", ir.Load(w.crd, (word,)), shifted))
+
+    def write_lengths(self, nparents, count):
+        return {"pos": nparents + 1, "crd": -(-count * self.bits // 32) if self.packed else count}
+
+    def finalize(self, buffers, nparents, count):
+        np.maximum.accumulate(buffers["pos"], out=buffers["pos"])
+        return buffers
 
     # -- batched layout: gaps travel unpacked while batches are joined or split -------------
     def used_entries(self, buffers, nparents):

@@ -15,6 +15,7 @@ from .base import LevelType, dense_pack, dense_unpack
 class Dense(LevelType):
     keyword = "dense"
     locate = True
+    append = True
 
     def unpack(self, nparents, extent, lo, buffers):
         return dense_unpack(nparents, extent, lo)

@@ -14,6 +14,7 @@ import numpy as np
 
 from ...codegen import loopir as ir
 from ...errors import StorageError
+from .base import store
 from .compressed import Compressed
 
 
@@ -36,6 +37,17 @@ class LooseCompressed(Compressed):
     def segment(self, acc, p, run_end):
         pos = acc.pos
         return ir.load(pos, ir.mul(2, p)), ir.load(pos, ir.add(ir.mul(2, p), 1))
+
+    # -- write hooks: (start, end) per parent, segments back to back -------------------------
+    def append_stores(self, w, p, c):
+        n = ir.Var(w.count)
+        first = ir.If(ir.Bin("!=", ir.Var(w.last_parent), p), (store(w.pos, ir.mul(2, p), n),))
+        return [store(w.crd, n, c), first, store(w.pos, ir.add(ir.mul(2, p), 1), ir.add(n, 1))]
+
+    def finalize(self, buffers, nparents, count):
+        pos = buffers["pos"]
+        buffers["pos"] = self.make_pos(pos[1::2] - pos[0::2]).astype(pos.dtype, copy=False)
+        return buffers
 
     # -- batched layout --------------------------------------------------------------
     def segments_end(self, pos):

@@ -16,7 +16,7 @@ import numpy as np
 
 from ...codegen import loopir as ir
 from ...errors import FormatSemanticError, StorageError
-from .base import LevelProperty, LevelType, Packed, check_range
+from .base import LevelProperty, LevelType, Packed, check_range, store
 from .dense import Dense
 
 
@@ -27,6 +27,7 @@ class Singleton(LevelType):
     allowed_properties = frozenset(LevelProperty)
     one_child = True
     coo_parent = True
+    append = True
 
     def check(self, levels, k):
         if k == 0 or not levels[k - 1].type.coo_parent:
@@ -47,6 +48,16 @@ class Singleton(LevelType):
 
     def child_starts(self, extent, pos, starts):
         return starts
+
+    # -- write hooks: the parent's position, its coordinate stored there -------------------
+    def insert(self, w, p, c):
+        return [ir.If(w.emit, (store(w.crd, p, c),))], p
+
+    def written_positions(self, nparents, extent, counted):
+        return nparents
+
+    def write_lengths(self, nparents, count):
+        return {"crd": nparents}
 
     def positions(self, nparents, extent, buffers):
         if len(buffers["crd"]) < nparents:

@@ -1,0 +1,171 @@
+"""Conversions the generated kernel writes in the target's own format (``codegen.writer``),
+checked buffer for buffer against the NumPy pack/unpack oracle, and the sizes-before-memory
+refusal of a result that cannot fit."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+import ustc
+from fitting import structured_fit
+from strategies import examples, formats
+from ustc import Tensor
+from ustc import formats as F
+from ustc.codegen.writer import levels_in_order
+from ustc.errors import StorageError
+from ustc.ops import convert as generated
+from ustc.ops import runtime
+from ustc.tensor import storage
+
+from test_convert import rand_dense
+
+# every 2-D registry format the kernel can write in order, and every other one (they fall back)
+REGISTRY_2D = {nf.name: nf.format() for nf in F.NAMED if nf.format().ndim == 2}
+WRITABLE = [pytest.param(fmt, id=name) for name, fmt in REGISTRY_2D.items() if levels_in_order(fmt, ("i", "j"))]
+OTHERS = [pytest.param(fmt, id=name) for name, fmt in REGISTRY_2D.items() if not levels_in_order(fmt, ("i", "j"))]
+
+
+def oracle(t: Tensor, fmt) -> Tensor:
+    """The NumPy pipeline: unpack to coordinates, sort, pack (``storage.assemble``)."""
+    coords, values = t.entries()
+    return Tensor._assembled(ustc.tensor.tensor.as_format(fmt), t.shape, coords, values, t.package)
+
+
+def assert_same_storage(got: Tensor, want: Tensor) -> None:
+    assert got.format == want.format and got.shape == want.shape
+    assert set(got.buffers) == set(want.buffers)
+    for key, buf in want.buffers.items():
+        assert got.buffers[key].dtype == buf.dtype, key
+        np.testing.assert_array_equal(got.buffers[key], buf, err_msg=str(key))
+    assert got.values.dtype == want.values.dtype
+    np.testing.assert_array_equal(got.values, want.values)
+
+
+def _writable(fmt) -> bool:
+    return levels_in_order(fmt, tuple(f"i{d}" for d in range(fmt.ndim))) is not None
+
+
+@settings(max_examples=examples(60), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(src=formats(max_rank=3, allow_structured=False), dst=formats(max_rank=3, allow_structured=False),
+       data=st.data())
+def test_generated_conversion_equals_the_oracle_buffer_for_buffer(src, dst, data):
+    assume(src.ndim == dst.ndim and _writable(dst))
+    shape = tuple(data.draw(st.lists(st.integers(0, 6), min_size=src.ndim, max_size=src.ndim), label="shape"))
+    kind = data.draw(st.sampled_from(["random", "zero", "full"]), label="contents")
+    dtype = data.draw(st.sampled_from([np.float64, np.float32, np.int32, np.complex128]), label="dtype")
+    x = rand_dense(shape, dtype, density={"random": 0.35, "zero": 0.0, "full": 1.0}[kind], seed=len(shape))
+    if kind == "zero":
+        x = np.zeros(shape, dtype)
+    a = Tensor.from_dense(structured_fit(x, src), src)
+    got = generated.written(a, dst)
+    want = oracle(a, dst)
+    if got is not None:
+        assert_same_storage(got, want)
+    converted = a.convert(dst)   # the NumPy route at this size: the same tensor
+    assert_same_storage(converted, want)
+    np.testing.assert_array_equal(converted.to_dense(), x)
+
+
+SHAPES = [(0, 0), (1, 9), (9, 1), (7, 11), (5, 5)]
+
+
+@pytest.mark.parametrize("dst", WRITABLE)
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+def test_registry_targets_from_csr_are_written_by_the_kernel(dst, shape):
+    """Every registry format whose levels the kernel can append, from CSR (same row order),
+    except compressed rows (CSR, CSC), which the row-parallel kernel writes."""
+    x = rand_dense(shape, np.float64, 0.4, seed=shape[0])
+    a = Tensor.from_dense(x, F.CSR)
+    got = generated.written(a, dst)
+    in_row_order = [lv.expr.name for lv in dst.levels] == [d.name for d in dst.dims]
+    assert (got is not None) == (in_row_order and not dst.compressed_rows)
+    assert_same_storage(a.convert(dst), oracle(a, dst))
+    if got is not None:
+        assert_same_storage(got, oracle(a, dst))
+        got.validate()
+
+
+@pytest.mark.parametrize("dst", [pytest.param(ustc.TensorFormat.parse(t), id=t) for t in (
+    "(i, j) -> (i : compressed, j : dense)", "(i, j) -> (i : dense, j : loose_compressed)",
+    "(i, j) -> (i : compressed(nonunique), j : singleton(nonunique, soa))", "(i, j) -> (i : dense, j : delta(1))",
+    "(i, j) -> (i : dense, j : delta(8, packed))", "(i, j) -> (i : loose_compressed, j : delta(2))")])
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+def test_level_types_outside_the_named_formats_are_written_by_the_kernel(dst, shape):
+    x = rand_dense(shape, np.float64, 0.4, seed=shape[1])
+    a = Tensor.from_dense(x, F.COO(2))
+    got = generated.written(a, dst)
+    assert got is not None
+    assert_same_storage(got, oracle(a, dst))
+    got.validate()
+
+
+@pytest.mark.parametrize("dst", OTHERS)
+def test_registry_targets_the_kernel_cannot_append_still_convert(dst):
+    x = rand_dense((8, 12), np.float64, 0.4, seed=5)
+    a = Tensor.from_dense(structured_fit(x, dst), F.CSR)
+    assert generated.written(a, dst) is None
+    assert_same_storage(a.convert(dst), oracle(a, dst))
+
+
+def test_duplicates_and_explicit_zeros_of_the_source_are_summed_and_dropped():
+    """A COO source with repeated coordinates (summing to zero once) and an explicit zero."""
+    rows, cols = np.array([0, 0, 1, 1, 2, 2]), np.array([3, 3, 0, 2, 1, 1])
+    vals = np.array([1.0, 2.0, 5.0, 0.0, 4.0, -4.0])
+    fmt = "(i, j) -> (i : compressed(nonunique), j : singleton(nonunique))"
+    buffers = {(0, "pos"): np.array([0, 6]), (0, "crd"): rows, (1, "crd"): cols}
+    a = Tensor(fmt, (3, 4), buffers, vals)
+    expected = np.zeros((3, 4))
+    expected[0, 3], expected[1, 0] = 3.0, 5.0
+    for dst in (F.DCSR, F.COO(2), F.DELTA(1)):
+        got = generated.written(a, dst)
+        assert got is not None
+        np.testing.assert_array_equal(got.to_dense(), expected)
+        assert_same_storage(got, oracle(a, dst))
+        if dst != F.DELTA(1):  # delta pads with zeros; the others store exactly the two nonzeros
+            assert sorted(got.values.tolist()) == [3.0, 5.0]
+
+
+def test_convert_takes_the_generated_kernel_and_keeps_the_input(monkeypatch):
+    calls = []
+    original = runtime.Run._written
+    monkeypatch.setattr(runtime.Run, "_written", lambda self, *a: calls.append(1) or original(self, *a))
+    x = rand_dense((300, 400), np.float64, 0.6, seed=3)
+    a = Tensor.from_dense(x, F.CSR)
+    assert generated.worth_compiling(a) and not generated.worth_compiling(Tensor.from_dense(x[:10], F.CSR))
+    before = [b.copy() for b in a.buffers.values()], a.values.copy()
+    for dst in (F.COO(2), F.DCSR, F.DELTA(3)):
+        np.testing.assert_array_equal(a.convert(dst).to_dense(), x)
+    assert len(calls) == 3
+    for b, saved in zip(a.buffers.values(), before[0]):
+        np.testing.assert_array_equal(b, saved)
+    np.testing.assert_array_equal(a.values, before[1])
+
+
+def test_a_result_over_the_memory_budget_is_refused_before_allocating(monkeypatch):
+    import tracemalloc
+
+    x = rand_dense((200, 300), np.float64, 0.5, seed=1)
+    a = Tensor.from_dense(x, F.CSR)
+    generated.written(a, F.DCSR)  # compile outside the measurement
+    monkeypatch.setenv("USTC_MEMORY_BUDGET", "10000")
+    tracemalloc.start()
+    try:
+        with pytest.raises(StorageError, match="memory budget of 10,000 bytes"):
+            generated.written(a, F.DCSR)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 200_000  # the counts and the empty counting buffers, never the result
+
+
+def test_targets_the_walk_cannot_write_in_order_fall_back():
+    a = Tensor.from_dense(rand_dense((6, 5), seed=2), F.CSR)
+    assert generated.written(a, F.CSC) is None           # needs a transposition
+    assert generated.written(a, F.BSR(2, 2)) is None     # block levels are not monotone in i, j
+    assert generated.written(a, F.Structured(2, 4)) is None
+    for dst in (F.CSC, F.BSR(2, 2)):
+        np.testing.assert_array_equal(a.convert(dst).to_dense(), a.to_dense())

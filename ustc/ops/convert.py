@@ -1,0 +1,54 @@
+"""``Tensor.convert`` as the compiled statement ``B[i, j, ...] = A[i, j, ...]``.
+
+The generated kernel walks the source in its own format and writes the target
+in its own format through the level types' write hooks (``codegen.writer``):
+a counting pass, buffers sized from the counts (refused before allocation when
+they would not fit the memory budget), a filling pass. It applies when the walk
+meets the target's entries in the order of its levels; the kernel lives in the
+kernel cache like every other, keyed by both formats' signatures.
+"""
+
+from __future__ import annotations
+
+from .. import cache
+from ..codegen import notation as nt
+from ..codegen.space import coiterable
+from ..codegen.writer import levels_in_order
+from ..format.ir import TensorFormat
+from ..tensor.fastpaths import compiled_dtype
+from ..tensor.tensor import Tensor
+from . import runtime
+
+
+# Source entries from which ``Tensor.convert`` compiles: below, the NumPy path takes a few ms
+# while a kernel's first compile on a machine takes ~0.5 s (then it loads from the cache).
+COMPILE_FROM = 1 << 16
+
+
+def copy_program(ndim: int) -> nt.Program:
+    """``B[i0, i1, ...] = A[i0, i1, ...]``."""
+    indices = tuple(f"i{d}" for d in range(ndim))
+    return nt.Program((nt.Statement(nt.Access("B", indices), nt.Access("A", indices)),))
+
+
+def worth_compiling(t: Tensor) -> bool:
+    """Whether ``Tensor.convert`` should take the generated kernel for ``t`` (see COMPILE_FROM)."""
+    return t.nse >= COMPILE_FROM
+
+
+def written(t: Tensor, fmt: TensorFormat) -> Tensor | None:
+    """``t`` in ``fmt`` by a generated kernel that writes ``fmt`` in order, or None when no such
+    kernel applies (the target's levels cannot be appended, the source must itself be converted
+    first to be walked, the walk's order is not the target's, or Numba has no such dtype)."""
+    program = copy_program(t.ndim)
+    if t.device != "cpu" or not compiled_dtype(t.dtype) or not coiterable(t.format) or \
+            levels_in_order(fmt, program.statements[0].lhs.indices) is None:
+        return None
+    run = runtime.prepare(program, {"B": fmt, "A": t}, "cpu")
+    module, _ = cache.load(run.fields, run.generate)
+    if not module.PLAN[0].get("writer") or module.PLAN[0]["convert"]:
+        return None
+    result = run.run()["B"]
+    result._package = t.package
+    return result
+

@@ -1,0 +1,108 @@
+"""Host side of sparse outputs the kernel writes in their own format (``codegen.writer``).
+
+The kernel runs twice with the same code: a counting pass (``emit`` 0) leaves
+each iterated level's position count in ``counts``; :func:`plan_buffers` turns
+the counts into every buffer's length and dtype and refuses, before allocating,
+a result that would not fit the memory budget; the filling pass (``emit`` 1)
+writes the buffers; :func:`tensor_of` lets each level finalize its buffers
+(``pos`` of parents without children) and makes the tensor.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import StorageError
+from ..format.ir import TensorFormat
+from ..memory import BUDGET_VARIABLE, memory_budget
+from ..tensor import batch
+from ..tensor.dtypes import index_dtype
+from ..tensor.storage import Layout
+from ..tensor.tensor import Tensor
+
+
+@dataclass(frozen=True)
+class BufferPlan:
+    """Lengths and dtypes of a written tensor's buffers, known before any is allocated."""
+
+    layout: Layout
+    lengths: tuple[tuple[tuple[int, str], int], ...]   # ((level, name), length)
+    dtypes: tuple[tuple[tuple[int, str], np.dtype], ...]
+    positions: tuple[int, ...]                         # positions of every level
+    value_dtype: np.dtype
+
+    @property
+    def nvalues(self) -> int:
+        return self.positions[-1] if self.positions else 1
+
+    @property
+    def nbytes(self) -> int:
+        dtypes = dict(self.dtypes)
+        return sum(n * dtypes[key].itemsize for key, n in self.lengths) + self.nvalues * self.value_dtype.itemsize
+
+    def allocate(self) -> tuple[dict, np.ndarray]:
+        """Zeroed buffers (``pos`` of untouched parents, padding values and packed words start at 0)."""
+        dtypes = dict(self.dtypes)
+        buffers = {key: np.zeros(n, dtype=dtypes[key]) for key, n in self.lengths}
+        return buffers, np.zeros(self.nvalues, dtype=self.value_dtype)
+
+
+def count_buffers(fmt: TensorFormat, value_dtype: np.dtype) -> tuple[dict, np.ndarray]:
+    """Empty buffers for the counting pass, in the dtypes a small result would take (the two
+    passes then share one compiled signature)."""
+    dtypes = _dtypes(fmt, (1,) * fmt.ndim, (0,) * fmt.nlevels, 0)
+    return {key: np.zeros(0, dtype=d) for key, d in dtypes.items()}, np.zeros(0, dtype=value_dtype)
+
+
+def plan_buffers(fmt: TensorFormat, shape, counts: np.ndarray, value_dtype: np.dtype) -> BufferPlan:
+    """The buffers for the kernel's ``counts``; StorageError when they exceed the memory budget."""
+    layout = Layout.of(fmt, shape)
+    lengths, positions, parents = {}, [], 1
+    for k, level in enumerate(fmt.levels):
+        count = level.type.written_positions(parents, layout.level_shape[k], int(counts[k]))
+        for name, n in level.type.write_lengths(parents, count).items():
+            lengths[(k, name)] = n
+        positions.append(count)
+        parents = count
+    most = max((n for k, n in enumerate(positions) if "pos" in fmt.levels[k].type.buffers), default=0)
+    dtypes = _dtypes(fmt, layout.level_shape, layout.origins, most)
+    plan = BufferPlan(layout, tuple(lengths.items()), tuple((key, dtypes[key]) for key in lengths),
+                      tuple(positions), np.dtype(value_dtype))
+    budget = memory_budget()
+    if plan.nbytes > budget:
+        raise StorageError(f"a {fmt} tensor of shape {tuple(shape)} would store {plan.nvalues:,} values "
+                           f"({plan.nbytes:,} bytes with its index buffers), more than the memory budget of "
+                           f"{budget:,} bytes ({BUDGET_VARIABLE} sets it)")
+    return plan
+
+
+def tensor_of(fmt: TensorFormat, plan: BufferPlan, buffers: dict, values: np.ndarray, package=None) -> Tensor:
+    """The tensor of the filled buffers, each level's finalize hook applied."""
+    layout, parents = plan.layout, 1
+    for k, level in enumerate(fmt.levels):
+        own = {name: buffers[(k, name)] for name in level.type.buffers}
+        for name, buf in level.type.finalize(own, parents, plan.positions[k]).items():
+            buffers[(k, name)] = buf
+        parents = plan.positions[k]
+    if fmt.batch_levels:
+        buffers, values = batch.split(fmt, layout.level_shape, buffers, values)
+    return Tensor(fmt, layout.shape, buffers, values, package=package)
+
+
+def _dtypes(fmt: TensorFormat, level_shape, origins, most_positions: int) -> dict:
+    """The dtype of each buffer: the level's own (delta gaps), else the format's index policy
+    (``posWidth`` / ``crdWidth``, else int32 when it fits), as the host assembler picks them."""
+    plain = [k for k, lv in enumerate(fmt.levels)
+             if "crd" in lv.type.buffers and getattr(lv.type, "crd_dtype", None) is None]
+    crd_hi = max((origins[k] + level_shape[k] - 1 for k in plain), default=0)
+    crd_lo = min((origins[k] for k in plain), default=0)
+    pos = index_dtype(fmt.pos_width, 0, most_positions, "pos")
+    crd = index_dtype(fmt.crd_width, min(crd_lo, 0), max(crd_hi, 0), "crd")
+    out = {}
+    for k, level in enumerate(fmt.levels):
+        for name in level.type.buffers:
+            own = getattr(level.type, "crd_dtype", None) if name == "crd" else None
+            out[(k, name)] = np.dtype(own) if own is not None else (pos if name == "pos" else crd)
+    return out
