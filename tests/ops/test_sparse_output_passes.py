@@ -104,3 +104,19 @@ def test_output_bound():
     assert bound(nt.Neg(access("A", "j", "i")), access("C", "j", "i")) == A.nse
     assert bound(nt.Add(access("A", "i", "j"), nt.Literal(1))) == 30
     assert bound(nt.Mul(access("A", "i", "k"), access("B", "k", "j"))) is None  # k is summed
+
+
+@pytest.mark.parametrize("src, dst", [(F.CSR, F.CSC), (F.CSC, F.CSR)], ids=["csr_to_csc", "csc_to_csr"])
+def test_a_copy_into_compressed_rows_of_the_other_order_is_a_counting_transpose(src, dst, monkeypatch):
+    """The kernel walks the source in its order; the host builds the target by one histogram and a
+    counting transpose, never the generic sort."""
+    from ustc.tensor import sort
+
+    A = sparse(src, (40, 30), seed=9)
+    expected = Tensor.from_dense(A.to_dense(), dst)
+    monkeypatch.setattr(sort, "sort_entries", lambda *a, **k: pytest.fail("sorted on the host"))
+    C = ustc.einsum("ij->ij", A, out_format=dst)
+    C.validate()
+    for key, buf in expected.buffers.items():
+        np.testing.assert_array_equal(C.buffers[key], buf)
+    np.testing.assert_array_equal(C.values, expected.values)

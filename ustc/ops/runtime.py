@@ -415,7 +415,8 @@ def assemble(coords, values, shape, fmt: TensorFormat, rows: tuple[int, np.ndarr
     compressed-family target fed in its own order (CSR rows by rows) keeps the minor
     coordinates and values as they are and counts the major ones (O(n), no copy), or takes
     ``rows = (dimension, offsets)`` as its positions when the kernel wrote row offsets of that
-    dimension; else the generic assembler sorts, sums duplicates and drops zeros."""
+    dimension; fed in the other order (CSR entries into CSC) it is one counting transpose;
+    else the generic assembler sorts, sums duplicates and drops zeros."""
     from ..tensor import fastpaths, kernels
 
     fam = fastpaths.family(fmt)
@@ -424,6 +425,10 @@ def assemble(coords, values, shape, fmt: TensorFormat, rows: tuple[int, np.ndarr
         if kernels.strictly_increasing(major, minor):
             pos = rows[1] if rows is not None and rows[0] == fam.major else None
             fast = fastpaths.csr_from_sorted(major, minor, values, shape, fmt, pos)
+            if fast is not None:
+                return fast
+        elif kernels.strictly_increasing(minor, major):  # walked in the other order (CSR into CSC)
+            fast = fastpaths.csr_from_transposed(minor, major, values, shape, fmt)
             if fast is not None:
                 return fast
     return Tensor.from_coo(coords, values, shape, fmt)

@@ -110,6 +110,20 @@ def csr_from_sorted(major, minor, values, shape, fmt: TensorFormat, pos=None):
     return _csr_tensor(tuple(shape), None, fmt, pos, minor, values)
 
 
+def csr_from_transposed(outer, inner, values, shape, fmt: TensorFormat):
+    """A tensor in CSR-family ``fmt`` from entries strictly increasing in ``(outer, inner)``, where
+    ``outer`` is ``fmt``'s *minor* dimension (a walk in the other order: CSC entries for a CSR
+    target): one histogram and one counting transpose, no sort. None as for ``csr_from_sorted``."""
+    from . import kernels
+
+    fam = family(fmt)
+    if fam is None or fam.kind != "csr" or kernels.count_zeros(values):
+        return None
+    pos = prefix_sum(kernels.histogram(outer, shape[1 - fam.major]))
+    out = _transpose(pos, inner, values, shape[fam.major])
+    return None if out is None else _csr_tensor(tuple(shape), None, fmt, *out)
+
+
 def _transpose(pos, crd, values, n_minor):
     from . import kernels
 

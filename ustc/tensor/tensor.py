@@ -257,6 +257,8 @@ class Tensor:
             return fast
         if self.format.all_dense and (fastpaths.csr_like(fmt) or fastpaths.coo_like(fmt)):
             return Tensor.from_dense(self.to_dense(), fmt)  # the parallel count and fill kernels
+        if self.format.all_dense and fastpaths.family(fmt) is not None:  # CSC: those kernels, transposed
+            return Tensor.from_dense(self.to_dense(), _csr_of(fmt)).convert(fmt)
         from ..ops.convert import worth_compiling, written
 
         compiled = written(self, fmt) if worth_compiling(self) else None
@@ -405,6 +407,13 @@ class Tensor:
         from .printing import describe
 
         return describe(self)
+
+
+def _csr_of(fmt: TensorFormat) -> TensorFormat:
+    """CSR over ``fmt``'s dimensions (same index widths)."""
+    from ..formats import CSR
+
+    return TensorFormat(fmt.dims, [(d, lv.type) for d, lv in zip(fmt.dims, CSR.levels)], fmt.pos_width, fmt.crd_width)
 
 
 def _dense_format(rank: int) -> TensorFormat:
