@@ -92,6 +92,8 @@ class Lowering:
         coordinate list is their crd and its offsets their pos."""
         if not (self.out.sparse and self.tuning.ordered_writes) or self.out.format.compressed_rows:
             return None  # compressed rows: the row-parallel (or one-pass appending) kernel writes them
+        if self.stmt.accumulate:
+            return None  # '+=' merges the old entries on the host
         levels = levels_in_order(self.out.format, self.stmt.lhs.indices)
         if levels is None or tuple(self.order[:len(levels)]) != levels or \
                 any(v in self.space.derived for v in levels):

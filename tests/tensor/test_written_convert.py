@@ -180,3 +180,23 @@ def test_a_dense_tensor_converts_to_every_registry_format_as_the_oracle(dst):
     got = d.convert(dst)
     assert_same_storage(got, oracle(d, dst))
     np.testing.assert_array_equal(got.to_dense(), x)
+
+
+def test_a_bound_sparse_output_takes_the_written_storage_and_plus_equals_still_merges(tmp_path):
+    kernel = tmp_path / "kernels_written.py"
+    kernel.write_text("import ustc\n\n@ustc.jit\ndef scale(C, A):\n    C[i, j] = A[i, j] * 2.0\n\n"
+                      "@ustc.jit\ndef add(C, A):\n    C[i, j] += A[i, j]\n")
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("kernels_written", kernel)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    x = rand_dense((20, 30), np.float64, 0.3, seed=4)
+    a = Tensor.from_dense(x, F.CSR)
+    for fmt in (F.COO(2), F.DCSR, F.DELTA(2)):
+        c = Tensor.from_dense(np.zeros((20, 30)), fmt)
+        assert module.scale(c, a) is c
+        np.testing.assert_array_equal(c.to_dense(), 2 * x)
+        assert module.add(c, a) is c
+        np.testing.assert_array_equal(c.to_dense(), 3 * x)
+        c.validate()

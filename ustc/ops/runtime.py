@@ -268,12 +268,17 @@ class Run:
         starts = None
         if rows and not (statement.accumulate and isinstance(old, Tensor)):
             starts = (statement.lhs.indices.index(rows), offsets)
-        result = assemble(coords, values, out.shape, out.format, starts)
+        return self._deliver(out, assemble(coords, values, out.shape, out.format, starts))
+
+    def _deliver(self, out, result: Tensor) -> Tensor:
+        """``result`` on the operands' device; a tensor the caller bound as the output takes its
+        storage (the object the caller holds is the result)."""
         if self.device == "cuda":  # pragma: no cover - needs a GPU
             from .cuda_host import place
 
             result = place(result, self.device)
-        if isinstance(old, Tensor):  # the caller's tensor object takes the new storage
+        old = out.value
+        if isinstance(old, Tensor):
             package = old.package
             old.__dict__.update(result.__dict__)
             old._package = package
@@ -283,18 +288,13 @@ class Run:
 
     def _written(self, statement, fn, plan, views, out):
         """A sparse output the kernel writes in its own format: count, size, fill, finalize."""
-        if statement.accumulate and isinstance(out.value, Tensor):
-            raise UnsupportedOperation(f"{statement}: '+=' into a sparse tensor the kernel writes in order "
-                                       f"is not supported; use '=' with the old tensor as an operand")
         counts = np.zeros(out.format.nlevels, np.int64)
         buffers, values = written.count_buffers(out.format, out.dtype)
         fn(*self._arguments(plan, views, {"emit": 0, "levels": buffers, "vals": values, "counts": counts}))
         sizes = written.plan_buffers(out.format, out.shape, counts, out.dtype)
         buffers, values = sizes.allocate()
         fn(*self._arguments(plan, views, {"emit": 1, "levels": buffers, "vals": values, "counts": counts}))
-        result = written.tensor_of(out.format, sizes, buffers, values)
-        out.value = result
-        return result
+        return self._deliver(out, written.tensor_of(out.format, sizes, buffers, values))
 
     def _entries(self, plan, fn, views, out, offsets, capacity):
         """The output's coordinates and values: one appending pass into arrays of ``capacity``

@@ -52,7 +52,7 @@ class BufferPlan:
 def count_buffers(fmt: TensorFormat, value_dtype: np.dtype) -> tuple[dict, np.ndarray]:
     """Empty buffers for the counting pass, in the dtypes a small result would take (the two
     passes then share one compiled signature)."""
-    dtypes = _dtypes(fmt, (1,) * fmt.ndim, (0,) * fmt.nlevels, 0)
+    dtypes = _dtypes(fmt, (1,) * fmt.nlevels, (0,) * fmt.nlevels, 0)
     return {key: np.zeros(0, dtype=d) for key, d in dtypes.items()}, np.zeros(0, dtype=value_dtype)
 
 
