@@ -200,3 +200,17 @@ def test_a_bound_sparse_output_takes_the_written_storage_and_plus_equals_still_m
         assert module.add(c, a) is c
         np.testing.assert_array_equal(c.to_dense(), 3 * x)
         c.validate()
+
+
+def test_a_padded_target_over_budget_names_the_width_that_fits(monkeypatch):
+    """The writer refuses a delta target by its counts; convert then lets the pack hook refuse it
+    too (before allocating), because only it can name the narrowest width that fits."""
+    x = np.zeros((300, 4000))
+    x[:, 0] = x[:, -1] = 1.0    # every row: a gap of 3998 columns
+    a = Tensor.from_dense(x, F.CSR)
+    big = Tensor.from_dense(np.tile(x, (250, 1)), F.CSR)  # 150k entries: convert takes the writer first
+    monkeypatch.setenv("USTC_MEMORY_BUDGET", str(2_000_000))
+    with pytest.raises(StorageError, match="memory budget"):
+        generated.written(a, F.DELTA(1))
+    with pytest.raises(StorageError, match="narrowest width that fits is b = "):
+        big.convert(F.DELTA(1))

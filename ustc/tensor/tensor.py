@@ -261,7 +261,12 @@ class Tensor:
             return Tensor.from_dense(self.to_dense(), _csr_of(fmt)).convert(fmt)
         from ..ops.convert import worth_compiling, written
 
-        compiled = written(self, fmt) if worth_compiling(self) else None
+        try:
+            compiled = written(self, fmt) if worth_compiling(self) else None
+        except StorageError:
+            if not any(lv.type.pads for lv in fmt.levels):
+                raise
+            compiled = None  # the pack hook refuses too, before allocating, naming a width that fits
         if compiled is not None:
             return compiled
         coords, values = self.entries()

@@ -61,6 +61,10 @@ never the keyword; the vocabulary of TACO's ``ModeFormatImpl`` and MLIR's
     the level walks the dimension that completes an earlier ``d - e`` / ``d + e``
     level (range).
 
+``pads``
+    the level stores padding entries whose number depends on a parameter
+    (delta's width): when a result is refused for its size, the NumPy pack hook
+    names the parameter that would fit.
 ``append``
     the level can be written in lexicographic order by generated code: one
     :meth:`insert` per stored coordinate tuple, in order (MLIR's
@@ -166,6 +170,7 @@ class LevelType:
     any_pattern: ClassVar[bool] = True
     completes_affine: ClassVar[bool] = False
     append: ClassVar[bool] = False
+    pads: ClassVar[bool] = False
 
     properties: tuple[LevelProperty, ...] = ()
 

@@ -43,6 +43,7 @@ class Delta(LevelType):
     buffers = ("pos", "crd")
     stateful = True
     append = True
+    pads = True
 
     bits: int = 8
     packed: bool = False
