@@ -26,6 +26,7 @@ from ustc.format import expr as fx
 from ustc.format.ir import TensorFormat
 from ustc.format.ir_types import Level
 
+from . import notation as nt
 from .space import Replan, Space, coiterable, csf
 from .writer import levels_in_order
 
@@ -51,8 +52,11 @@ def build(space: Space) -> nx.DiGraph:
                         _edge(graph, u, w, slot)
                     elif u != w:
                         soft.append((u, w, slot))
-    for u, w in _output_order(space):  # only where nothing decides (an edge here never joins a cycle)
-        if not graph.has_edge(u, w) and not nx.has_path(graph, w, u):
+    copy = isinstance(space.statement.rhs, nt.Access)
+    for u, w in _output_order(space):
+        if copy and not graph.has_edge(u, w):  # a conversion: the target's order decides
+            _edge(graph, u, w, OUTPUT_SLOT)
+        elif not graph.has_edge(u, w) and not nx.has_path(graph, w, u):  # where nothing decides
             _edge(graph, u, w, OUTPUT_SLOT)
     for u, w, slot in soft:
         if graph.has_edge(u, w) or not nx.has_path(graph, w, u):
@@ -61,8 +65,10 @@ def build(space: Space) -> nx.DiGraph:
 
 
 def _output_order(space: Space) -> list[tuple[str, str]]:
-    """Soft edges along the levels of a sparse output that can be written in order, ahead of the
-    operands' soft edges: where no stored level decides, walk in the order the output is kept."""
+    """Edges along the levels of a sparse output that can be written in order, ahead of the
+    operands' soft edges: where no stored level decides, walk in the order the output is kept.
+    For a copy (``B[...] = A[...]``, a conversion) they are hard: a source walked in the other
+    order is converted first (a cycle names it), since a walk in the wrong order cannot write."""
     lhs = space.statement.lhs
     order = levels_in_order(space.formats.get(lhs.tensor), lhs.indices)
     if order is None:

@@ -99,3 +99,17 @@ def test_a_plus_b_and_a_times_b(other):
     np.testing.assert_array_equal((a + b).to_dense(), x + y)
     np.testing.assert_array_equal((a * b).to_dense(), x * y)
     np.testing.assert_array_equal((b - a).to_dense(), y - x)
+
+
+def test_kernel_keys_cover_the_registered_level_types_source(monkeypatch):
+    """A changed hook of a registered level type writes other kernel code: it is another key."""
+    from ustc.format.levels import extension_sources
+
+    fmt = ustc.TensorFormat.parse(TEXT)
+    before = extension_sources(lv.type for lv in fmt.levels)
+    assert set(before) == {"ell"}
+    assert extension_sources(lv.type for lv in ustc.formats.CSR.levels) == {}
+    from pathlib import Path
+    read = Path.read_bytes
+    monkeypatch.setattr(Path, "read_bytes", lambda self: read(self) + (b"#" if self.name == "ell_level.py" else b""))
+    assert extension_sources(lv.type for lv in fmt.levels) != before

@@ -25,6 +25,7 @@ import numpy as np
 from .. import cache
 from .._version import __version__
 from ..errors import DeviceError, KernelError, ShapeError, UnsupportedOperation
+from ..format import levels
 from ..format.ir import TensorFormat
 from ..tensor import packages
 from ..tensor.dtypes import index_dtype
@@ -168,6 +169,10 @@ class Run:
         scalars = {s: type(v).__name__ for s, v in sorted(self.scalars.items())}
         fields = {"op": str(self.program), "operands": operands, "scalars": scalars, "target": self.target,
                   "compiler": compiler_fingerprint()}
+        extensions = levels.extension_sources(lv.type for b in self.tensors.values() if b.sparse
+                                              for lv in b.format.levels)
+        if extensions:  # level types registered from outside ustc: their source is part of the compiler
+            fields["level_types"] = extensions
         if self.target == "cuda":
             from . import cuda_host
 

@@ -100,6 +100,9 @@ class Tensor:
         if perm is not None:
             values = np.ascontiguousarray(array.transpose(perm)).reshape(-1)
             return cls(fmt, array.shape, {}, values, package=package)
+        family = fastpaths.family(fmt)
+        if family is not None and family.kind == "csr" and not fastpaths.csr_like(fmt):  # CSC: CSR, transposed
+            return cls.from_dense(x, _csr_of(fmt)).convert(fmt)
         return fastpaths.from_dense(array, fmt, package, prune=prune)
 
     @classmethod
@@ -255,10 +258,8 @@ class Tensor:
         fast = fastpaths.convert(self, fmt)
         if fast is not None:
             return fast
-        if self.format.all_dense and (fastpaths.csr_like(fmt) or fastpaths.coo_like(fmt)):
+        if self.format.all_dense and (fastpaths.coo_like(fmt) or fastpaths.family(fmt) is not None):
             return Tensor.from_dense(self.to_dense(), fmt)  # the parallel count and fill kernels
-        if self.format.all_dense and fastpaths.family(fmt) is not None:  # CSC: those kernels, transposed
-            return Tensor.from_dense(self.to_dense(), _csr_of(fmt)).convert(fmt)
         from ..ops.convert import worth_compiling, written
 
         try:
@@ -269,6 +270,8 @@ class Tensor:
             compiled = None  # the pack hook refuses too, before allocating, naming a width that fits
         if compiled is not None:
             return compiled
+        if self.format.all_dense:  # select the nonzeros with the parallel kernels, then assemble only them
+            return Tensor.from_dense(self.to_dense(), fmt, prune=prune)
         coords, values = self.entries()
         return Tensor._assembled(fmt, self.shape, coords, values, self._package, prune=prune)
 

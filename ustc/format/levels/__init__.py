@@ -1,77 +1,20 @@
-"""The registry of level types: one module per type, one line per type here.
-
-``LevelFormat`` is derived from this registry, so adding a level type means
-writing its module and adding it to ``LEVEL_TYPES``. A level type defined
-outside ustc takes one call, :func:`register` (``unregister`` undoes it): the
-parser, ``LevelFormat``, the compiler's read and write hooks and the storage
-drivers then handle it like the built-in ones.
-"""
+"""Level types: one module per type (``dense.py``, ``compressed.py``, ...), the registry
+(``registry.py``: ``LEVEL_TYPES``, ``LevelFormat``, ``register``) and the protocol (``base.py``)."""
 
 from __future__ import annotations
 
-from ...errors import FormatError
-from .base import PACKED, LevelProperty, LevelType, _UstEnum
+from .base import PACKED, LevelProperty, LevelType
 from .batch import Batch
 from .compressed import Compressed
 from .delta import Delta
 from .dense import Dense
 from .loose_compressed import LooseCompressed
 from .range import Range
+from .registry import (BY_KEYWORD, LEVEL_TYPES, LevelFormat, extension_sources, generation, register,
+                       unregister)
 from .singleton import Singleton
 from .structured import Structured
 
-LEVEL_TYPES: tuple[type[LevelType], ...] = (
-    Dense,
-    Batch,
-    Range,
-    Compressed,
-    LooseCompressed,
-    Singleton,
-    Delta,
-    Structured,
-)
-
-LevelFormat = _UstEnum("LevelFormat", [(t.keyword.upper(), t.keyword) for t in LEVEL_TYPES],
-                       module=__name__)
-LevelFormat.__doc__ = "Level formats of the DSL; each member's value is its DSL keyword."
-
-BY_KEYWORD: dict[str, type[LevelType]] = {t.keyword: t for t in LEVEL_TYPES}
-_changes = [0]  # registry changes so far: memoised parses are keyed by it
-
-
-def generation() -> int:
-    """How many times the registry changed (a parse cached before a change is stale)."""
-    return _changes[0]
-
-
-def register(cls: type[LevelType]) -> type[LevelType]:
-    """Add level type ``cls`` (a :class:`LevelType` subclass with a new ``keyword``) to the
-    registry; returns it, so it can decorate the class."""
-    if not (isinstance(cls, type) and issubclass(cls, LevelType)) or not cls.keyword.isidentifier():
-        raise FormatError(f"{cls!r} is not a LevelType subclass with an identifier keyword")
-    if cls.keyword in BY_KEYWORD:
-        raise FormatError(f"level type '{cls.keyword}' is already registered ({BY_KEYWORD[cls.keyword].__name__})")
-    name = cls.keyword.upper()
-    member = object.__new__(LevelFormat)
-    member._name_, member._value_, member._sort_order_ = name, cls.keyword, len(LevelFormat._member_names_)
-    type.__setattr__(LevelFormat, name, member)
-    LevelFormat._member_map_[name] = member
-    LevelFormat._value2member_map_[cls.keyword] = member
-    LevelFormat._member_names_.append(name)
-    BY_KEYWORD[cls.keyword] = cls
-    _changes[0] += 1
-    return cls
-
-
-def unregister(cls: type[LevelType]) -> None:
-    """Remove a level type :func:`register` added (built-in ones stay)."""
-    if cls in LEVEL_TYPES or BY_KEYWORD.get(cls.keyword) is not cls:
-        raise FormatError(f"level type '{cls.keyword}' was not added by register()")
-    name = cls.keyword.upper()
-    del BY_KEYWORD[cls.keyword], LevelFormat._member_map_[name], LevelFormat._value2member_map_[cls.keyword]
-    LevelFormat._member_names_.remove(name)
-    type.__delattr__(LevelFormat, name)
-    _changes[0] += 1
-
-__all__ = ["LEVEL_TYPES", "BY_KEYWORD", "LevelFormat", "register", "unregister", "generation", "LevelProperty", "LevelType", "PACKED",
+__all__ = ["LEVEL_TYPES", "BY_KEYWORD", "LevelFormat", "LevelProperty", "LevelType", "PACKED",
+           "register", "unregister", "generation", "extension_sources",
            "Batch", "Compressed", "Delta", "Dense", "LooseCompressed", "Range", "Singleton", "Structured"]
