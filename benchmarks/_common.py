@@ -2,6 +2,8 @@
 
 * :func:`median_ms` -- median wall time of ``N`` calls after warm-up calls.
 * :func:`interleaved_ms` -- the same for several competitors, measured in alternating rounds.
+  :func:`interleaved_samples` returns every sample instead, :func:`quartiles` their spread.
+* :func:`stream_triad_gbs` -- memory bandwidth of a STREAM triad on a chosen number of threads.
 * :func:`extra_peak` -- peak bytes a call allocates on top of what was held
   before it, seen by ``tracemalloc`` (NumPy data buffers are reported to
   tracemalloc, and so are arrays Numba's runtime allocates: check with
@@ -15,6 +17,7 @@
 
 from __future__ import annotations
 
+import functools
 import gc
 import statistics
 import subprocess
@@ -141,3 +144,54 @@ def rss_peak_subprocess(code: str, cwd: str | None = None) -> int:
     out = subprocess.run([sys.executable, "-c", snippet], capture_output=True, text=True, check=True, cwd=cwd)
     line = [s for s in out.stdout.splitlines() if s.startswith("RSS ")][-1]
     return int(line.split()[1]) * 1024
+
+
+def interleaved_samples(fns: dict[str, Callable[[], object]], rounds: int = 5,
+                        per_round: int = 3) -> dict[str, list[float]]:
+    """As :func:`interleaved_ms`, but every timed sample (ms) per name, in the order taken, so that
+    a report can give the spread next to the median (see :func:`quartiles`)."""
+    samples: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            samples[name] += median_ms(fn, per_round, warmup=1)[1]
+    return samples
+
+
+def quartiles(samples: list[float]) -> tuple[float, float, float]:
+    """``(q1, median, q3)`` of ``samples`` (inclusive method; one sample gives it three times)."""
+    if len(samples) < 2:
+        return samples[0], samples[0], samples[0]
+    q1, q2, q3 = statistics.quantiles(samples, n=4, method="inclusive")
+    return q1, q2, q3
+
+
+def stream_triad_gbs(threads: int, mb: float = 200, repeat: int = 7) -> float:
+    """Memory bandwidth in GB/s of the STREAM triad ``a[i] = b[i] + 1.5 c[i]`` on float64 arrays of
+    ``mb`` MB each, a parallel Numba loop run on ``threads`` threads (3 arrays x 8 bytes per element
+    counted once each, as STREAM does). The median of ``repeat`` calls after two warm-up calls."""
+    import numba
+    import numpy as np
+
+    n = int(mb * 1e6) // 8
+    a, b, c = np.zeros(n), np.ones(n), np.ones(n)
+    triad = _triad_kernel()
+    before = numba.get_num_threads()
+    numba.set_num_threads(threads)
+    try:
+        ms, _ = median_ms(lambda: triad(a, b, c), repeat=repeat, warmup=2)
+    finally:
+        numba.set_num_threads(before)
+    return 3 * 8 * n / ms / 1e6
+
+
+@functools.cache
+def _triad_kernel():
+    """The triad loop, compiled on first use (a fraction of a second)."""
+    from numba import njit, prange
+
+    @njit(parallel=True, cache=False)
+    def triad(a, b, c):
+        for i in prange(a.size):
+            a[i] = b[i] + 1.5 * c[i]
+
+    return triad
