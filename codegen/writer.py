@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from ustc.format import expr as fx
 from ustc.format.ir import TensorFormat
-from ustc.format.levels.base import LevelWrite
+from ustc.format.levels.base import LevelType, LevelWrite
 
 from . import loopir as ir
 from .names import FreshNames
@@ -49,7 +49,7 @@ def levels_in_order(fmt: TensorFormat | None, indices: tuple[str, ...]) -> tuple
 class WrittenLevel:
     """One output level: its type, the index it stores and its names in the kernel."""
 
-    ltype: object
+    ltype: LevelType
     index: str
     names: LevelWrite
 
