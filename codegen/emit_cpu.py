@@ -11,6 +11,7 @@ negative-index wrap-around check (measured +15–36% on gather-heavy SpMV).
 from __future__ import annotations
 
 from . import loopir as ir
+from .names import FreshNames
 
 def parallel(fn: ir.Function) -> bool:
     """Whether ``fn`` has a loop marked parallel."""
@@ -54,6 +55,7 @@ class CpuEmitter:
 
     def _function(self, fn: ir.Function, name: str, flags: str, serial: bool = False) -> list[str]:
         self._serial = serial
+        self._names = FreshNames(ir.names_in(fn))  # prange's unsigned induction variables
         out = [f"@njit({flags})", f"def {name}({', '.join(p.name for p in fn.params)}):"]
         if fn.doc:
             out.append(f'    """{fn.doc}"""' if not serial else f'    """{fn.doc} (serial: for small operands)"""')
@@ -80,8 +82,9 @@ class CpuEmitter:
             bounds += f", {s.step}" if s.step != 1 else ""
             bounds = f"0, {bounds}" if s.step != 1 and s.start == ir.Const(0) else bounds
             if s.parallel and not self._serial:  # Numba types a prange index unsigned: -i would wrap
-                signed = ir.Assign(s.var, ir.Call("np.intp", (ir.Var(f"{s.var}_u"),)))
-                return [f"{pad}for {s.var}_u in prange({bounds}):"] + self.nested((signed,) + tuple(s.body), depth)
+                u = self._names(("prange", s.var), f"{s.var}_u")
+                signed = ir.Assign(s.var, ir.Call("np.intp", (ir.Var(u),)))
+                return [f"{pad}for {u} in prange({bounds}):"] + self.nested((signed,) + tuple(s.body), depth)
             return [f"{pad}for {s.var} in range({bounds}):"] + self.nested(s.body, depth)
         if isinstance(s, ir.While):
             return [f"{pad}while {self.expr(s.cond)}:"] + self.nested(s.body, depth)

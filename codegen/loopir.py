@@ -263,6 +263,16 @@ def nodes(e: Expr):
         yield from nodes(child)
 
 
+def names_in(fn: "Function") -> set[str]:
+    """Every name ``fn`` uses: parameters, assigned and loop variables, arrays, variables read."""
+    out = {p.name for p in fn.params}
+    for s in walk(fn.body):
+        out.update(n for n in (getattr(s, "name", None), getattr(s, "var", None), getattr(s, "array", None)) if n)
+        for e in children(s):
+            out.update(n.name if isinstance(n, Var) else n.array for n in nodes(e) if isinstance(n, (Var, Load)))
+    return out
+
+
 def variables(e: Expr) -> set[str]:
     """The names of the variables ``e`` reads."""
     return {n.name for n in nodes(e) if isinstance(n, Var)}

@@ -80,3 +80,18 @@ def test_the_kernel_fingerprint_covers_level_modules_and_the_batch_layout(monkey
         monkeypatch.undo()
         runtime.compiler_fingerprint.cache_clear()
     assert runtime.compiler_fingerprint() == before
+
+
+def test_an_index_spelled_like_the_prange_variable():
+    """The CPU emitter walks a parallel loop over i with an unsigned ``i_u``; a user index named
+    ``i_u`` inside it must not be overwritten by that loop."""
+    @ustc.jit
+    def k(y, A, x):
+        y[i] += A[i, i_u] * x[i_u]
+
+    a = _csr(800, 900, 5, density=0.6)  # large enough for the parallel kernel, not the serial twin
+    x = np.arange(900.0)
+    y = k(np.zeros(800), ustc.Tensor.from_package(a), x)
+    np.testing.assert_allclose(y, a @ x, rtol=1e-12)
+    source = k.inspect_source(np.zeros(800), ustc.Tensor.from_package(a), x)
+    assert "for i_u_2 in prange(" in source
