@@ -9,6 +9,7 @@ drivers then handle it like the built-in ones.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import sys
 from pathlib import Path
@@ -70,16 +71,17 @@ def register(cls: type[LevelType]) -> type[LevelType]:
 def extension_sources(level_types) -> dict[str, str]:
     """``{keyword: sha256 of its module's source}`` for registered (not built-in) level types
     among ``level_types``: their hooks write kernel code, so kernel cache keys include them."""
-    out = {}
-    for t in level_types:
-        cls = type(t)
-        if cls in LEVEL_TYPES or cls.keyword in out:
-            continue
-        module = sys.modules.get(cls.__module__)
-        path = getattr(module, "__file__", None)
-        data = Path(path).read_bytes() if path and Path(path).exists() else cls.__qualname__.encode()
-        out[cls.keyword] = hashlib.sha256(data).hexdigest()[:16]
-    return out
+    return {type(t).keyword: _source_hash(type(t)) for t in level_types if type(t) not in LEVEL_TYPES}
+
+
+@functools.lru_cache(maxsize=None)
+def _source_hash(cls: type[LevelType]) -> str:
+    """sha256 of the module defining ``cls``, read once per process (kernel keys are built at
+    every execute)."""
+    module = sys.modules.get(cls.__module__)
+    path = getattr(module, "__file__", None)
+    data = Path(path).read_bytes() if path and Path(path).exists() else cls.__qualname__.encode()
+    return hashlib.sha256(data).hexdigest()[:16]
 
 
 def unregister(cls: type[LevelType]) -> None:
