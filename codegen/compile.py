@@ -25,6 +25,7 @@ from . import notation as nt
 from . import optimize
 from .graph import loop_order
 from .lower import Lowering, Output
+from .names import buffer_name
 from .space import Replan, Space
 
 log = logging.getLogger("ustc.codegen")
@@ -140,9 +141,9 @@ def _candidates(stmt, formats, operands, aliases, output, writer=None):
             continue
         for k, level in enumerate(fmt.levels):
             for buf in level.type.buffers:
-                yield ir.Param(f"{t}_lvl{k}_{buf}", (buf, t, k))
-            yield ir.Param(f"{t}_lvl{k}_size", ("size", t, k))
-            yield ir.Param(f"{t}_lvl{k}_lo", ("lo", t, k))
+                yield ir.Param(buffer_name(t, buf, k), (buf, t, k))
+            yield ir.Param(buffer_name(t, "size", k), ("size", t, k))
+            yield ir.Param(buffer_name(t, "lo", k), ("lo", t, k))
         yield ir.Param(f"{t}_vals", ("vals", t))
     for index in stmt.indices:
         yield ir.Param(f"n_{index}", ("extent", index))

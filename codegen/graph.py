@@ -53,10 +53,8 @@ def build(space: Space) -> nx.DiGraph:
                     elif u != w:
                         soft.append((u, w, slot))
     copy = isinstance(space.statement.rhs, nt.Access)
-    for u, w in _output_order(space):
-        if copy and not graph.has_edge(u, w):  # a conversion: the target's order decides
-            _edge(graph, u, w, OUTPUT_SLOT)
-        elif not graph.has_edge(u, w) and not nx.has_path(graph, w, u):  # where nothing decides
+    for u, w in _output_order(space):  # a conversion: the target's order decides; else where nothing does
+        if not graph.has_edge(u, w) and (copy or not nx.has_path(graph, w, u)):
             _edge(graph, u, w, OUTPUT_SLOT)
     for u, w, slot in soft:
         if graph.has_edge(u, w) or not nx.has_path(graph, w, u):

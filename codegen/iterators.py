@@ -38,7 +38,7 @@ class Cursor:
     parent: ir.Expr    # parent position
     parent_end: ir.Expr | None  # end of the parent's run when the parent level was deduplicated
     dedup: bool
-    names: FreshNames = field(compare=False, hash=False, default_factory=FreshNames)
+    names: FreshNames = field(compare=False, hash=False)
 
     # -- names ---------------------------------------------------------------------
     @property

@@ -37,7 +37,7 @@ from . import loopir as ir
 from . import notation as nt
 from . import optimize
 from .iterators import Cursor
-from .names import FreshNames
+from .names import FreshNames, buffer_name
 from .writer import Writer, levels_in_order
 from .space import Replan, Space, exactness, linear_in, plain_format, to_loop
 
@@ -107,14 +107,14 @@ class Lowering:
         stmt, out = self.stmt, self.out.tensor
         names = {out, "emit", f"{out}_vals", f"{out}_offsets", f"{out}_counts", self.count, self.capacity}
         names |= {f"{out}_crd{d}" for d in range(len(stmt.lhs.indices))}
-        names |= {f"{out}_lvl{k}_{b}" for k in range(len(stmt.lhs.indices)) for b in ("pos", "crd")}
+        names |= {buffer_name(out, b, k) for k in range(len(stmt.lhs.indices)) for b in ("pos", "crd")}
         names |= set(stmt.indices) | set(self.space.loopvars) | set(self.space.derived) | set(stmt.rhs.scalars())
         names |= {f"n_{v}" for v in set(stmt.indices) | set(self.space.loopvars)}
         for access in self.space.accesses.values():
             names.add(access.tensor)
             fmt = self.space.formats.get(access.tensor)
             for k in range(fmt.nlevels if fmt is not None else 0):
-                names |= {f"{access.tensor}_lvl{k}_{b}" for b in ("pos", "crd", "size", "lo")}
+                names |= {buffer_name(access.tensor, b, k) for b in ("pos", "crd", "size", "lo")}
             names.add(f"{access.tensor}_vals")
         return names
 

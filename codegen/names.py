@@ -24,6 +24,12 @@ BUILTINS = frozenset({"np", "numba", "njit", "prange", "cuda", "math", "range", 
                       "int", "float", "bool", "True", "False", "None", "result"})
 
 
+def buffer_name(tensor: str, buf: str, level: int | None = None) -> str:
+    """A tensor's buffer as a kernel parameter: ``A_lvl1_pos`` (``pos``, ``crd``, ``size``, ``lo`` of
+    a level) or ``A_vals``. Tensor names are unique, so these are too; fresh names avoid them."""
+    return f"{tensor}_{buf}" if level is None else f"{tensor}_lvl{level}_{buf}"
+
+
 class FreshNames:
     """Unique names under keys; see the module docstring."""
 
@@ -42,10 +48,6 @@ class FreshNames:
         self._taken.add(name)
         self._by_key[key] = name
         return name
-
-    def reserve(self, names: Iterable[str]) -> None:
-        """Names fresh names must avoid (they may already be taken: reserving is idempotent)."""
-        self._taken.update(names)
 
     def __contains__(self, name: str) -> bool:
         return name in self._taken

@@ -25,6 +25,7 @@ from ustc.format.ir import TensorFormat
 from ustc.format.levels.base import LevelAccess, LevelType
 
 from . import loopir as ir
+from .names import buffer_name
 from .notation import Access, Statement
 
 class Replan(Exception):
@@ -54,8 +55,8 @@ class LevelRef:
     def access(self) -> LevelAccess:
         """The level's buffers as generated code names them (``A_lvl1_pos`` ...)."""
         t, k = self.tensor, self.level
-        lo = ir.Var(f"{t}_lvl{k}_lo") if self.lo_nonzero else ir.Const(0)
-        return LevelAccess(f"{t}_lvl{k}_pos", f"{t}_lvl{k}_crd", ir.Var(f"{t}_lvl{k}_size"), lo)
+        lo = ir.Var(buffer_name(t, "lo", k)) if self.lo_nonzero else ir.Const(0)
+        return LevelAccess(buffer_name(t, "pos", k), buffer_name(t, "crd", k), ir.Var(buffer_name(t, "size", k)), lo)
 
 
 @dataclass(frozen=True)
@@ -109,9 +110,9 @@ class Space:
                 var = names[e.name]
             else:
                 var = _var_name(e.render(names.__getitem__))
-                lo = ir.Var(f"{access.tensor}_lvl{k}_lo") if isinstance(e, fx.Sub) else ir.Const(0)
+                lo = ir.Var(buffer_name(access.tensor, "lo", k)) if isinstance(e, fx.Sub) else ir.Const(0)
                 modulus = e.constant if isinstance(e, fx.Mod) else 0
-                self.loopvars.setdefault(var, LoopVar(var, ir.Var(f"{access.tensor}_lvl{k}_size"), lo, modulus))
+                self.loopvars.setdefault(var, LoopVar(var, ir.Var(buffer_name(access.tensor, "size", k)), lo, modulus))
             level_vars[f"l{k}"] = var
             refs.append(LevelRef(access.slot, access.tensor, k, level.type, var,
                                  isinstance(e, fx.Sub)))

@@ -25,7 +25,7 @@ from ustc.format.ir import TensorFormat
 from ustc.format.levels.base import LevelType, LevelWrite
 
 from . import loopir as ir
-from .names import FreshNames
+from .names import FreshNames, buffer_name
 
 
 def levels_in_order(fmt: TensorFormat | None, indices: tuple[str, ...]) -> tuple[str, ...] | None:
@@ -60,7 +60,7 @@ class Writer:
     def __init__(self, tensor: str, fmt: TensorFormat, level_indices: tuple[str, ...], names: FreshNames,
                  emit: ir.Expr, extents: dict[str, ir.Expr]):
         """``extents``: each index's extent (dense levels locate with it)."""
-        self.tensor, self.fmt, self.names, self.emit = tensor, fmt, names, emit
+        self.tensor, self.names, self.emit = tensor, names, emit
         self.vals = buffer_name(tensor, "vals")
         self.counts = buffer_name(tensor, "counts")
         self.levels = tuple(WrittenLevel(lv.type, index, self._level_names(k, emit, extents[index]))
@@ -120,9 +120,4 @@ class Writer:
         """Each iterated level's position count into ``counts`` (locate levels report 0)."""
         return [ir.Store(self.counts, (ir.Const(k),), ir.Var(lv.names.count))
                 for k, lv in enumerate(self.levels) if not lv.ltype.locate]
-
-
-def buffer_name(tensor: str, buf: str, level: int | None = None) -> str:
-    """``C_lvl1_pos`` / ``C_vals``: the names the output's buffers take as parameters."""
-    return f"{tensor}_{buf}" if level is None else f"{tensor}_lvl{level}_{buf}"
 

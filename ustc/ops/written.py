@@ -18,7 +18,7 @@ from ..errors import StorageError
 from ..format.ir import TensorFormat
 from ..memory import BUDGET_VARIABLE, memory_budget
 from ..tensor import batch
-from ..tensor.dtypes import index_dtype
+from ..tensor.dtypes import buffer_dtypes
 from ..tensor.storage import Layout
 from ..tensor.tensor import Tensor
 
@@ -52,7 +52,7 @@ class BufferPlan:
 def count_buffers(fmt: TensorFormat, value_dtype: np.dtype) -> tuple[dict, np.ndarray]:
     """Empty buffers for the counting pass, in the dtypes a small result would take (the two
     passes then share one compiled signature)."""
-    dtypes = _dtypes(fmt, (1,) * fmt.nlevels, (0,) * fmt.nlevels, 0)
+    dtypes = buffer_dtypes(fmt, (1,) * fmt.nlevels, (0,) * fmt.nlevels, 0)
     return {key: np.zeros(0, dtype=d) for key, d in dtypes.items()}, np.zeros(0, dtype=value_dtype)
 
 
@@ -67,7 +67,7 @@ def plan_buffers(fmt: TensorFormat, shape, counts: np.ndarray, value_dtype: np.d
         positions.append(count)
         parents = count
     most = max((n for k, n in enumerate(positions) if "pos" in fmt.levels[k].type.buffers), default=0)
-    dtypes = _dtypes(fmt, layout.level_shape, layout.origins, most)
+    dtypes = buffer_dtypes(fmt, layout.level_shape, layout.origins, most)
     plan = BufferPlan(layout, tuple(lengths.items()), tuple((key, dtypes[key]) for key in lengths),
                       tuple(positions), np.dtype(value_dtype))
     budget = memory_budget()
@@ -90,19 +90,3 @@ def tensor_of(fmt: TensorFormat, plan: BufferPlan, buffers: dict, values: np.nda
         buffers, values = batch.split(fmt, layout.level_shape, buffers, values)
     return Tensor(fmt, layout.shape, buffers, values, package=package)
 
-
-def _dtypes(fmt: TensorFormat, level_shape, origins, most_positions: int) -> dict:
-    """The dtype of each buffer: the level's own (delta gaps), else the format's index policy
-    (``posWidth`` / ``crdWidth``, else int32 when it fits), as the host assembler picks them."""
-    plain = [k for k, lv in enumerate(fmt.levels)
-             if "crd" in lv.type.buffers and getattr(lv.type, "crd_dtype", None) is None]
-    crd_hi = max((origins[k] + level_shape[k] - 1 for k in plain), default=0)
-    crd_lo = min((origins[k] for k in plain), default=0)
-    pos = index_dtype(fmt.pos_width, 0, most_positions, "pos")
-    crd = index_dtype(fmt.crd_width, min(crd_lo, 0), max(crd_hi, 0), "crd")
-    out = {}
-    for k, level in enumerate(fmt.levels):
-        for name in level.type.buffers:
-            own = getattr(level.type, "crd_dtype", None) if name == "crd" else None
-            out[(k, name)] = np.dtype(own) if own is not None else (pos if name == "pos" else crd)
-    return out

@@ -39,7 +39,7 @@ def flatten(fmt: TensorFormat, level_shape, buffers: dict, values: np.ndarray) -
         parents = 1
         for k in range(nb, fmt.nlevels):
             level = fmt.levels[k].type
-            own = trim(level, {name: rows[(k, name)][b] for name in level.buffers}, parents)
+            own = level.used_entries({name: rows[(k, name)][b] for name in level.buffers}, parents)
             try:
                 count = level.positions(parents, level_shape[k], own)
             except StorageError as exc:
@@ -64,17 +64,12 @@ def _empty(fmt: TensorFormat, buffers: dict) -> dict:
     return {(k, name): empty(k, name, b) for (k, name), b in buffers.items()}
 
 
-def trim(level, own: dict, parents: int) -> dict:
-    """One batch's buffers without their padded tails (the level's ``used_entries``)."""
-    return level.used_entries(own, parents)
-
-
 def _shifted(buf, name, level, count, offset, last):
     """One batch's part of the flat buffer: positions shifted, unused tails dropped, coordinates
     one per entry (bit-packed levels unpack while batches are joined)."""
     if name == "pos":
         return level.shift_pos(buf, offset, last)
-    return level.decode_crd(buf, count)  # trim() already cut most rows; singleton rows still carry padding
+    return level.decode_crd(buf, count)  # used_entries() already cut most rows; singleton rows still carry padding
 
 
 def _join(level, name, chunks):

@@ -28,19 +28,24 @@ def narrow(fmt: TensorFormat, buffers: dict, level_shape, origins) -> dict:
     Buffers whose level fixes its own dtype (delta gaps: ``crd_dtype``) are left
     alone; a cast to the dtype a buffer already has is free.
     """
-    def typed(k: int) -> bool:
-        return getattr(fmt.levels[k].type, "crd_dtype", None) is not None
-
     pos_hi = max((int(b[-1]) for (k, name), b in buffers.items() if name == "pos" and len(b)), default=0)
-    crd_levels = [k for (k, name) in buffers if name == "crd" and not typed(k)]
-    crd_lo = min((origins[k] for k in crd_levels), default=0)
-    crd_hi = max((origins[k] + level_shape[k] - 1 for k in crd_levels), default=0)
-    pos_dtype = index_dtype(fmt.pos_width, 0, pos_hi, "pos")
-    crd_dtype = index_dtype(fmt.crd_width, min(crd_lo, 0), max(crd_hi, 0), "crd")
-    out = {}
-    for (k, name), b in buffers.items():
-        if name == "crd" and typed(k):
-            out[(k, name)] = b
-        else:
-            out[(k, name)] = b.astype(pos_dtype if name == "pos" else crd_dtype, copy=False)
-    return out
+    dtypes = buffer_dtypes(fmt, level_shape, origins, pos_hi)
+    return {(k, name): b if name == "crd" and _typed(fmt, k) else b.astype(dtypes[(k, name)], copy=False)
+            for (k, name), b in buffers.items()}
+
+
+def buffer_dtypes(fmt: TensorFormat, level_shape, origins, pos_hi: int) -> dict:
+    """The dtype of every buffer of ``fmt``: a level's own (delta gaps: ``crd_dtype``), else the
+    index policy (``posWidth`` / ``crdWidth``, else int32 when it fits) for positions up to
+    ``pos_hi`` and the coordinates of the levels' extents."""
+    plain = [k for k, lv in enumerate(fmt.levels) if "crd" in lv.type.buffers and not _typed(fmt, k)]
+    crd_lo = min((origins[k] for k in plain), default=0)
+    crd_hi = max((origins[k] + level_shape[k] - 1 for k in plain), default=0)
+    pos = index_dtype(fmt.pos_width, 0, pos_hi, "pos")
+    crd = index_dtype(fmt.crd_width, min(crd_lo, 0), max(crd_hi, 0), "crd")
+    return {(k, name): np.dtype(lv.type.crd_dtype) if name == "crd" and _typed(fmt, k) else
+            (pos if name == "pos" else crd) for k, lv in enumerate(fmt.levels) for name in lv.type.buffers}
+
+
+def _typed(fmt: TensorFormat, k: int) -> bool:
+    return getattr(fmt.levels[k].type, "crd_dtype", None) is not None

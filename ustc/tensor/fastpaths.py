@@ -63,7 +63,7 @@ def family(fmt: TensorFormat) -> Family | None:
         return None
     kinds = tuple(lv.type for lv in fmt.levels)
     major = [d.name for d in fmt.dims].index(fmt.levels[0].expr.name)
-    if kinds == (DENSE, COMPRESSED):
+    if fmt.compressed_rows:
         return Family("csr", major)
     if kinds in ((COMPRESSED, SINGLETON), (COMPRESSED_NONUNIQUE, SINGLETON)):
         return Family("coo", major)

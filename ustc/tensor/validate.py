@@ -16,7 +16,6 @@ import numpy as np
 
 from ..errors import StorageError
 from ..format.levels.base import check_segments
-from .batch import trim
 
 
 def validate(t) -> None:
@@ -45,7 +44,7 @@ def _check(layout, level_buffers, start: int, nvalues: int, where: str) -> None:
     chain = [None] * start
     for k in range(start, fmt.nlevels):
         level = fmt.levels[k]
-        own = trim(level.type, level_buffers(k), parents) if start else level_buffers(k)
+        own = level.type.used_entries(level_buffers(k), parents) if start else level_buffers(k)
         extent, lo = layout.level_shape[k], layout.origins[k]
         try:
             level.type.check_buffers(parents, extent, lo, own)

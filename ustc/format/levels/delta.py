@@ -120,9 +120,7 @@ class Delta(LevelType):
     def write_lengths(self, nparents, count):
         return {"pos": nparents + 1, "crd": -(-count * self.bits // 32) if self.packed else count}
 
-    def finalize(self, buffers, nparents, count):
-        np.maximum.accumulate(buffers["pos"], out=buffers["pos"])
-        return buffers
+    finalize = Compressed.finalize           # pos[p + 1] of a parent with no children
 
     # -- batched layout: gaps travel unpacked while batches are joined or split -------------
     def used_entries(self, buffers, nparents):
@@ -131,8 +129,7 @@ class Delta(LevelType):
             out["crd"] = out["crd"][:int(out["pos"][-1]) if len(out["pos"]) else 0]
         return out
 
-    def child_starts(self, extent, pos, starts):
-        return np.asarray(pos, dtype=np.int64)[starts]
+    child_starts = Compressed.child_starts   # segments given by pos, as compressed
 
     def decode_crd(self, crd, count: int):
         return self.gaps(crd, count) if self.packed else crd[:count]
