@@ -83,7 +83,7 @@ def compile_statement(statement: nt.Statement, operands: dict[str, Operand], nam
     plan = {"function": name, "params": [list(p.role) for p in params], "convert": converts,
             "alias": aliases, "order": order, "sparse_output": output.sparse, "rows": lowering.rows,
             "statement": str(statement), "accumulate": statement.accumulate, "overwrites": overwrites,
-            "writer": lowering.writer is not None}
+            "writer": lowering.writer.passes if lowering.writer is not None else 0}
     return fn, plan
 
 

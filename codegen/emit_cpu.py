@@ -94,6 +94,8 @@ class CpuEmitter:
             return [f"{pad}# {s.text}"]
         if isinstance(s, ir.Return):
             return [f"{pad}return {self.expr(s.value)}"]
+        if isinstance(s, ir.Sort):
+            return [f"{pad}{s.array}[{self.expr(s.start)}:{self.expr(s.stop)}].sort()"]
         raise TypeError(f"cannot emit {s!r}")
 
     def nested(self, body, depth: int) -> list[str]:

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from ustc.errors import UnsupportedOperation
+
 from . import loopir as ir
 from .cuda_schedule import SCALAR_ROLES, WARP, Mapping, Schedule, choose_schedule, planned, substitute
 from .emit_cpu import CpuEmitter
@@ -193,6 +195,8 @@ class CudaEmitter(CpuEmitter):
             return [f"{pad}result[0] = {self.expr(s.value)}"]
         if isinstance(s, ir.For) and s.parallel:  # threads come from the grid, not from prange
             s = ir.For(s.var, s.start, s.stop, s.body, False, s.step)
+        if isinstance(s, ir.Sort):  # pragma: no cover - Tuning.CUDA writes no workspace levels
+            raise UnsupportedOperation("the CUDA target does not sort output segments (workspace writers are CPU-only)")
         return super().stmt(s, depth)
 
     def _expr(self, e: ir.Expr) -> tuple[str, int]:

@@ -28,7 +28,7 @@ from ustc.format.ir_types import Level
 
 from . import notation as nt
 from .space import Replan, Space, coiterable, csf
-from .writer import levels_in_order
+from .writer import output_order
 
 OUTPUT_SLOT = -1  # the slot soft edges of the output's level order are recorded under
 
@@ -68,9 +68,7 @@ def _output_order(space: Space) -> list[tuple[str, str]]:
     For a copy (``B[...] = A[...]``, a conversion) they are hard: a source walked in the other
     order is converted first (a cycle names it), since a walk in the wrong order cannot write."""
     lhs = space.statement.lhs
-    order = levels_in_order(space.formats.get(lhs.tensor), lhs.indices)
-    if order is None:
-        return []
+    order = output_order(space.formats.get(lhs.tensor), lhs.indices)
     return [(u, w) for u, w in zip(order, order[1:]) if u in space.loopvars and w in space.loopvars]
 
 

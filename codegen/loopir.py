@@ -7,7 +7,8 @@ Expressions: :class:`Var`, :class:`Const`, :class:`Load` (an array element),
 emit without a wrap-around check). Statements: :class:`Assign`, :class:`Store`
 (``+=`` when ``accumulate``), :class:`For` (``parallel`` marks the loop a
 target may run on several threads), :class:`While`, :class:`If`,
-:class:`Comment`, :class:`Return`. A :class:`Function` has typed
+:class:`Comment`, :class:`Return`, :class:`Sort` (sort ``array[start:stop]`` in place: a
+sparse output's segment staged for order, written by a level's workspace hook). A :class:`Function` has typed
 :class:`Param` s; a :class:`Module` is functions plus a header.
 
 Emitters (``emit_cpu``; later ``emit_cuda``) are visitors over these classes:
@@ -125,6 +126,15 @@ class If(Stmt):
 @dataclass(frozen=True)
 class Comment(Stmt):
     text: str
+
+
+@dataclass(frozen=True)
+class Sort(Stmt):
+    """Sort ``array[start:stop]`` ascending, in place."""
+
+    array: str
+    start: Expr
+    stop: Expr
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,7 @@ from . import notation as nt
 from . import optimize
 from .iterators import Cursor
 from .names import FreshNames, buffer_name
-from .writer import Writer, levels_in_order
+from .writer import Writer, write_strategies
 from .space import Replan, Space, exactness, linear_in, plain_format, to_loop
 
 SENTINEL = 1 << 62
@@ -85,21 +85,20 @@ class Lowering:
         self.writer = self._writer()
 
     def _writer(self) -> Writer | None:
-        """The in-order writer of a sparse output, when the loop order produces its entries in
-        the lexicographic order of its levels: the output indices are the outermost loops, in
-        level order, none derived (a block or diagonal walk is not monotone in them). Compressed
+        """The writer of a sparse output in its own format, when the loop order lets every level be
+        written (``writer.write_strategies``: the output indices outermost, none derived). Compressed
         rows (CSR, CSC) keep the kernel that writes each row at its offset, in parallel: its
         coordinate list is their crd and its offsets their pos."""
         if not (self.out.sparse and self.tuning.ordered_writes) or self.out.format.compressed_rows:
             return None  # compressed rows: the row-parallel (or one-pass appending) kernel writes them
         if self.stmt.accumulate:
             return None  # '+=' merges the old entries on the host
-        levels = levels_in_order(self.out.format, self.stmt.lhs.indices)
-        if levels is None or tuple(self.order[:len(levels)]) != levels or \
-                any(v in self.space.derived for v in levels):
+        indices = self.stmt.lhs.indices
+        strategies = write_strategies(self.out.format, indices, tuple(self.order))
+        if strategies is None or any(v in self.space.derived for v in indices):
             return None
-        extents = {v: self.space.loopvars[v].extent for v in levels}
-        return Writer(self.out.tensor, self.out.format, levels, self.names, ir.Var("emit"), extents)
+        extents = {v: self.space.loopvars[v].extent for v in indices}
+        return Writer(self.out.tensor, self.out.format, indices, strategies, self.names, ir.Var("emit"), extents)
 
     def reserved(self) -> set[str]:
         """Names fresh variables must avoid: tensors, indices, loop variables, scalars, and every
@@ -107,7 +106,8 @@ class Lowering:
         stmt, out = self.stmt, self.out.tensor
         names = {out, "emit", f"{out}_vals", f"{out}_offsets", f"{out}_counts", self.count, self.capacity}
         names |= {f"{out}_crd{d}" for d in range(len(stmt.lhs.indices))}
-        names |= {buffer_name(out, b, k) for k in range(len(stmt.lhs.indices)) for b in ("pos", "crd")}
+        levels = self.out.format.nlevels if self.out.format is not None else len(stmt.lhs.indices)
+        names |= {buffer_name(out, b, k) for k in range(levels) for b in ("pos", "crd", "size", "lo", "work")}
         names |= set(stmt.indices) | set(self.space.loopvars) | set(self.space.derived) | set(stmt.rhs.scalars())
         names |= {f"n_{v}" for v in set(stmt.indices) | set(self.space.loopvars)}
         for access in self.space.accesses.values():

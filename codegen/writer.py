@@ -1,23 +1,34 @@
-"""The write side: a sparse output written by the kernel in its own format, in order.
+"""The write side: a sparse output written by the kernel in its own format.
 
-When the loop nest produces the output's entries in the lexicographic order of
-its levels (the output indices are the outermost loops, in level order, and
-each output coordinate is produced once), every entry is *inserted* level by
-level through the level types' write hooks (``LevelType.insert``: compressed
-and delta levels append, dense levels locate, singletons store at their
-parent's position) — MLIR's ordered ``sparse_tensor.insert`` lowering, TACO's
-append assembly. The same code counts (``emit`` false: only the insertion state
-advances) and fills (``emit`` true); the host sizes the buffers from the counts
-in between, so nothing is allocated before its size is known, and no
-coordinate list is sorted on the host.
+Each level of the output is written by one of three strategies, chosen from
+the loop order and the level expressions (:func:`write_strategies`):
 
-:func:`levels_in_order` says whether a format can be written this way;
-:class:`Writer` emits the loop IR. Entries whose value is zero are not stored
-(sums that cancel, explicit zeros of a source), as the host assembler does.
+* ``LOCATE`` (dense, batch, range levels): the position is computed from the
+  parent's, nothing is written;
+* ``APPEND``: the walk meets the level's coordinates in lexicographic order of
+  the levels down to it, so each entry is appended through the level type's
+  ``insert`` hook (compressed and delta levels append, singletons store at
+  their parent's position) — MLIR's ordered ``sparse_tensor.insert`` lowering,
+  TACO's append assembly;
+* ``WORKSPACE``: the walk meets each parent's entries together but their
+  coordinates in any order (a BSR block row's block columns from the rows of a
+  CSR matrix, DIA diagonals from any row walk): the level type's
+  ``workspace_insert`` hook counts distinct coordinates through a workspace,
+  collects them, sorts each parent's segment and places every entry (TACO's
+  insert with an attribute query). Only locate levels lie below it.
+
+The same code runs in every pass: a counting pass (``emit`` 0: only the
+insertion state advances), the host sizes the buffers from the counts (and
+refuses them past the memory budget before allocating), a filling pass
+(``emit`` 1); a format with a workspace level runs a collecting pass (1) then
+the filling pass (2). No coordinate list is sorted on the host. Entries whose
+value is zero are not stored (sums that cancel, explicit zeros of a source),
+as the host assembler does.
 """
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 
 from ustc.format import expr as fx
@@ -26,61 +37,154 @@ from ustc.format.levels.base import LevelType, LevelWrite
 
 from . import loopir as ir
 from .names import FreshNames, buffer_name
+from .space import to_loop
 
 
-def levels_in_order(fmt: TensorFormat | None, indices: tuple[str, ...]) -> tuple[str, ...] | None:
-    """The index each level of output ``fmt`` (read as ``C[indices]``) stores, when the format
-    can be written in order: one plain dimension per level, every level type appendable, and no
-    one-child level below a unique one (a singleton there has one slot for a whole row). None
-    otherwise. (An appendable level of bounded capacity, such as ELL rows, refuses an
-    overflowing count in its ``written_positions`` hook.)"""
-    if fmt is None or fmt.nlevels != fmt.ndim:
+class Strategy(enum.Enum):
+    """How the writer fills one level (module docstring)."""
+
+    LOCATE = "locate"
+    APPEND = "append"
+    WORKSPACE = "workspace"
+
+
+def write_strategies(fmt: TensorFormat | None, indices: tuple[str, ...],
+                     order: tuple[str, ...]) -> tuple[Strategy, ...] | None:
+    """Each level's strategy when output ``fmt`` (read as ``C[indices]``) is written by a walk
+    whose loops run in ``order`` (the output indices outermost), or None when some level cannot
+    be written by that walk (then the output is assembled from coordinate lists)."""
+    if fmt is None or set(order[:len(indices)]) != set(indices):
         return None
-    levels = fmt.levels
-    if not all(isinstance(lv.expr, fx.Dimension) and lv.type.append for lv in levels):
-        return None
-    if any(lv.type.one_child and k and levels[k - 1].type.unique for k, lv in enumerate(levels)):
-        return None
-    by_dim = {d.name: i for d, i in zip(fmt.dims, indices)}
-    return tuple(by_dim[lv.expr.name] for lv in fmt.levels)
+    names = {d.name: i for d, i in zip(fmt.dims, indices)}
+    levels, out = fmt.levels, []
+    walk = _Walk(tuple(order))
+    for k, lv in enumerate(levels):
+        in_order = walk.in_order and walk.step(lv.expr, names)
+        if lv.type.locate:
+            out.append(Strategy.LOCATE)
+        elif in_order and lv.type.append and not (lv.type.one_child and k and levels[k - 1].type.unique):
+            out.append(Strategy.APPEND)  # (a singleton below a unique level has one slot per row)
+        elif walk.in_order and lv.type.workspace and all(below.type.locate for below in levels[k + 1:]):
+            out.append(Strategy.WORKSPACE)
+        else:
+            return None
+        walk.in_order = in_order
+    return tuple(out)
+
+
+def output_order(fmt: TensorFormat | None, indices: tuple[str, ...]) -> tuple[str, ...]:
+    """The walk order in which ``fmt`` can be written, as far as its levels decide it: the indices
+    of its leading levels over one index each, in level order (``(i, j)`` for CSR and BSR; none
+    for DIA, whose first level spans two); empty when no such walk writes it."""
+    if fmt is None:
+        return ()
+    names = {d.name: i for d, i in zip(fmt.dims, indices)}
+    order: list[str] = []
+    for lv in fmt.levels:
+        var = _single_index(lv.expr)
+        if var is None:
+            break
+        if names[var] not in order:
+            order.append(names[var])
+    rest = tuple(i for i in indices if i not in order)
+    return tuple(order) if write_strategies(fmt, indices, tuple(order) + rest) is not None else ()
+
+
+def _single_index(e: fx.Expr) -> str | None:
+    """The dimension ``e`` is a non-decreasing function of on its own (``i``, ``i floordiv c``,
+    ``c * i``, ``i mod c``, which is within a block), else None."""
+    if isinstance(e, fx.Dimension):
+        return e.name
+    if isinstance(e, (fx.FloorDiv, fx.Mod, fx.Mul)) and isinstance(e.operand, fx.Dimension):
+        return e.operand.name
+    return None
+
+
+class _Walk:
+    """Whether the levels seen so far meet their coordinate tuples in lexicographic order along a
+    walk in ``order``: a level over one index keeps the order when every loop outside that index's
+    is pinned by a level above (``i`` or ``c * i`` pins ``i``; ``i floordiv c`` does not, and a
+    later ``i mod c`` completes it)."""
+
+    def __init__(self, order: tuple[str, ...]):
+        self.order = order
+        self.pinned: set[str] = set()
+        self.divided: set[tuple[str, int]] = set()
+        self.in_order = True
+
+    def step(self, e: fx.Expr, names: dict[str, str]) -> bool:
+        var = _single_index(e)
+        if var is None:
+            return False
+        index = names[var]
+        if index not in self.order or not set(self.order[:self.order.index(index)]) <= self.pinned:
+            return False
+        if isinstance(e, fx.FloorDiv):
+            self.divided.add((index, e.constant))
+        elif isinstance(e, fx.Mod):
+            if (index, e.constant) not in self.divided:
+                return False
+            self.pinned.add(index)
+        else:
+            self.pinned.add(index)
+        return True
 
 
 @dataclass(frozen=True)
 class WrittenLevel:
-    """One output level: its type, the index it stores and its names in the kernel."""
+    """One output level: its type, strategy, coordinate (over the kernel's indices) and names."""
 
     ltype: LevelType
-    index: str
+    strategy: Strategy
+    coordinate: ir.Expr
     names: LevelWrite
 
 
 class Writer:
-    """Loop IR that inserts the entries of output ``tensor`` (format ``fmt``) in order."""
+    """Loop IR that inserts the entries of output ``tensor`` (format ``fmt``) level by level."""
 
-    def __init__(self, tensor: str, fmt: TensorFormat, level_indices: tuple[str, ...], names: FreshNames,
-                 emit: ir.Expr, extents: dict[str, ir.Expr]):
-        """``extents``: each index's extent (dense levels locate with it)."""
+    def __init__(self, tensor: str, fmt: TensorFormat, indices: tuple[str, ...], strategies: tuple[Strategy, ...],
+                 names: FreshNames, emit: ir.Expr, extents: dict[str, ir.Expr]):
+        """``indices``: the statement's output indices; ``extents``: each index's extent (a level
+        over a plain index locates with it; other levels' sizes and origins are parameters)."""
         self.tensor, self.names, self.emit = tensor, names, emit
         self.vals = buffer_name(tensor, "vals")
         self.counts = buffer_name(tensor, "counts")
-        self.levels = tuple(WrittenLevel(lv.type, index, self._level_names(k, emit, extents[index]))
-                            for k, (lv, index) in enumerate(zip(fmt.levels, level_indices)))
+        self.passes = 3 if Strategy.WORKSPACE in strategies else 2
+        self.last_pass = ir.eq(emit, 2) if self.passes == 3 else emit
+        rename = {d.name: i for d, i in zip(fmt.dims, indices)}
+        self.levels = tuple(self._level(k, lv, strategy, rename, extents)
+                            for k, (lv, strategy) in enumerate(zip(fmt.levels, strategies)))
 
-    def _level_names(self, k: int, emit: ir.Expr, size: ir.Expr) -> LevelWrite:
+    def _level(self, k: int, lv, strategy: Strategy, rename: dict[str, str], extents) -> WrittenLevel:
         t, fresh = self.tensor, self.names
-        return LevelWrite(pos=buffer_name(t, "pos", k), crd=buffer_name(t, "crd", k), size=size, lo=ir.Const(0),
-                          count=fresh(("write_count", k), f"{t}_n{k}"),
-                          last_parent=fresh(("write_parent", k), f"{t}_last_p{k}"),
-                          last_coord=fresh(("write_coord", k), f"{t}_last_c{k}"),
-                          scratch=fresh(("write_gap", k), f"{t}_gap{k}"), emit=emit)
+        if isinstance(lv.expr, fx.Dimension):
+            size, lo = extents[rename[lv.expr.name]], ir.Const(0)
+        else:
+            size = ir.Var(buffer_name(t, "size", k))
+            lo = ir.Var(buffer_name(t, "lo", k)) if isinstance(lv.expr, (fx.Sub, fx.Add)) else ir.Const(0)
+        work = buffer_name(t, "work", k) if strategy is Strategy.WORKSPACE else ""
+        names = LevelWrite(pos=buffer_name(t, "pos", k), crd=buffer_name(t, "crd", k), size=size, lo=lo,
+                           count=fresh(("write_count", k), f"{t}_n{k}"),
+                           last_parent=fresh(("write_parent", k), f"{t}_last_p{k}"),
+                           last_coord=fresh(("write_coord", k), f"{t}_last_c{k}"),
+                           scratch=fresh(("write_gap", k), f"{t}_gap{k}"), emit=self.emit,
+                           last_pass=self.last_pass, work=work)
+        return WrittenLevel(lv.type, strategy, to_loop(lv.expr, rename), names)
 
     @property
     def params(self) -> list[ir.Param]:
-        """The output's buffers as kernel parameters (roles ``out_level``, ``out_vals``, ``out_counts``)."""
+        """The output's buffers as kernel parameters (roles ``out_level``, ``out_size``, ``out_lo``,
+        ``out_work``, ``out_vals``, ``out_counts``)."""
         out = []
         for k, lv in enumerate(self.levels):
             for buf in lv.ltype.buffers:
                 out.append(ir.Param(buffer_name(self.tensor, buf, k), ("out_level", self.tensor, k, buf)))
+            for role, expr in (("out_size", lv.names.size), ("out_lo", lv.names.lo)):
+                if isinstance(expr, ir.Var) and expr.name == buffer_name(self.tensor, role[4:], k):
+                    out.append(ir.Param(expr.name, (role, self.tensor, k)))
+            if lv.names.work:
+                out.append(ir.Param(lv.names.work, ("out_work", self.tensor, k)))
         out.append(ir.Param(self.vals, ("out_vals", self.tensor)))
         out.append(ir.Param(self.counts, ("out_counts", self.tensor)))
         return out
@@ -93,7 +197,7 @@ class Writer:
         """Empty insertion state: no positions yet, no last parent."""
         out: list[ir.Stmt] = []
         for lv in self.levels:
-            if lv.ltype.locate:
+            if lv.strategy is Strategy.LOCATE:
                 continue
             w = lv.names
             out += [ir.Assign(w.count, ir.Const(0)), ir.Assign(w.last_parent, ir.Const(-1)),
@@ -106,18 +210,27 @@ class Writer:
         steps: list[ir.Stmt] = []
         p: ir.Expr = ir.Const(0)
         for k, lv in enumerate(self.levels):
-            code, q = lv.ltype.insert(lv.names, p, ir.Var(lv.index))
+            c = self._coordinate(k, lv, steps)
+            hook = lv.ltype.workspace_insert if lv.strategy is Strategy.WORKSPACE else lv.ltype.insert
+            code, q = hook(lv.names, p, c)
             steps += code
             if not isinstance(q, (ir.Var, ir.Const)):
                 name = self.names(("write_position", k), f"{self.tensor}_q{k}")
                 steps.append(ir.Assign(name, q))
                 q = ir.Var(name)
             p = q
-        steps.append(ir.If(self.emit, (ir.Store(self.vals, (ir.Index(p),), ir.Var(v)),)))
+        steps.append(ir.If(self.last_pass, (ir.Store(self.vals, (ir.Index(p),), ir.Var(v)),)))
         return [ir.Assign(v, value), ir.If(ir.Bin("!=", ir.Var(v), ir.Const(0)), tuple(steps))]
+
+    def _coordinate(self, k: int, lv: WrittenLevel, steps: list[ir.Stmt]) -> ir.Expr:
+        """The level's coordinate: an index as it is, an expression of indices in a local."""
+        if isinstance(lv.coordinate, ir.Var):
+            return lv.coordinate
+        name = self.names(("write_coordinate", k), f"{self.tensor}_c{k}")
+        steps.append(ir.Assign(name, lv.coordinate))
+        return ir.Var(name)
 
     def finish(self) -> list[ir.Stmt]:
         """Each iterated level's position count into ``counts`` (locate levels report 0)."""
         return [ir.Store(self.counts, (ir.Const(k),), ir.Var(lv.names.count))
-                for k, lv in enumerate(self.levels) if not lv.ltype.locate]
-
+                for k, lv in enumerate(self.levels) if lv.strategy is not Strategy.LOCATE]

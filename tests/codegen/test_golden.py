@@ -51,6 +51,9 @@ CASES = {
     "convert_coo_dcsr": (COPY, {"A": F.COO(2), "B": F.DCSR}),
     "convert_csr_delta4_packed": (COPY, {"A": F.CSR, "B": F.DELTA(4, True)}),
     "add_csr_dcsr_into_dcsr": (ADD, {"A": F.CSR, "B": F.DCSR, "C": F.DCSR}),
+    # written through a workspace: count, collect, sort each parent's segment, fill
+    "convert_csr_bsr23": (COPY, {"A": F.CSR, "B": F.BSR(2, 3)}),
+    "convert_coo_diai": (COPY, {"A": F.COO(2), "B": F.DIAI}),
 }
 
 

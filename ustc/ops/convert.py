@@ -16,7 +16,7 @@ from .. import cache
 from ..errors import ConversionWarning
 from ..codegen import notation as nt
 from ..codegen.space import coiterable
-from ..codegen.writer import levels_in_order
+from ..codegen.writer import output_order, write_strategies
 from ..format.ir import TensorFormat
 from ..tensor.fastpaths import compiled_dtype, family
 from ..tensor.tensor import Tensor, as_format
@@ -40,6 +40,13 @@ def _transposes(source: TensorFormat, target: str) -> bool:
     return family(source) is not None and family(as_format(target)) is not None
 
 
+def writable(fmt: TensorFormat) -> bool:
+    """Whether a walk in the order ``fmt`` asks for (``writer.output_order``) writes ``fmt``."""
+    indices = copy_program(fmt.ndim).statements[0].lhs.indices
+    order = output_order(fmt, indices)
+    return write_strategies(fmt, indices, order + tuple(i for i in indices if i not in order)) is not None
+
+
 def worth_compiling(t: Tensor) -> bool:
     """Whether ``Tensor.convert`` should take the generated kernel for ``t`` (see COMPILE_FROM)."""
     return t.nse >= COMPILE_FROM
@@ -50,8 +57,7 @@ def written(t: Tensor, fmt: TensorFormat) -> Tensor | None:
     kernel applies (the target's levels cannot be appended, the source must itself be converted
     first to be walked, the walk's order is not the target's, or Numba has no such dtype)."""
     program = copy_program(t.ndim)
-    if t.device != "cpu" or not compiled_dtype(t.dtype) or not coiterable(t.format) or \
-            levels_in_order(fmt, program.statements[0].lhs.indices) is None:
+    if t.device != "cpu" or not compiled_dtype(t.dtype) or not coiterable(t.format) or not writable(fmt):
         return None
     run = runtime.prepare(program, {"B": fmt, "A": t}, "cpu")
     with warnings.catch_warnings():  # transposing the source first is this plan's business, not news

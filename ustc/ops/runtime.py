@@ -29,6 +29,7 @@ from ..format import levels
 from ..format.ir import TensorFormat
 from ..tensor import packages
 from ..tensor.dtypes import index_dtype
+from ..tensor.storage import Layout
 from ..tensor.tensor import Tensor, as_format
 from ..codegen import notation as nt
 from . import written
@@ -292,13 +293,22 @@ class Run:
         return result
 
     def _written(self, statement, fn, plan, views, out):
-        """A sparse output the kernel writes in its own format: count, size, fill, finalize."""
+        """A sparse output the kernel writes in its own format: count, size, (collect,) fill,
+        finalize (``ops.written``)."""
         counts = np.zeros(out.format.nlevels, np.int64)
+        layout = Layout.of(out.format, out.shape)
         buffers, values = written.count_buffers(out.format, out.dtype)
-        fn(*self._arguments(plan, views, {"emit": 0, "levels": buffers, "vals": values, "counts": counts}))
+        work = written.workspaces(out.format, layout, plan["params"])
+        state = {"levels": buffers, "vals": values, "counts": counts, "layout": layout, "work": work}
+        fn(*self._arguments(plan, views, {**state, "emit": 0}))
         sizes = written.plan_buffers(out.format, out.shape, counts, out.dtype)
         buffers, values = sizes.allocate()
-        fn(*self._arguments(plan, views, {"emit": 1, "levels": buffers, "vals": values, "counts": counts}))
+        state.update(levels=buffers, vals=values)
+        if plan["writer"] == 3:  # collect each parent's coordinates, place them, then fill
+            written.reset(work)
+            fn(*self._arguments(plan, views, {**state, "emit": 1}))
+            written.finalize(out.format, sizes, buffers)
+        fn(*self._arguments(plan, views, {**state, "emit": plan["writer"] - 1}))
         return self._deliver(out, written.tensor_of(out.format, sizes, buffers, values))
 
     def _entries(self, plan, fn, views, out, offsets, capacity):
@@ -363,6 +373,12 @@ class Run:
                 args.append(out["levels"][(role[2], role[3])])
             elif kind == "out_counts":
                 args.append(out["counts"])
+            elif kind == "out_size":
+                args.append(out["layout"].level_shape[role[2]])
+            elif kind == "out_lo":
+                args.append(out["layout"].origins[role[2]])
+            elif kind == "out_work":
+                args.append(out["work"][role[2]])
             elif kind == "array":
                 a = views[role[1]]
                 args.append(a.reshape(1) if a.ndim == 0 else a)

@@ -5,7 +5,10 @@ each iterated level's position count in ``counts``; :func:`plan_buffers` turns
 the counts into every buffer's length and dtype and refuses, before allocating,
 a result that would not fit the memory budget; the filling pass (``emit`` 1)
 writes the buffers; :func:`tensor_of` lets each level finalize its buffers
-(``pos`` of parents without children) and makes the tensor.
+(``pos`` of parents without children) and makes the tensor. A format with a
+workspace level (``codegen.writer.Strategy.WORKSPACE``) runs three times:
+count, collect (``emit`` 1, the workspaces reset in between; then the levels
+finalize, so every segment is in place), fill (``emit`` 2).
 """
 
 from __future__ import annotations
@@ -78,15 +81,37 @@ def plan_buffers(fmt: TensorFormat, shape, counts: np.ndarray, value_dtype: np.d
     return plan
 
 
-def tensor_of(fmt: TensorFormat, plan: BufferPlan, buffers: dict, values: np.ndarray, package=None) -> Tensor:
-    """The tensor of the filled buffers, each level's finalize hook applied."""
-    layout, parents = plan.layout, 1
+def workspaces(fmt: TensorFormat, layout: Layout, roles) -> dict[int, np.ndarray]:
+    """One workspace per level the kernel writes through one (``out_work`` roles): a slot per
+    coordinate of the level, each -1 (no parent met it yet). They are O(level extent), which the
+    shape bounds, and are counted against the memory budget."""
+    levels = [role[2] for role in roles if role[0] == "out_work"]
+    nbytes = sum(layout.level_shape[k] for k in levels) * 8
+    if nbytes > memory_budget():
+        raise StorageError(f"the workspaces writing a {fmt} tensor of shape {layout.shape} need {nbytes:,} bytes, "
+                           f"more than the memory budget ({BUDGET_VARIABLE} sets it)")
+    return {k: np.full(layout.level_shape[k], -1, dtype=np.int64) for k in levels}
+
+
+def reset(work: dict[int, np.ndarray]) -> None:
+    """Workspaces as before the counting pass (no parent has met any coordinate)."""
+    for w in work.values():
+        w.fill(-1)
+
+
+def finalize(fmt: TensorFormat, plan: BufferPlan, buffers: dict) -> None:
+    """Each level's finalize hook, in place (idempotent: :func:`tensor_of` applies it again)."""
+    parents = 1
     for k, level in enumerate(fmt.levels):
         own = {name: buffers[(k, name)] for name in level.type.buffers}
         for name, buf in level.type.finalize(own, parents, plan.positions[k]).items():
             buffers[(k, name)] = buf
         parents = plan.positions[k]
-    if fmt.batch_levels:
-        buffers, values = batch.split(fmt, layout.level_shape, buffers, values)
-    return Tensor(fmt, layout.shape, buffers, values, package=package)
 
+
+def tensor_of(fmt: TensorFormat, plan: BufferPlan, buffers: dict, values: np.ndarray, package=None) -> Tensor:
+    """The tensor of the filled buffers, each level's finalize hook applied."""
+    finalize(fmt, plan, buffers)
+    if fmt.batch_levels:
+        buffers, values = batch.split(fmt, plan.layout.level_shape, buffers, values)
+    return Tensor(fmt, plan.layout.shape, buffers, values, package=package)

@@ -71,6 +71,13 @@ never the keyword; the vocabulary of TACO's ``ModeFormatImpl`` and MLIR's
     ``sparse_tensor.insert`` lowering; TACO's append / locate assembly). A level
     that cannot hold every pattern must refuse an overflowing count in
     ``written_positions``, before the filling pass.
+``workspace``
+    the level can be written when its coordinates arrive in any order under a
+    parent, as long as each parent's entries arrive together (TACO's insert
+    with an attribute query, MLIR's expanded access pattern): a block row's
+    block columns from the rows of a CSR matrix, the diagonals of a matrix
+    walked by rows. Its :meth:`workspace_insert` hook uses a workspace of one
+    slot per coordinate; only locate levels may lie below it.
 
 Read hooks (loop IR, given a :class:`LevelAccess` naming the level's buffers):
 ``segment(acc, p, run_end)``, ``coordinate(acc, q)`` (stateless levels) or
@@ -85,6 +92,16 @@ first pass and fills in a second) and that position; on the host,
 ``written_positions`` turns the kernel's count into the level's position count,
 ``write_lengths`` sizes the buffers before anything is allocated, and
 ``finalize`` completes them (``pos`` of parents that got no children).
+
+``workspace_insert(w, p, c)`` writes a ``workspace`` level in three passes of
+the same code (``w.emit`` false: count; ``w.emit`` true but not ``w.last_pass``:
+collect the coordinates; ``w.last_pass``: fill): a coordinate counts the first
+time it is met under its parent (the workspace ``w.work`` holds, per
+coordinate, the last parent that met it); the collecting pass appends it; the
+filling pass, at each new parent, sorts the parent's segment (the staged sort)
+and records each coordinate's position in the workspace, where every entry then
+finds its own. ``finalize`` runs between the last two passes too, so segments
+of parents without children are in place before they are read.
 """
 
 from __future__ import annotations
@@ -141,7 +158,9 @@ class LevelAccess:
 class LevelWrite:
     """How a generated kernel names one level of the tensor it writes: the buffers, extent and
     smallest coordinate, the insertion state (``count`` positions so far; ``last_parent`` and
-    ``last_coord`` of the last one; ``scratch``, a local) and ``emit``, true in the filling pass."""
+    ``last_coord`` of the last one; ``scratch``, a local), ``emit``, true in the passes that write
+    buffers, ``last_pass``, true in the pass that writes values, and ``work``, the workspace of a
+    level written through :meth:`LevelType.workspace_insert` (else empty)."""
 
     pos: str
     crd: str
@@ -152,6 +171,13 @@ class LevelWrite:
     last_coord: str
     scratch: str
     emit: ir.Expr
+    last_pass: ir.Expr | None = None
+    work: str = ""
+
+    @property
+    def access(self) -> LevelAccess:
+        """The same level as the read hooks name it."""
+        return LevelAccess(self.pos, self.crd, self.size, self.lo)
 
 
 @dataclass(frozen=True)
@@ -170,6 +196,7 @@ class LevelType:
     any_pattern: ClassVar[bool] = True
     completes_affine: ClassVar[bool] = False
     append: ClassVar[bool] = False
+    workspace: ClassVar[bool] = False
     pads: ClassVar[bool] = False
 
     properties: tuple[LevelProperty, ...] = ()
@@ -340,7 +367,12 @@ class LevelType:
         """Locate levels: the position is computed, nothing is written."""
         if not self.locate:  # pragma: no cover - appendable iterated levels override
             raise NotImplementedError(f"{self.keyword} levels cannot be written in order")
-        return [], self.locate_position(LevelAccess(w.pos, w.crd, w.size, w.lo), p, c)
+        return [], self.locate_position(w.access, p, c)
+
+    def workspace_insert(self, w: LevelWrite, p: ir.Expr, c: ir.Expr) -> tuple[list[ir.Stmt], ir.Expr]:
+        """``workspace`` levels: the loop IR that counts, collects or places coordinate ``c`` under
+        parent position ``p`` and the position it takes (read only in the last pass)."""
+        raise NotImplementedError(f"{self.keyword} levels cannot be written through a workspace")
 
     def written_positions(self, nparents: int, extent: int, counted: int) -> int:
         """Positions of the written level: ``counted`` is the kernel's ``count`` for it."""

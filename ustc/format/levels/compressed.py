@@ -17,8 +17,8 @@ import numpy as np
 
 from ...codegen import loopir as ir
 from ...errors import StorageError
-from .base import (LevelProperty, LevelType, Packed, check_range, check_segments, pos_end, prefix_sum,
-                   segment_parents, store, unique_append)
+from .base import (LevelProperty, LevelType, Packed, as_intp, check_range, check_segments, pos_end, prefix_sum,
+                   segment_parents, store, subscript, unique_append)
 
 
 @dataclass(frozen=True)
@@ -28,6 +28,7 @@ class Compressed(LevelType):
     allowed_properties = frozenset({LevelProperty.NONUNIQUE, LevelProperty.NONORDERED})
     coo_parent = True
     append = True
+    workspace = True
 
     # -- segment bounds: the one thing loose_compressed changes ---------------------
     def bounds(self, pos: np.ndarray, nparents: int) -> tuple[np.ndarray, np.ndarray]:
@@ -66,6 +67,24 @@ class Compressed(LevelType):
 
     def write_lengths(self, nparents, count):
         return {"pos": self.pos_length(nparents), "crd": count}
+
+    def workspace_insert(self, w, p, c):
+        """Count / collect a coordinate the first time ``p`` meets it (``work`` holds the last parent
+        per coordinate); in the last pass, sort each parent's segment as it starts and keep every
+        coordinate's position in ``work``. Segments come from the read hook, so loose pairs work."""
+        slot = ir.Index(ir.sub(c, w.lo))
+        first = ir.Bin("!=", ir.Load(w.work, (slot,)), p)
+        collect = (ir.Store(w.work, (slot,), p),
+                   ir.If(w.emit, tuple(self.append_stores(w, p, c)) + (ir.Assign(w.last_parent, p),)),
+                   ir.Assign(w.count, ir.Const(1), "+"))
+        start, stop = self.segment(w.access, p, None)
+        place = (ir.Assign(w.last_parent, p), ir.Sort(w.crd, start, stop),
+                 ir.For(w.scratch, start, stop,
+                        (ir.Store(w.work, (ir.Index(ir.sub(as_intp(ir.load(w.crd, subscript(ir.Var(w.scratch)))),
+                                                          w.lo)),), ir.Var(w.scratch)),)))
+        code = ir.If(w.last_pass, (ir.If(ir.Bin("!=", ir.Var(w.last_parent), p), place),),
+                     (ir.If(first, collect),))
+        return [code], ir.Load(w.work, (slot,))
 
     def finalize(self, buffers, nparents, count):
         """Parents without children: their ``pos[p + 1]`` takes the count before them."""
