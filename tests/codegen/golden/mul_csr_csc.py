@@ -65,4 +65,4 @@ def kernel_0_serial(emit, C_crd0, C_crd1, C_vals, C_offsets, A_lvl1_pos, A_lvl1_
             C_offsets[np.uintp(i + 1)] = C_n
 
 
-PLAN = [{'function': 'kernel_0', 'params': [['emit'], ['out_crd', 'C', 0], ['out_crd', 'C', 1], ['out_vals', 'C'], ['out_offsets', 'C'], ['pos', 'A', 1], ['crd', 'A', 1], ['vals', 'A'], ['pos', 'B', 1], ['crd', 'B', 1], ['vals', 'B'], ['extent', 'i']], 'convert': {'B': '(d0, d1) -> (d0 : dense, d1 : compressed)'}, 'alias': {}, 'order': ['i', 'j'], 'sparse_output': True, 'rows': 'i', 'statement': 'C[i, j] = A[i, j] * B[i, j]', 'accumulate': False, 'overwrites': False, 'writer': False}]
+PLAN = [{'function': 'kernel_0', 'params': [['emit'], ['out_crd', 'C', 0], ['out_crd', 'C', 1], ['out_vals', 'C'], ['out_offsets', 'C'], ['pos', 'A', 1], ['crd', 'A', 1], ['vals', 'A'], ['pos', 'B', 1], ['crd', 'B', 1], ['vals', 'B'], ['extent', 'i']], 'convert': {'B': '(d0, d1) -> (d0 : dense, d1 : compressed)'}, 'alias': {}, 'order': ['i', 'j'], 'sparse_output': True, 'rows': 'i', 'statement': 'C[i, j] = A[i, j] * B[i, j]', 'accumulate': False, 'overwrites': False, 'writer': 0}]
