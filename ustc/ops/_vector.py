@@ -256,3 +256,14 @@ def triangular_levels(pos, crd, lower):
         rows[fill[level[r]]] = r
         fill[level[r]] += 1
     return ptr, rows, diag
+
+
+@njit_cached(nogil=True)
+def csr_rows_canonical(pos, crd):
+    """Whether every CSR row's coordinates strictly increase (sorted, no duplicates): one pass."""
+    for i in range(pos.size - 1):
+        for p in range(pos[i] + 1, pos[i + 1]):
+            if crd[p] <= crd[p - 1]:
+                return False
+    return True
+

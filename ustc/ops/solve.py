@@ -171,8 +171,10 @@ class _OnHost:
 
 
 def _triangular_side(a: Tensor) -> bool | None:
-    """True (lower), False (upper) or None (neither) for a host tensor; a diagonal matrix counts as lower."""
-    (rows, cols), _ = a.entries()
+    """True (lower), False (upper) or None (neither) for a host tensor; a diagonal matrix counts as
+    lower. Stored zeros (block interiors, dense rows) do not count."""
+    (rows, cols), vals = a.entries()
+    rows, cols = rows[vals != 0], cols[vals != 0]
     if rows.size == 0 or bool((rows >= cols).all()):
         return True
     return False if bool((rows <= cols).all()) else None
@@ -190,10 +192,10 @@ def _symmetric(a: Tensor) -> bool:
 def _triangular(a: Tensor, b: np.ndarray, lower: bool, unit: bool):
     from . import _vector as vec
 
-    csr = trisolve.as_csr(a)
+    csr = trisolve.canonical(trisolve.as_csr(a))      # duplicates summed, on a copy
     b2 = b.reshape(b.shape[0], 1) if b.ndim == 1 else b
     x = np.empty_like(b2)
-    values = csr._values.astype(b2.dtype, copy=False)
+    values = csr._values[:csr.nse].astype(b2.dtype, copy=False)
     bad = vec.triangular_csr(csr._buffers[(1, "pos")], csr._buffers[(1, "crd")], values, b2, x, unit, lower)
     if bad >= 0:
         raise trisolve.singular(bad)

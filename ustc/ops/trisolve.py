@@ -90,8 +90,9 @@ def analyse_csr(pos, crd, lower: bool) -> LevelSchedule:
 
 def analyse(a: Tensor, lower: bool) -> LevelSchedule:
     """The :class:`LevelSchedule` of square matrix ``a`` (any format and device; the pattern is
-    read on the host), using its lower (``lower=True``) or upper triangle."""
-    pos, crd = host_pattern(as_csr(a))
+    read on the host), using its lower (``lower=True``) or upper triangle. Duplicate entries
+    count once (the schedule is that of :func:`canonical` ``(as_csr(a))``)."""
+    pos, crd = host_pattern(canonical(as_csr(a)))
     return analyse_csr(pos, crd, lower)
 
 
@@ -105,6 +106,48 @@ def as_csr(a: Tensor) -> Tensor:
     if a.device != "cpu":
         return a.to("cpu").convert(CSR).to(a.device)
     return a.convert(CSR)
+
+
+def rows_canonical(pos, crd) -> bool:
+    """Whether every row of the host CSR pattern ``pos`` / ``crd`` is sorted without duplicates (O(nnz))."""
+    from . import _vector
+
+    return bool(_vector.csr_rows_canonical(np.ascontiguousarray(pos), np.ascontiguousarray(crd)))
+
+
+def canonical(csr: Tensor) -> Tensor:
+    """``csr`` itself when every row is sorted without duplicates (one O(nnz) scan of the
+    pattern), else :func:`summed`. ``csr`` is never modified."""
+    pos, crd = host_pattern(csr)
+    return csr if rows_canonical(pos, crd) else summed(csr, pos, crd)
+
+
+def summed(csr: Tensor, pos, crd) -> Tensor:
+    """A new CSR tensor on ``csr``'s device: each row sorted, duplicate entries summed.
+    ``pos`` / ``crd``: ``csr``'s :func:`host_pattern`."""
+    from ..formats import CSR
+
+    if csr.device == "cpu":
+        pos, crd, values = sum_duplicates(pos, crd, csr._values)
+        return Tensor(CSR, csr.shape, {(1, "pos"): pos, (1, "crd"): crd}, values, package=csr.package)
+    return summed(csr.to("cpu"), pos, crd).to(csr.device)
+
+
+def sum_duplicates(pos, crd, values):
+    """``(pos, crd, values)``: new host CSR arrays with each row sorted by coordinate and the
+    values of repeated coordinates summed (index dtypes kept)."""
+    n, lo, hi = len(pos) - 1, int(pos[0]), int(pos[-1])
+    rows = np.repeat(np.arange(n), np.diff(pos))
+    crd, values = np.asarray(crd)[lo:hi], np.asarray(values)[lo:hi]
+    order = np.lexsort((crd, rows))
+    rows, crd, values = rows[order], crd[order], values[order]
+    first = np.ones(rows.size, dtype=bool)
+    first[1:] = (rows[1:] != rows[:-1]) | (crd[1:] != crd[:-1])
+    starts = np.flatnonzero(first)
+    out_pos = np.zeros(n + 1, dtype=np.asarray(pos).dtype)
+    out_pos[1:] = np.cumsum(np.bincount(rows[starts], minlength=n))
+    sums = np.add.reduceat(values, starts) if starts.size else values[:0].copy()
+    return out_pos, crd[starts], sums
 
 
 def host_pattern(csr: Tensor) -> tuple[np.ndarray, np.ndarray]:
@@ -140,7 +183,8 @@ def check_diagonal(schedule: LevelSchedule, values) -> None:
 
 def solve_cuda(csr: Tensor, b, lower: bool, unit: bool, schedule: LevelSchedule | None = None):
     """``x`` with ``T x = b`` on the ``cuda`` target, ``T`` the lower / upper triangle of CSR
-    tensor ``csr`` (the diagonal taken as 1 when ``unit``), and the schedule used.
+    tensor ``csr`` (the diagonal taken as 1 when ``unit``; duplicate entries summed first, on a
+    copy, see :func:`canonical`), and the schedule used.
 
     ``b`` is (n,) or (n, k) of the solve's dtype: host (NumPy; copied to the device once,
     ``x`` copied back) or, with ``csr`` on 'cuda', CuPy (zero-copy; ``x`` is a new CuPy
@@ -150,6 +194,9 @@ def solve_cuda(csr: Tensor, b, lower: bool, unit: bool, schedule: LevelSchedule 
     from . import cuda_host
 
     pos, crd = host_pattern(csr)
+    if not rows_canonical(pos, crd):
+        csr = summed(csr, pos, crd)
+        pos, crd = host_pattern(csr)
     if schedule is None:
         schedule = analyse_csr(pos, crd, lower)
     elif (schedule.n, schedule.nnz, schedule.lower) != (csr.shape[0], int(pos[-1]), bool(lower)):

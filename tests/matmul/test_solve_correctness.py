@@ -1,0 +1,205 @@
+"""ustc.solve never answers silently wrong: duplicates are summed before a triangular solve, the
+reported residual is the true one (float64 for float32 systems), and NaN / Inf raise SolveError.
+
+Oracles: SciPy's ``spsolve_triangular`` on the summed matrix, and ``||b - A x|| / ||b||`` in
+float64 NumPy. Formats come from the registry (``matmul_helpers.named_2d``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+import scipy.sparse.linalg as spla
+
+import ustc
+from matmul_helpers import named_2d
+from ustc import LevelProperty, TensorFormat
+from ustc.ops import trisolve
+
+DTYPES = [np.float32, np.float64]
+KRYLOV = ["cg", "bicgstab", "gmres"]
+
+
+def holds_any_matrix(fmt) -> bool:
+    return not any(lv.type.keyword == "structured" for lv in fmt.levels)
+
+
+def any_matrix_formats() -> list:
+    """Every named 2-D format of the registry that can hold an arbitrary matrix."""
+    return [p for p in named_2d() if holds_any_matrix(p.values[0])]
+
+
+def duplicating_level(fmt) -> int | None:
+    """The last level that may repeat coordinates (``nonunique`` allowed, a ``pos`` buffer) when
+    only dense and singleton levels follow it, else None: repeating each of its positions then
+    repeats whole entries (or blocks)."""
+    for k in range(fmt.nlevels - 1, -1, -1):
+        t = fmt.levels[k].type
+        if LevelProperty.NONUNIQUE in t.allowed_properties and "pos" in t.buffers:
+            tail = {lv.type.keyword for lv in fmt.levels[k + 1:]}
+            return k if tail <= {"dense", "singleton"} else None
+    return None
+
+
+def duplicating_formats() -> list:
+    return [p for p in named_2d() if duplicating_level(p.values[0]) is not None]
+
+
+def with_duplicates(t: ustc.Tensor, share: float = 0.25) -> ustc.Tensor:
+    """``t`` with every stored entry split in two repeated entries (``share`` and ``1 - share`` of
+    its value), in ``t``'s format made ``nonunique`` from the duplicating level on."""
+    fmt, k = t.format, duplicating_level(t.format)
+    levels = []
+    for j, lv in enumerate(fmt.levels):
+        props = lv.type.properties
+        if j >= k and lv.type.keyword != "dense" and LevelProperty.NONUNIQUE not in props:
+            props = tuple(props) + (LevelProperty.NONUNIQUE,)
+        levels.append((lv.expr, replace(lv.type, properties=props)))
+    buffers = dict(t._buffers)
+    count = int(buffers[(k, "pos")][-1])
+    buffers[(k, "pos")] = buffers[(k, "pos")] * 2
+    for (j, name), b in t._buffers.items():
+        if j >= k and name == "crd":
+            buffers[(j, name)] = np.repeat(b, 2)
+    blocks = np.repeat(t._values[:t.nse].reshape(count, -1), 2, axis=0)
+    blocks *= np.tile(np.array([[share], [1 - share]], dtype=blocks.dtype), (count, 1))
+    return ustc.Tensor(TensorFormat(fmt.dims, levels), t.shape, buffers, blocks.reshape(-1))
+
+
+def triangle(n, lower, dtype, seed=3):
+    m = (sp.random(n, n, density=0.15, random_state=seed) + sp.eye(n) * 2).toarray()
+    return (np.tril(m) if lower else np.triu(m)).astype(dtype)
+
+
+def system(method, n, dtype, seed=0):
+    """A symmetric (CG) or nonsymmetric matrix that the method solves, and a right-hand side."""
+    m = sp.random(n, n, density=0.08, random_state=seed)
+    m = m + m.T if method == "cg" else m
+    m = m + sp.diags(1 + np.asarray(abs(m).sum(axis=1)).ravel())
+    b = np.random.default_rng(seed).standard_normal(n)
+    return m.toarray().astype(dtype), b.astype(dtype)
+
+
+def true_relative(dense, x, b) -> float:
+    """The float64 oracle ``||b - A x|| / ||b||``."""
+    a, x, b = (np.asarray(v, dtype=np.float64) for v in (dense, x, b))
+    return float(np.linalg.norm(b - a @ x) / np.linalg.norm(b))
+
+
+def snapshot(t: ustc.Tensor) -> list:
+    return [b.copy() for b in t._buffers.values()] + [t._values.copy()]
+
+
+def unchanged(t: ustc.Tensor, before: list) -> bool:
+    now = list(t._buffers.values()) + [t._values]
+    return all(np.array_equal(a, b) for a, b in zip(now, before))
+
+
+# -- 1. duplicates are summed before a triangular solve ------------------------------------------
+
+def test_the_issue_example_sums_the_duplicated_diagonal():
+    L = sp.csr_array(([1., 1., 3.], [0, 0, 1], [0, 2, 3]), shape=(2, 2))
+    data, indices = L.data.copy(), L.indices.copy()
+    x, info = ustc.solve(L, np.ones(2), return_info=True)
+    np.testing.assert_allclose(x, spla.spsolve_triangular(L, np.ones(2)))          # [0.5, 1/3]
+    assert info.relative_residual < 1e-15
+    assert np.array_equal(L.data, data) and np.array_equal(L.indices, indices)     # caller's input untouched
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("lower", [True, False])
+@pytest.mark.parametrize("fmt", duplicating_formats())
+def test_duplicates_are_summed_in_every_format(fmt, lower, dtype, rng):
+    t = triangle(30, lower, dtype)
+    A = with_duplicates(ustc.Tensor.from_dense(t, fmt))
+    before = snapshot(A)
+    B = rng.standard_normal((30, 2)).astype(dtype)
+    x, info = ustc.solve(A, B, "triangular", lower=lower, return_info=True)
+    want = spla.spsolve_triangular(sp.csr_array(t.astype(np.float64)), B.astype(np.float64), lower=lower)
+    tol = 1e-4 if dtype == np.float32 else 1e-10
+    np.testing.assert_allclose(x, want, rtol=tol, atol=tol)
+    assert x.dtype == np.dtype(dtype) and info.relative_residual <= tol
+    assert unchanged(A, before)
+
+
+def compressed_as_given(rows, cols, vals, shape, kind):
+    """A SciPy CSR / CSC array holding the entries in the given order within each row / column
+    (duplicates and all: SciPy's own conversions would sum them)."""
+    major, minor = (rows, cols) if kind == "csr" else (cols, rows)
+    order = np.argsort(major, kind="stable")
+    ptr = np.concatenate([[0], np.cumsum(np.bincount(major, minlength=shape[0]))])
+    cls = sp.csr_array if kind == "csr" else sp.csc_array
+    return cls((vals[order], minor[order], ptr), shape=shape)
+
+
+@pytest.mark.parametrize("kind", ["csr", "csc", "coo"])
+def test_scipy_inputs_with_duplicates_and_unsorted_rows(kind, rng):
+    t = triangle(25, True, np.float64, seed=5)
+    coo = sp.coo_array(t)
+    order = rng.permutation(coo.nnz)                  # unsorted, and every entry split in two
+    rows, cols = np.tile(coo.row[order], 2), np.tile(coo.col[order], 2)
+    vals = np.concatenate([0.75 * coo.data[order], 0.25 * coo.data[order]])
+    if kind == "coo":
+        s = sp.coo_array((vals, (rows, cols)), shape=t.shape)
+    else:
+        s = compressed_as_given(rows, cols, vals, t.shape, kind)
+        assert not s.has_canonical_format
+    data = s.data.copy()
+    b = rng.standard_normal(25)
+    np.testing.assert_allclose(ustc.solve(s, b), spla.spsolve_triangular(sp.csr_array(t), b), rtol=1e-10)
+    assert np.array_equal(s.data, data)
+
+
+def test_canonical_rows_are_used_as_they_are(monkeypatch):
+    """The cheap path: sorted rows without duplicates are solved in place, never re-assembled."""
+    A = ustc.Tensor.from_dense(triangle(20, True, np.float64), "CSR")
+    assert trisolve.canonical(A) is A
+    monkeypatch.setattr(trisolve, "sum_duplicates", lambda *a: pytest.fail("summed a canonical matrix"))
+    ustc.solve(A, np.ones(20))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_sum_duplicates_matches_scipy(seed):
+    rng = np.random.default_rng(seed)
+    n, nnz = 12, 60
+    rows, cols = rng.integers(0, n, nnz), rng.integers(0, n, nnz)
+    s = sp.csr_array((rng.standard_normal(nnz), (rows, cols)), shape=(n, n))
+    s.has_sorted_indices = False                      # keep SciPy from canonicalising on the way in
+    pos, crd, vals = s.indptr.copy(), s.indices.copy(), s.data.copy()
+    got = trisolve.sum_duplicates(pos, crd, vals)
+    want = s.copy()
+    want.sum_duplicates()
+    for g, w in zip(got, (want.indptr, want.indices, want.data)):
+        np.testing.assert_allclose(g, w, rtol=1e-13)
+    assert got[0].dtype == pos.dtype and trisolve.rows_canonical(got[0], got[1])
+
+
+def test_the_level_schedule_counts_a_repeated_entry_once():
+    t = triangle(16, True, np.float64)
+    A = with_duplicates(ustc.Tensor.from_dense(t, "CSR"))
+    s, plain = trisolve.analyse(A, lower=True), trisolve.analyse(ustc.Tensor.from_dense(t, "CSR"), lower=True)
+    assert s.nnz == plain.nnz and np.array_equal(s.diag, plain.diag)
+    assert np.array_equal(s.level_ptr, plain.level_ptr) and np.array_equal(s.level_rows, plain.level_rows)
+
+
+def test_the_cuda_substitution_gets_the_summed_matrix(monkeypatch, rng):
+    """``target="cuda"``: the level-scheduled launches receive the summed rows (the launches are
+    played here by the host substitution; the kernels run in tests/cuda)."""
+    from ustc.ops import _vector, cuda_host, cuda_trisolve
+
+    def substitute(pos, crd, vals, schedule, b, unit):
+        assert trisolve.rows_canonical(pos, crd) and schedule.nnz == pos[-1]
+        x = np.empty_like(b)
+        assert _vector.triangular_csr(pos, crd, vals, b, x, unit, schedule.lower) == -1
+        return x
+    monkeypatch.setattr(cuda_host, "require_device", lambda: None)
+    monkeypatch.setattr(cuda_trisolve, "substitute", substitute)
+    t = triangle(20, True, np.float64)
+    A = with_duplicates(ustc.Tensor.from_dense(t, "CSR"))
+    b = rng.standard_normal(20)
+    x, info = ustc.solve(A, b, target="cuda", return_info=True)
+    np.testing.assert_allclose(x, spla.spsolve_triangular(sp.csr_array(t), b), rtol=1e-10)
+    assert info.levels.nnz == sp.csr_array(t).nnz and info.relative_residual < 1e-12
