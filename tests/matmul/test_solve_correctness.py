@@ -203,3 +203,89 @@ def test_the_cuda_substitution_gets_the_summed_matrix(monkeypatch, rng):
     x, info = ustc.solve(A, b, target="cuda", return_info=True)
     np.testing.assert_allclose(x, spla.spsolve_triangular(sp.csr_array(t), b), rtol=1e-10)
     assert info.levels.nnz == sp.csr_array(t).nnz and info.relative_residual < 1e-12
+
+
+# -- 3. NaN and Inf ----------------------------------------------------------------------------------
+
+def poisoned(dense, b, where, value):
+    """Copies of the inputs with ``value`` planted in ``where`` (``a``: a diagonal entry, stored in
+    every format; ``b``; ``x0``), and the x0 to pass (None unless ``where == "x0"``)."""
+    dense, b, x0 = dense.copy(), b.copy(), None
+    if where == "a":
+        dense[3, 3] = value
+    elif where == "b":
+        b[4] = value
+    else:
+        x0 = np.zeros_like(b)
+        x0[5] = value
+    return dense, b, x0
+
+
+MESSAGES = {"a": r"matrix a holds a non-finite value \(NaN or Inf\) at entry \(3, 3\)",
+            "b": r"b holds a non-finite value \(NaN or Inf\) at index 4",
+            "x0": r"x0 holds a non-finite value \(NaN or Inf\) at index 5"}
+
+
+@pytest.fixture
+def executions(monkeypatch):
+    """Every ``Matmul.execute`` call, in order."""
+    from ustc.ops.plan import Matmul
+
+    calls, run = [], Matmul.execute
+    monkeypatch.setattr(Matmul, "execute", lambda self, **kw: calls.append(self) or run(self, **kw))
+    return calls
+
+
+@pytest.mark.parametrize("value", [np.nan, np.inf, -np.inf])
+@pytest.mark.parametrize("where", ["a", "b", "x0"])
+@pytest.mark.parametrize("method", KRYLOV + ["triangular", None])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_non_finite_inputs_are_named_before_iterating(dtype, method, where, value, executions):
+    if method == "triangular" and where == "x0":
+        pytest.skip("a substitution takes no x0")
+    dense, b = system("cg", 30, dtype)
+    dense = np.tril(dense) if method == "triangular" else dense
+    dense, b, x0 = poisoned(dense, b, where, value)
+    with pytest.raises(ustc.SolveError, match=MESSAGES[where]):
+        ustc.solve(ustc.Tensor.from_dense(dense, "CSR"), b, method, x0=x0)
+    assert executions == []
+
+
+@pytest.mark.parametrize("fmt", any_matrix_formats())
+def test_a_non_finite_matrix_is_named_in_every_format(fmt):
+    dense, b = system("gmres", 20, np.float64)
+    dense, _, _ = poisoned(dense, b, "a", np.nan)
+    with pytest.raises(ustc.SolveError, match=MESSAGES["a"]):
+        ustc.solve(ustc.Tensor.from_dense(dense, fmt), b, "gmres")
+
+
+@pytest.mark.parametrize("check", [True, False])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("method", KRYLOV)
+def test_nan_during_the_iteration_stops_it_within_a_few_products(method, dtype, check, monkeypatch):
+    """A product that starts returning NaN from its 4th call on (as an overflow or a faulty kernel
+    would) ends the solve within two more products, with SolveError saying it broke down."""
+    from ustc.ops.plan import Matmul
+
+    run, executions = Matmul.execute, []
+
+    def faulty(self, **kw):
+        executions.append(self)
+        out = run(self, **kw)
+        if len(executions) >= 4:
+            out[::7] = np.nan
+        return out
+    monkeypatch.setattr(Matmul, "execute", faulty)
+    dense, b = system(method, 60, dtype)
+    with pytest.raises(ustc.SolveError, match=rf"{method} broke down at iteration \d+: a NaN or Inf"):
+        ustc.solve(ustc.Tensor.from_dense(dense, "CSR"), b, method, rtol=1e-12, check=check)
+    assert 4 <= len(executions) <= 6
+
+
+@pytest.mark.parametrize("method", KRYLOV)
+def test_an_overflow_is_a_breakdown_not_convergence(method):
+    """Finite inputs whose squared norm overflows: the old loop compared inf <= inf and returned
+    x = 0 as converged."""
+    dense, b = system(method, 20, np.float64)
+    with pytest.raises(ustc.SolveError, match=f"{method} broke down at iteration 0"):
+        ustc.solve(ustc.Tensor.from_dense(dense * 1e200, "CSR"), b * 1e200, method)

@@ -20,10 +20,12 @@ convergence means ``||b - A x|| <= max(rtol * ||b||, atol)`` (SciPy's rule).
 
 from __future__ import annotations
 
+import cmath
 import math
 
 import numpy as np
 
+from ..errors import SolveError
 from .vectors import HOST
 
 
@@ -90,15 +92,18 @@ def cg(op: Operator, b, x, dinv, rtol, atol, maxiter):
     rz = vec.dot(r, z)
     p = op.v                      # the planned operand doubles as the search direction
     vec.copy(p, z)
+    check_finite("cg", 0, stop, rr, rz)
     it = 0
     for it in range(1, maxiter + 1):
         if math.sqrt(rr) <= stop:
             return x, it - 1, math.sqrt(rr), True
         pq = vec.dot(p, op.apply(p, q))
+        check_finite("cg", it, pq)
         if pq == 0:
             break
         alpha = rz / pq
         rr, rz_new = vec.cg_step(x, r, z, p, q, dinv, alpha, jacobi)
+        check_finite("cg", it, rr, rz_new)
         vec.xpby(z, rz_new / rz, p)
         rz = rz_new
     return x, it, math.sqrt(rr), math.sqrt(rr) <= stop
@@ -114,11 +119,13 @@ def bicgstab(op: Operator, b, x, dinv, rtol, atol, maxiter):
     p, s = vec.zeros(n, dt), vec.empty(n, dt)
     ph, sh = vec.empty(n, dt), vec.empty(n, dt)
     rho = alpha = omega = dt.type(1)
+    check_finite("bicgstab", 0, stop, rr)
     it = 0
     for it in range(1, maxiter + 1):
         if math.sqrt(rr) <= stop:
             return x, it - 1, math.sqrt(rr), True
         rho_new = vec.dot(r0, r)
+        check_finite("bicgstab", it, rho_new)
         if rho_new == 0 or omega == 0:
             break
         vec.bicg_p(p, r, (rho_new / rho) * (alpha / omega), omega, v)
@@ -126,10 +133,12 @@ def bicgstab(op: Operator, b, x, dinv, rtol, atol, maxiter):
         _precondition(vec, ph, dinv, p)
         op.apply(ph, v)
         denom = vec.dot(r0, v)
+        check_finite("bicgstab", it, denom)
         if denom == 0:
             break
         alpha = rho / denom
         ss = vec.axpy_norm(s, r, -alpha, v)
+        check_finite("bicgstab", it, alpha, ss)
         if math.sqrt(ss) <= stop:
             vec.bicg_x(x, alpha, ph, 0.0, ph)
             return x, it, math.sqrt(ss), True
@@ -137,9 +146,19 @@ def bicgstab(op: Operator, b, x, dinv, rtol, atol, maxiter):
         op.apply(sh, t)
         tt = vec.dot(t, t)
         omega = vec.dot(t, s) / tt if tt != 0 else dt.type(0)
+        check_finite("bicgstab", it, tt, omega)
         vec.bicg_x(x, alpha, ph, omega, sh)
         rr = vec.axpy_norm(r, s, -omega, t)
     return x, it, math.sqrt(rr), math.sqrt(rr) <= stop
+
+
+def check_finite(method: str, iteration: int, *scalars) -> None:
+    """SolveError when one of the scalars ``method`` computed in ``iteration`` is NaN or Inf.
+    The inputs were checked finite before the solve, so this is an overflow or a breakdown."""
+    if not all(cmath.isfinite(v) for v in scalars):
+        raise SolveError(f"solve: {method} broke down at iteration {iteration}: a NaN or Inf appeared in its "
+                         f"inner products or norms although the inputs were finite (an overflow: scale the "
+                         f"system; or a matrix the method does not suit: try another method)")
 
 
 def _precondition(vec, out, dinv, v) -> None:
@@ -160,6 +179,7 @@ def gmres(op: Operator, b, x, dinv, rtol, atol, maxiter, restart: int):
     done = 0
     while True:
         beta = math.sqrt(vec.residual(r, b, op.apply(x, w)))
+        check_finite("gmres", done, stop, beta)
         if beta <= stop or done >= maxiter:
             return x, done, beta, beta <= stop
         H = np.zeros((m + 1, m), dtype=dt)
@@ -178,10 +198,12 @@ def gmres(op: Operator, b, x, dinv, rtol, atol, maxiter, restart: int):
             if h_next != 0:
                 vec.set_row(V, k + 1, w, h_next)
             _givens(H, cs, sn, g, k)
+            check_finite("gmres", done, h_next, g[k + 1])
             k += 1
             if abs(g[k]) <= stop or h_next == 0:   # converged, or the Krylov space is exhausted
                 break
         y = np.linalg.solve(np.triu(H[:k, :k]), g[:k]) if k else np.zeros(0, dtype=dt)
+        check_finite("gmres", done, *y)
         vec.combine(w, V, y)
         _precondition(vec, z, dinv, w)
         vec.axpy(x, dt.type(1), z)

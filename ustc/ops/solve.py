@@ -96,6 +96,8 @@ def solve(a, b, method: str | None = None, *, x0=None, rtol: float = 1e-8, atol:
         raise UstcError(f"solve: method must be one of {', '.join(METHODS)} or None, got {method!r}")
     if preconditioner not in PRECONDITIONERS:
         raise UstcError(f"solve: preconditioner must be None or 'jacobi', got {preconditioner!r}")
+    _require_finite_matrix(a)
+    _require_finite_vector("b", rhs)
     dtype = np.result_type(a.dtype, rhs.dtype, np.float32)
     if dtype.kind not in "fc":
         dtype = np.dtype(np.float64)
@@ -117,6 +119,39 @@ def solve(a, b, method: str | None = None, *, x0=None, rtol: float = 1e-8, atol:
                          f"{rtol:.1e}); try another method, a preconditioner or a larger maxiter")
     x = _wrap(x, package)
     return (x, info) if return_info else x
+
+
+def _all_finite(v) -> bool:
+    """Whether host or CuPy array ``v`` holds no NaN or Inf (one pass)."""
+    if packages.is_cupy(v):  # pragma: no cover - needs a GPU
+        import cupy
+
+        return bool(cupy.isfinite(v).all())
+    return bool(np.isfinite(v).all())
+
+
+def _require_finite_matrix(a: Tensor) -> None:
+    """SolveError naming ``a`` (and, on the host, the first offending entry) when a stored
+    value is NaN or Inf."""
+    values = a._values if a.format.batch_levels else a._values[:a.nse]
+    if _all_finite(values):
+        return
+    (rows, cols), vals = a.to("cpu").entries()
+    bad = np.flatnonzero(~np.isfinite(vals))
+    where = f" at entry ({rows[bad[0]]}, {cols[bad[0]]})" if bad.size else ""
+    raise SolveError(f"solve: the matrix a holds a non-finite value (NaN or Inf){where}; a solve needs "
+                     f"finite inputs")
+
+
+def _require_finite_vector(name: str, v) -> None:
+    """SolveError naming input ``name`` (``b`` or ``x0``) and its first NaN / Inf."""
+    if _all_finite(v):
+        return
+    host = v.get() if packages.is_cupy(v) else np.asarray(v)
+    first = tuple(int(i) for i in np.argwhere(~np.isfinite(host))[0])
+    index = first[0] if len(first) == 1 else first
+    raise SolveError(f"solve: {name} holds a non-finite value (NaN or Inf) at index {index}; a solve needs "
+                     f"finite inputs")
 
 
 def _target(a: Tensor, b, x0, target: str | None) -> str:
@@ -244,6 +279,7 @@ def _krylov(a: Tensor, rhs, dtype, method, x0, rtol, atol, maxiter, restart, pre
         start = _x0(x0, a.device)
         if tuple(start.shape) != (n,):
             raise ShapeError(f"solve: x0 has shape {tuple(start.shape)}, expected ({n},)")
+        _require_finite_vector("x0", start)
     dinv = _jacobi(a, n, dtype, vec) if preconditioner == "jacobi" else None
     b = vec.asarray(rhs, dtype)
     x = vec.zeros(n, dtype) if x0 is None else vec.asarray(start, dtype, copy=True)
