@@ -17,7 +17,7 @@ import scipy.sparse.linalg as spla
 import ustc
 from matmul_helpers import named_2d
 from ustc import LevelProperty, TensorFormat
-from ustc.ops import trisolve
+from ustc.ops import krylov, trisolve
 
 DTYPES = [np.float32, np.float64]
 KRYLOV = ["cg", "bicgstab", "gmres"]
@@ -203,6 +203,73 @@ def test_the_cuda_substitution_gets_the_summed_matrix(monkeypatch, rng):
     x, info = ustc.solve(A, b, target="cuda", return_info=True)
     np.testing.assert_allclose(x, spla.spsolve_triangular(sp.csr_array(t), b), rtol=1e-10)
     assert info.levels.nnz == sp.csr_array(t).nnz and info.relative_residual < 1e-12
+
+
+# -- 2. the reported residual is the true one -----------------------------------------------------
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("method", KRYLOV)
+@pytest.mark.parametrize("fmt", any_matrix_formats())
+def test_reported_residual_is_the_true_residual(fmt, method, dtype):
+    dense, b = system(method, 50, dtype)
+    rtol = 1e-5 if dtype == np.float32 else 1e-10
+    x, info = ustc.solve(ustc.Tensor.from_dense(dense, fmt), b, method, rtol=rtol, restart=10, return_info=True)
+    true = true_relative(dense, x, b)
+    assert info.relative_residual == pytest.approx(true, rel=1e-6, abs=1e-15)
+    assert info.converged and true <= rtol
+    assert info.residual_norm == pytest.approx(true * np.linalg.norm(b.astype(np.float64)), rel=1e-6)
+
+
+def drifting_float32_system():
+    """A float32 system whose recursive BiCGSTAB residual drops below 1e-8 while the true one
+    stalls near 1e-5 (float32 rounding in a moderately conditioned matrix)."""
+    m = sp.random(200, 200, density=0.05, random_state=0)
+    dense = ((m + m.T) + sp.eye(200) * 4).toarray().astype(np.float32)
+    return dense, np.random.default_rng(0).standard_normal(200).astype(np.float32)
+
+
+def test_float32_drift_is_not_reported_as_convergence(monkeypatch):
+    dense, b = drifting_float32_system()
+    recursive = []
+    solver = krylov.SOLVERS["bicgstab"]
+
+    def spy(*args):
+        out = solver(*args)
+        recursive.append(out)
+        return out
+    monkeypatch.setitem(krylov.SOLVERS, "bicgstab", spy)
+    A = ustc.Tensor.from_dense(dense, "CSR")
+    x, info = ustc.solve(A, b, "bicgstab", rtol=1e-8, check=False, return_info=True)
+    (_, _, res, claimed), = recursive
+    assert claimed and res <= 1e-8 * np.linalg.norm(b)              # the premise: the recursion claims it
+    true = true_relative(dense, x, b)
+    assert true > 1e-6 and not info.converged
+    assert info.relative_residual == pytest.approx(true, rel=1e-6)
+    with pytest.raises(ustc.SolveError, match="did not converge"):
+        ustc.solve(A, b, "bicgstab", rtol=1e-8)
+
+
+@pytest.mark.parametrize("method", KRYLOV)
+def test_a_float32_solve_never_claims_more_than_float64_confirms(method):
+    dense, b = drifting_float32_system()
+    if method == "cg":
+        dense = (dense + dense.T) / 2 + 60 * np.eye(200, dtype=np.float32)    # positive definite for CG
+    for rtol in (1e-8, 1e-4):
+        x, info = ustc.solve(ustc.Tensor.from_dense(dense, "CSR"), b, method, rtol=rtol, check=False,
+                             return_info=True)
+        true = true_relative(dense, x, b)
+        assert info.relative_residual == pytest.approx(true, rel=1e-6)
+        assert info.converged == (true <= rtol)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("fmt", any_matrix_formats())
+def test_triangular_residual_is_the_true_residual(fmt, dtype, rng):
+    t = triangle(40, False, dtype)
+    b = rng.standard_normal(40).astype(dtype)
+    x, info = ustc.solve(ustc.Tensor.from_dense(t, fmt), b, return_info=True)     # stored zeros: still upper
+    assert info.method == "triangular"
+    assert info.relative_residual == pytest.approx(true_relative(t, x, b), rel=1e-6, abs=1e-16)
 
 
 # -- 3. NaN and Inf ----------------------------------------------------------------------------------

@@ -267,3 +267,19 @@ def csr_rows_canonical(pos, crd):
                 return False
     return True
 
+
+@njit_cached(nogil=True)
+def coo_residual(rows, cols, vals, x, r):
+    """``r -= A x`` for the entries ``A[rows[e], cols[e]] = vals[e]`` (``x``, ``r``: (n, k); repeated
+    entries add up), each product formed in ``r``'s dtype (float64 for a float32 ``A``); returns
+    ``||r||^2`` (Frobenius), summed in float64. One thread: it runs once per solve."""
+    wide = r.dtype.type
+    for e in range(rows.size):
+        i, j, v = rows[e], cols[e], wide(vals[e])
+        for c in range(r.shape[1]):
+            r[i, c] -= v * wide(x[j, c])
+    s = 0.0
+    for i in range(r.shape[0]):
+        for c in range(r.shape[1]):
+            s += (np.conj(r[i, c]) * r[i, c]).real
+    return s

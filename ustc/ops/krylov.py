@@ -14,18 +14,27 @@ cuSPARSE do. The optional Jacobi
 preconditioner is ``M^-1 = diag(A)^-1``; GMRES and BiCGSTAB apply it on the
 right, so the residual they test is the true residual ``b - A x``.
 
-Each solver returns ``(x, iterations, residual_norm, converged)`` where
-convergence means ``||b - A x|| <= max(rtol * ||b||, atol)`` (SciPy's rule).
+Each solver returns ``(x, iterations, residual_norm, converged)`` from the
+residual it updates recursively, where convergence means
+``||b - A x|| <= max(rtol * ||b||, atol)`` (SciPy's rule). Rounding lets that
+recursive residual drift from the true one (in float32 by orders of magnitude),
+so :func:`run` recomputes ``||b - A x||`` once at the end (:func:`true_residual`,
+float64 for float32 / complex64 systems) and reports convergence from it. Every
+scalar a solver branches on is checked as it arrives: a NaN or Inf (an overflow
+or a breakdown, the inputs being finite) raises :class:`ustc.SolveError` in that
+iteration (:func:`check_finite`).
 """
 
 from __future__ import annotations
 
 import cmath
 import math
+from typing import NamedTuple
 
 import numpy as np
 
 from ..errors import SolveError
+from ..tensor import packages
 from .vectors import HOST
 
 
@@ -230,15 +239,77 @@ def _givens(H, cs, sn, g, k) -> None:
 SOLVERS = {"cg": cg, "bicgstab": bicgstab, "gmres": gmres}
 
 
+class Outcome(NamedTuple):
+    """What :func:`run` found: ``residual`` is the true ``||b - A x||`` (:func:`true_residual`),
+    ``relative`` that over ``||b||`` (``||b||`` taken as 1 when 0), ``converged`` whether
+    ``residual <= max(rtol ||b||, atol)``."""
+
+    x: object
+    iterations: int
+    residual: float
+    relative: float
+    converged: bool
+    plan_info: str
+
+
 def run(a, b, x, dinv, method: str, *, rtol, atol, maxiter: int, restart: int = 30, target: str = "cpu",
-        vec=HOST):
-    """Plan ``A @ v`` (or take the cached plan) and run ``method``: ``(x, iterations, residual,
-    converged, plan_info)``.
-    ``b``, ``x`` (updated in place) and ``dinv`` are vectors of ``vec``."""
+        vec=HOST) -> Outcome:
+    """Plan ``A @ v`` (or take the cached plan), run ``method``, then recompute the true residual
+    and judge convergence by it. ``b``, ``x`` (updated in place) and ``dinv`` are vectors of
+    ``vec``. SolveError when the iteration breaks down (:func:`check_finite`)."""
     op = Operator(a, b.size, b.dtype, target, vec)
     try:
         extra = (restart,) if method == "gmres" else ()
-        x, it, res, ok = SOLVERS[method](op, b, x, dinv, rtol, atol, maxiter, *extra)
-        return x, it, res, ok, op.matmul.plan_info
+        x, it, _, _ = SOLVERS[method](op, b, x, dinv, rtol, atol, maxiter, *extra)
+        res, bn = true_residual(a, b, x, lambda v: op.apply(v, vec.empty(b.size, b.dtype)))
+        check_finite(method, it, res)                 # x itself overflowed
+        ok = res <= max(rtol * bn, atol)
+        return Outcome(x, it, res, res / (bn or 1.0), ok, op.matmul.plan_info)
     finally:
         op.close()
+
+
+def wide_dtype(dtype) -> np.dtype:
+    """The dtype a residual is checked in: float64 for float32 (complex128 for complex64), else
+    ``dtype`` itself."""
+    return np.result_type(dtype, np.float64)
+
+
+def true_residual(a, b, x, product) -> tuple[float, float]:
+    """``(||b - A x||, ||b||)`` recomputed from ``x`` (Frobenius norms for (n, k) ``b`` and ``x``;
+    host or CuPy arrays). In working precision through ``product(x)`` (``A x`` of ``x``'s dtype);
+    for a float32 / complex64 system in float64 (:func:`wide_dtype`): for a host ``a`` one pass
+    over its entries, for a tensor on 'cuda' a float64 copy of its values through ``ustc.matmul``."""
+    wide = wide_dtype(b.dtype)
+    if wide == b.dtype:
+        return norm(b - product(x)), norm(b)
+    if a.device == "cpu":
+        return _host_residual(a, _on_host(b), _on_host(x), wide)
+    from ..tensor.tensor import Tensor
+    from .matmul import matmul
+
+    a = Tensor(a.format, a.shape, a._buffers, a._values.astype(wide), device=a.device, package=a.package)
+    b = b.astype(wide)
+    return norm(b - matmul(a, x.astype(wide))), norm(b)
+
+
+def _host_residual(a, b: np.ndarray, x: np.ndarray, wide) -> tuple[float, float]:
+    from . import _vector
+
+    (rows, cols), vals = a.entries()
+    r = b.astype(wide).reshape(b.shape[0], -1)
+    rr = _vector.coo_residual(rows, cols, vals, np.ascontiguousarray(x).reshape(x.shape[0], -1), r)
+    return math.sqrt(max(rr, 0.0)), norm(b.astype(wide))
+
+
+def _on_host(v) -> np.ndarray:
+    return v.get() if packages.is_cupy(v) else np.asarray(v)
+
+
+def norm(v) -> float:
+    """The 2-norm (Frobenius for a matrix) of a host or CuPy array, as a float."""
+    if packages.is_cupy(v):  # pragma: no cover - needs a GPU
+        import cupy
+
+        return float(cupy.linalg.norm(v))
+    return float(np.linalg.norm(v))

@@ -13,8 +13,13 @@ stored diagonal), ``"cg"`` (symmetric / Hermitian positive definite),
 with ``preconditioner="jacobi"`` optional. ``method=None`` picks from the
 structure: triangular → substitution; symmetric → CG; otherwise GMRES. Every
 Krylov method plans one :class:`~ustc.Matmul` and reuses it each iteration.
-Convergence: ``||b - A x|| <= max(rtol ||b||, atol)``; otherwise
-:class:`ustc.SolveError` with the residual reached, unless ``check=False``.
+Convergence: ``||b - A x|| <= max(rtol ||b||, atol)`` for the true residual,
+recomputed from ``x`` at the end (float64 for float32 / complex64 systems, see
+:func:`ustc.ops.krylov.true_residual`); otherwise :class:`ustc.SolveError` with
+the residual reached, unless ``check=False``. A NaN or Inf in ``a``, ``b`` or
+``x0`` raises :class:`ustc.SolveError` naming the input before anything runs,
+one appearing during the iteration raises it in that iteration. A substitution
+sums duplicate entries first, on a copy (:func:`ustc.ops.trisolve.canonical`).
 ``a`` is any 2-D ustc Tensor (or SciPy / torch sparse matrix); ``b`` a vector
 (Krylov) or a vector or matrix of right-hand sides (triangular). ``x`` is
 returned in ``b``'s package; with ``return_info=True`` also a
@@ -46,7 +51,6 @@ Jacobi) raises :class:`ustc.SolveError` on every target, before the iteration.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -65,9 +69,11 @@ TARGETS = ("cpu", "cuda")
 @dataclass(frozen=True)
 class SolveInfo:
     """What a solve did: method, convergence, iterations (matrix products for Krylov methods),
-    the final residual norm ``||b - A x||`` and relative to ``||b||``, the route (the Matmul's,
-    or the substitution's), and for a triangular solve on the ``cuda`` target its
-    :class:`~ustc.ops.trisolve.LevelSchedule` (reusable for the same pattern)."""
+    the true residual norm ``||b - A x||`` recomputed from the returned ``x`` (float64 for a
+    float32 / complex64 system) and relative to ``||b||``, the route (the Matmul's, or the
+    substitution's), and for a triangular solve on the ``cuda`` target its
+    :class:`~ustc.ops.trisolve.LevelSchedule` (reusable for the same pattern). ``converged``
+    follows from that residual (a substitution: it is finite)."""
 
     method: str
     converged: bool
@@ -246,24 +252,13 @@ def _triangular_cuda(a: Tensor, b, lower: bool, unit: bool):
 
 
 def _triangular_info(a: Tensor, x, b, route: str, schedule=None) -> SolveInfo:
-    res = _norm(b - _product(a, x))
-    bn = _norm(b) or 1.0
-    return SolveInfo("triangular", bool(np.isfinite(res)), 1, res, res / bn, route, schedule)
-
-
-def _product(a: Tensor, x):
+    """The info of a substitution: the true residual (:func:`ustc.ops.krylov.true_residual`),
+    converged when it is finite."""
+    from . import krylov
     from .matmul import matmul
 
-    return matmul(a, x)
-
-
-def _norm(v) -> float:
-    """The 2-norm (Frobenius for a matrix) of a host or CuPy array, as a float."""
-    if packages.is_cupy(v):  # pragma: no cover - needs a GPU
-        import cupy
-
-        return float(cupy.linalg.norm(v))
-    return float(np.linalg.norm(v))
+    res, bn = krylov.true_residual(a, b, x, lambda v: matmul(a, v))
+    return SolveInfo("triangular", bool(np.isfinite(res)), 1, res, res / (bn or 1.0), route, schedule)
 
 
 def _krylov(a: Tensor, rhs, dtype, method, x0, rtol, atol, maxiter, restart, preconditioner, target):
@@ -284,10 +279,10 @@ def _krylov(a: Tensor, rhs, dtype, method, x0, rtol, atol, maxiter, restart, pre
     b = vec.asarray(rhs, dtype)
     x = vec.zeros(n, dtype) if x0 is None else vec.asarray(start, dtype, copy=True)
     maxiter = 10 * n if maxiter is None else int(maxiter)
-    x, it, res, ok, route = krylov.run(a, b, x, dinv, method, rtol=rtol, atol=atol, maxiter=maxiter,
-                                       restart=restart, target=target, vec=vec)
-    bn = vec.norm2(b) or 1.0
-    return x, SolveInfo(method, bool(ok) and math.isfinite(res), int(it), float(res), float(res) / bn, route)
+    out = krylov.run(a, b, x, dinv, method, rtol=rtol, atol=atol, maxiter=maxiter, restart=restart,
+                     target=target, vec=vec)
+    return out.x, SolveInfo(method, bool(out.converged), int(out.iterations), float(out.residual),
+                            float(out.relative), out.plan_info)
 
 
 def _vectors(a: Tensor):
