@@ -260,15 +260,19 @@ class Tensor:
             return fast
         if self.format.all_dense and (fastpaths.coo_like(fmt) or fastpaths.family(fmt) is not None):
             return Tensor.from_dense(self.to_dense(), fmt)  # the parallel count and fill kernels
-        from ..ops.convert import worth_compiling, written
+        from ..ops.convert import worth_compiling, writable, written
 
+        source = self
+        if self.format.all_dense and self.ndim == 2 and worth_compiling(self) and writable(fmt):
+            source = Tensor.from_dense(self.to_dense(), "CSR")  # parallel selection: the writer walks nonzeros only
         try:
-            compiled = written(self, fmt) if worth_compiling(self) else None
+            compiled = written(source, fmt) if worth_compiling(self) else None
         except StorageError:
             if not any(lv.type.pads for lv in fmt.levels):
                 raise
             compiled = None  # the pack hook refuses too, before allocating, naming a width that fits
         if compiled is not None:
+            compiled._package = self._package
             return compiled
         if self.format.all_dense:  # select the nonzeros with the parallel kernels, then assemble only them
             return Tensor.from_dense(self.to_dense(), fmt, prune=prune)
