@@ -187,21 +187,20 @@ def rename(e: fx.Expr, names: dict[str, str]) -> fx.Expr:
     return type(e)(rename(e.operand, names), e.constant)
 
 
-def to_loop(e: fx.Expr, rename: dict[str, str] | None = None) -> ir.Expr:
-    """A format expression over loop variables as a loop-IR expression (variables renamed by
-    ``rename`` where it names them: a format's dimensions as a statement's indices)."""
+def to_loop(e: fx.Expr) -> ir.Expr:
+    """A format expression over loop variables as a loop-IR expression."""
     if isinstance(e, fx.Dimension):
-        return ir.Var(rename.get(e.name, e.name) if rename else e.name)
+        return ir.Var(e.name)
     if isinstance(e, fx.Const):
         return ir.Const(e.value)
     if isinstance(e, fx.Add):
-        return ir.add(to_loop(e.left, rename), to_loop(e.right, rename))
+        return ir.add(to_loop(e.left), to_loop(e.right))
     if isinstance(e, fx.Sub):
-        return ir.sub(to_loop(e.left, rename), to_loop(e.right, rename))
+        return ir.sub(to_loop(e.left), to_loop(e.right))
     if isinstance(e, fx.Mul):
-        return ir.mul(e.factor, to_loop(e.operand, rename))
+        return ir.mul(e.factor, to_loop(e.operand))
     op = "//" if isinstance(e, fx.FloorDiv) else "%"
-    return ir.Bin(op, to_loop(e.operand, rename), ir.Const(e.constant))
+    return ir.Bin(op, to_loop(e.operand), ir.Const(e.constant))
 
 
 def exactness(e: fx.Expr) -> list[ir.Expr]:

@@ -37,7 +37,7 @@ from ustc.format.levels.base import LevelType, LevelWrite
 
 from . import loopir as ir
 from .names import FreshNames, buffer_name
-from .space import to_loop
+from .space import rename, to_loop
 
 
 class Strategy(enum.Enum):
@@ -72,12 +72,24 @@ def write_strategies(fmt: TensorFormat | None, indices: tuple[str, ...],
     return tuple(out)
 
 
+def own_walk_strategies(fmt: TensorFormat, indices: tuple[str, ...]) -> tuple[Strategy, ...] | None:
+    """:func:`write_strategies` for the walk ``fmt`` asks for: :func:`_leading` order, then the
+    other indices (a conversion's walk, ``B[...] = A[...]``)."""
+    order = _leading(fmt, indices)
+    return write_strategies(fmt, indices, order + tuple(i for i in indices if i not in order))
+
+
 def output_order(fmt: TensorFormat | None, indices: tuple[str, ...]) -> tuple[str, ...]:
     """The walk order in which ``fmt`` can be written, as far as its levels decide it: the indices
     of its leading levels over one index each, in level order (``(i, j)`` for CSR and BSR; none
     for DIA, whose first level spans two); empty when no such walk writes it."""
-    if fmt is None:
+    if fmt is None or own_walk_strategies(fmt, indices) is None:
         return ()
+    return _leading(fmt, indices)
+
+
+def _leading(fmt: TensorFormat, indices: tuple[str, ...]) -> tuple[str, ...]:
+    """The indices of ``fmt``'s leading single-index levels, in level order, each once."""
     names = {d.name: i for d, i in zip(fmt.dims, indices)}
     order: list[str] = []
     for lv in fmt.levels:
@@ -86,8 +98,7 @@ def output_order(fmt: TensorFormat | None, indices: tuple[str, ...]) -> tuple[st
             break
         if names[var] not in order:
             order.append(names[var])
-    rest = tuple(i for i in indices if i not in order)
-    return tuple(order) if write_strategies(fmt, indices, tuple(order) + rest) is not None else ()
+    return tuple(order)
 
 
 def _single_index(e: fx.Expr) -> str | None:
@@ -152,14 +163,15 @@ class Writer:
         self.counts = buffer_name(tensor, "counts")
         self.passes = 3 if Strategy.WORKSPACE in strategies else 2
         self.last_pass = ir.eq(emit, 2) if self.passes == 3 else emit
-        rename = {d.name: i for d, i in zip(fmt.dims, indices)}
-        self.levels = tuple(self._level(k, lv, strategy, rename, extents)
+        by_dim = {d.name: i for d, i in zip(fmt.dims, indices)}
+        self.levels = tuple(self._level(k, lv, strategy, by_dim, extents)
                             for k, (lv, strategy) in enumerate(zip(fmt.levels, strategies)))
 
-    def _level(self, k: int, lv, strategy: Strategy, rename: dict[str, str], extents) -> WrittenLevel:
+    def _level(self, k: int, lv, strategy: Strategy, indices: dict[str, str], extents) -> WrittenLevel:
+        """Level ``k`` (``indices``: the format's dimension -> the statement's index)."""
         t, fresh = self.tensor, self.names
         if isinstance(lv.expr, fx.Dimension):
-            size, lo = extents[rename[lv.expr.name]], ir.Const(0)
+            size, lo = extents[indices[lv.expr.name]], ir.Const(0)
         else:
             size = ir.Var(buffer_name(t, "size", k))
             lo = ir.Var(buffer_name(t, "lo", k)) if isinstance(lv.expr, (fx.Sub, fx.Add)) else ir.Const(0)
@@ -170,7 +182,7 @@ class Writer:
                            last_coord=fresh(("write_coord", k), f"{t}_last_c{k}"),
                            scratch=fresh(("write_gap", k), f"{t}_gap{k}"), emit=self.emit,
                            last_pass=self.last_pass, work=work)
-        return WrittenLevel(lv.type, strategy, to_loop(lv.expr, rename), names)
+        return WrittenLevel(lv.type, strategy, to_loop(rename(lv.expr, indices)), names)
 
     @property
     def params(self) -> list[ir.Param]:

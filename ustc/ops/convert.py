@@ -16,7 +16,7 @@ from .. import cache
 from ..errors import ConversionWarning
 from ..codegen import notation as nt
 from ..codegen.space import coiterable
-from ..codegen.writer import output_order, write_strategies
+from ..codegen.writer import own_walk_strategies
 from ..format.ir import TensorFormat
 from ..tensor.fastpaths import compiled_dtype, family
 from ..tensor.tensor import Tensor, as_format
@@ -42,9 +42,7 @@ def _transposes(source: TensorFormat, target: str) -> bool:
 
 def writable(fmt: TensorFormat) -> bool:
     """Whether a walk in the order ``fmt`` asks for (``writer.output_order``) writes ``fmt``."""
-    indices = copy_program(fmt.ndim).statements[0].lhs.indices
-    order = output_order(fmt, indices)
-    return write_strategies(fmt, indices, order + tuple(i for i in indices if i not in order)) is not None
+    return own_walk_strategies(fmt, copy_program(fmt.ndim).statements[0].lhs.indices) is not None
 
 
 def worth_compiling(t: Tensor) -> bool:

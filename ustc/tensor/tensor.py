@@ -262,11 +262,11 @@ class Tensor:
             return Tensor.from_dense(self.to_dense(), fmt)  # the parallel count and fill kernels
         from ..ops.convert import worth_compiling, writable, written
 
-        source = self
-        if self.format.all_dense and self.ndim == 2 and worth_compiling(self) and writable(fmt):
+        source, compile_it = self, worth_compiling(self)
+        if self.format.all_dense and self.ndim == 2 and compile_it and writable(fmt):
             source = Tensor.from_dense(self.to_dense(), "CSR")  # parallel selection: the writer walks nonzeros only
         try:
-            compiled = written(source, fmt) if worth_compiling(self) else None
+            compiled = written(source, fmt) if compile_it else None
         except StorageError:
             if not any(lv.type.pads for lv in fmt.levels):
                 raise
