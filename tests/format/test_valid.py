@@ -253,7 +253,7 @@ def test_bsr_worked_example():
     assert bsr.buffers == ((1, "pos"), (1, "crd"))
     assert bsr.level_formats == (ustc.LevelFormat.DENSE, ustc.LevelFormat.COMPRESSED,
                                  ustc.LevelFormat.DENSE, ustc.LevelFormat.DENSE)
-    assert all(bsr.is_ordered(k) and bsr.is_unique(k) for k in range(4))
+    assert all(bsr.level_is_ordered(k) and bsr.level_is_unique(k) for k in range(4))
     lc = bsr.level_coordinates((ROWS, COLS))
     assert [c.tolist() for c in lc] == [[0, 0, 0, 0, 1, 1], [0, 0, 0, 1, 1, 1],
                                         [0, 0, 1, 1, 0, 1], [0, 1, 1, 1, 0, 1]]
@@ -288,15 +288,15 @@ def test_coo_and_csr_worked_example():
     coo, csr = formats.COO(), formats.CSR
     assert coo.buffers == ((0, "pos"), (0, "crd"), (1, "crd"))
     assert csr.buffers == ((1, "pos"), (1, "crd"))
-    assert (coo.is_unique(0), coo.is_ordered(0), coo.is_unique(1), coo.is_ordered(1)) == (False, True, True, True)
+    assert (coo.level_is_unique(0), coo.level_is_ordered(0), coo.level_is_unique(1), coo.level_is_ordered(1)) == (False, True, True, True)
     assert coo.level_shape((4, 8)) == csr.level_shape((4, 8)) == (4, 8)
     assert [str(e) for e in coo.dim_exprs] == ["l0", "l1"]
     assert [str(e) for e in formats.CSC.dim_exprs] == ["l1", "l0"]
     lc = formats.CSC.level_coordinates((ROWS, COLS))
     assert lc[0].tolist() == COLS.tolist() and lc[1].tolist() == ROWS.tolist()
     unordered = TensorFormat.parse("(i, j) -> (i : compressed(nonunique, nonordered), j : singleton(nonordered))")
-    assert [unordered.is_unique(k) for k in range(2)] == [False, True]
-    assert [unordered.is_ordered(k) for k in range(2)] == [False, False]
+    assert [unordered.level_is_unique(k) for k in range(2)] == [False, True]
+    assert [unordered.level_is_ordered(k) for k in range(2)] == [False, False]
 
 
 def test_delta_structured_and_batch_facts():

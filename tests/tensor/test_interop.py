@@ -189,7 +189,7 @@ def test_scipy_dia_unsorted_offsets():
     data = np.arange(1, 13, dtype=np.float64).reshape(3, 4)
     s = sp.dia_array((data, np.array([1, -1, 0])), shape=(4, 4))
     t = Tensor.from_package(s)
-    assert not t.format.is_ordered(0)
+    assert not t.format.level_is_ordered(0)
     t.validate()
     np.testing.assert_array_equal(t.to_dense(), s.toarray())
     np.testing.assert_array_equal(t.convert(F.DIAJ).to_dense(), s.toarray())
@@ -222,13 +222,13 @@ def test_scipy_noncanonical_coo():
 def test_scipy_unsorted_and_duplicate_csr():
     s = sp.csr_array((np.array([1.0, 2.0, 3.0]), np.array([2, 0, 0]), np.array([0, 3])), shape=(1, 3))
     t = Tensor.from_package(s)
-    assert not t.format.is_ordered(1) and not t.format.is_unique(1)
+    assert not t.format.level_is_ordered(1) and not t.format.level_is_unique(1)
     t.validate()
     np.testing.assert_array_equal(t.to_dense(), [[5.0, 0.0, 1.0]])
     u = sp.csr_array((np.array([1.0, 2.0]), np.array([2, 0]), np.array([0, 2])), shape=(1, 3))
     u.has_sorted_indices = False
     tu = Tensor.from_package(u)
-    assert not tu.format.is_ordered(1)
+    assert not tu.format.level_is_ordered(1)
     np.testing.assert_array_equal(tu.to_dense(), [[2.0, 0.0, 1.0]])
 
 
@@ -395,8 +395,8 @@ def test_torch_uncoalesced_coo():
     s = torch.sparse_coo_tensor(idx, torch.tensor([1.0, 2.0, 3.0]), (2, 3))
     assert not s.is_coalesced()
     t = Tensor.from_package(s)
-    assert not t.format.is_unique(0) and not t.format.is_ordered(0)
-    assert not t.format.is_unique(1) and not t.format.is_ordered(1)
+    assert not t.format.level_is_unique(0) and not t.format.level_is_ordered(0)
+    assert not t.format.level_is_unique(1) and not t.format.level_is_ordered(1)
     t.validate()
     np.testing.assert_array_equal(np.asarray(t.to_dense()), [[0, 0, 2.0], [4.0, 0, 0]])
     back = t.to_package()

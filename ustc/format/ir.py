@@ -148,13 +148,70 @@ class TensorFormat:
         """Dense storage with one level per dimension (a dense array, maybe permuted)."""
         return self.dense_storage and all(isinstance(lv.expr, Dimension) for lv in self.levels)
 
-    def is_ordered(self, k: int) -> bool:
+    @property
+    def num_dimensions(self) -> int:
+        """Number of dimensions (the tensor's rank); same as ``ndim``."""
+        return len(self.dims)
+
+    @property
+    def num_levels(self) -> int:
+        """Number of storage levels; same as ``nlevels``."""
+        return len(self.levels)
+
+    @property
+    def dimensions(self) -> tuple[Dimension, ...]:
+        """The dimensions, in order; same as ``dims``."""
+        return self.dims
+
+    @property
+    def is_identity(self) -> bool:
+        """One plain level per dimension, in dimension order (CSR, COO, row-major dense)."""
+        return (self.nlevels == self.ndim
+                and all(isinstance(lv.expr, Dimension) and lv.expr == d for lv, d in zip(self.levels, self.dims)))
+
+    @property
+    def is_ordered(self) -> bool:
+        """Every level keeps the coordinates of each of its segments sorted."""
+        return all(lv.type.ordered for lv in self.levels)
+
+    @property
+    def is_unique(self) -> bool:
+        """No coordinate of the tensor is stored twice.
+
+        A nonunique level may repeat a coordinate; the repeat is resolved again by a
+        unique one-child level below it (COO's ``singleton`` under ``compressed(nonunique)``
+        promises that the whole coordinate so far is unique). Other levels pass it on.
+        """
+        repeats = False
+        for lv in self.levels:
+            if not lv.type.unique:
+                repeats = True
+            elif lv.type.one_child:
+                repeats = False
+        return not repeats
+
+    def level_is_ordered(self, k: int) -> bool:
         """Coordinates of every segment of level ``k`` are sorted."""
         return self.levels[k].type.ordered
 
-    def is_unique(self, k: int) -> bool:
+    def level_is_unique(self, k: int) -> bool:
         """No coordinate repeats within a segment of level ``k``."""
         return self.levels[k].type.unique
+
+    def dim2lvl(self, dim_indices: Sequence[int], as_size: bool = False) -> list[int]:
+        """Level coordinates of the dimension coordinates ``dim_indices`` (a list), or, with
+        ``as_size``, the level extents of dimension extents ``dim_indices``."""
+        if as_size:
+            return list(self.level_shape(dim_indices))
+        if len(dim_indices) != self.ndim:
+            raise FormatError(f"format has {self.ndim} dimensions, got {len(dim_indices)} coordinates")
+        return [int(c) for c in self.level_coordinates([int(c) for c in dim_indices])]
+
+    def lvl2dim(self, lvl_indices: Sequence[int]) -> list[int]:
+        """Dimension coordinates of the level coordinates ``lvl_indices`` (the inverse of ``dim2lvl``)."""
+        if len(lvl_indices) != self.nlevels:
+            raise FormatError(f"format has {self.nlevels} levels, got {len(lvl_indices)} coordinates")
+        return [int(c) for c in self.dim_coordinates([int(c) for c in lvl_indices])]
 
     @property
     def buffers(self) -> tuple[tuple[int, str], ...]:

@@ -98,7 +98,7 @@ def to_torch(t: Tensor):
             indices = torch.stack([wrap(b[(k, "crd")]).to(torch.int64) for k in range(nsparse)])
         values = wrap(t._values[: t.nse * math.prod(dense_shape)]).reshape(-1, *dense_shape)
         # coalesced: the coordinate tuples are sorted and unique as a whole (the last sparse level unique)
-        coalesced = all(t.format.is_ordered(k) for k in range(nsparse)) and t.format.is_unique(nsparse - 1)
+        coalesced = all(t.format.level_is_ordered(k) for k in range(nsparse)) and t.format.level_is_unique(nsparse - 1)
         return torch.sparse_coo_tensor(indices, values, shape, is_coalesced=coalesced)
     pos, crd = wrap(b[(nb + 1, "pos")]), wrap(b[(nb + 1, "crd")])
     block = tuple(t.level_shape[nb + 2:nb + 4]) if kind in ("bsr", "bsc") else ()
