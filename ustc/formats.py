@@ -6,6 +6,10 @@
     >>> str(formats.BSR(2, 3))
     '(d0, d1) -> (d0 floordiv 2 : dense, d1 floordiv 3 : compressed, d0 mod 2 : dense, d1 mod 3 : dense)'
 
+``COO``, ``Dense`` and ``CSF`` are formats of their default rank (2, 2 and 3)
+that can also be called for another rank: ``formats.COO`` is 2-D COO and
+``formats.COO(3)`` is 3-D COO.
+
 ``TensorFormat.parse("CSR")`` and ``parse("BSR(2, 3)")`` resolve names
 (case-insensitively) through ``by_name``.
 """
@@ -39,13 +43,35 @@ def _rank(rank, least: int = 1) -> int:
     return rank
 
 
-def Dense(rank: int = 2) -> TensorFormat:
+class FormatFamily(TensorFormat):
+    """A format of a family's default rank that, called with a rank, builds that member
+    (``COO`` is 2-D COO, ``COO(3)`` 3-D COO). Equal to the plain format of the same levels."""
+
+    def __call__(self, *args, **kwargs) -> TensorFormat:
+        return self.__dict__["_build"](*args, **kwargs)
+
+    def __reduce__(self):
+        return (_family_member, (self.__dict__["_build"].__name__,))
+
+
+def _family(build: Callable[..., TensorFormat]) -> FormatFamily:
+    fmt = build()
+    family = FormatFamily(fmt.dims, fmt.levels, fmt.pos_width, fmt.crd_width, name=fmt.name)
+    family.__dict__["_build"] = build
+    return family
+
+
+def _family_member(name: str) -> FormatFamily:
+    return globals()[name]
+
+
+def _dense(rank: int = 2) -> TensorFormat:
     """All levels dense, in dimension order (row-major)."""
     dims = dimensions(_rank(rank))
     return TensorFormat(dims, {d: D for d in dims}, name=f"Dense({rank})")
 
 
-def COO(rank: int = 2) -> TensorFormat:
+def _coo(rank: int = 2) -> TensorFormat:
     """``compressed(nonunique)`` then ``singleton(nonunique)`` ... ``singleton``."""
     dims = dimensions(_rank(rank, 2))
     levels = {dims[0]: (C, LevelProperty.NONUNIQUE)}
@@ -54,10 +80,16 @@ def COO(rank: int = 2) -> TensorFormat:
     return TensorFormat(dims, levels, name="COO" if rank == 2 else f"COO({rank})")
 
 
-def CSF(rank: int = 3) -> TensorFormat:
+def _csf(rank: int = 3) -> TensorFormat:
     """Compressed sparse fiber: every level compressed, in dimension order."""
     dims = dimensions(_rank(rank))
     return TensorFormat(dims, {d: C for d in dims}, name=f"CSF({rank})")
+
+
+_dense.__name__, _coo.__name__, _csf.__name__ = "Dense", "COO", "CSF"
+Dense = _family(_dense)
+COO = _family(_coo)
+CSF = _family(_csf)
 
 
 def BSR(bm: int, bn: int) -> TensorFormat:
