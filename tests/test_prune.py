@@ -109,3 +109,30 @@ def test_prune_nm_properties(nm, w, use_scores):
     assert np.array_equal(dense, np.where(keep, w, 0))
     assert metrics.pruned_count == int((~keep).sum()) and metrics.total_count == w.size
     assert 0.0 <= metrics.approximation_error <= 1.0 + 1e-12
+
+
+def test_global_magnitude_masks_by_hand():
+    small = np.array([[0.1, -0.2], [0.3, 0.05]])
+    large = np.array([4.0, -1.0, 0.0, 2.0, 3.0])
+    masks = prune.global_magnitude_masks([small, large], 0.5)  # 4 (round(3.5)) of 9 go, ranked together
+    assert [m.shape for m in masks] == [(2, 2), (5,)]
+    assert masks[0].tolist() == [[False, False], [True, False]]  # 0.05, 0.1, 0.2 of the small one go
+    assert masks[1].tolist() == [True, True, False, True, True]  # and the 0 of the large one
+    ties = prune.global_magnitude_masks([np.ones(3), np.ones(2)], 0.4)  # ties: lower index first, arrays in order
+    assert ties[0].tolist() == [False, False, True] and ties[1].tolist() == [True, True]
+    assert prune.global_magnitude_masks([], 0.3) == []
+    with pytest.raises(ValueError, match="amount"):
+        prune.global_magnitude_masks([small], -0.1)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(hnp.arrays(np.float64, hnp.array_shapes(min_dims=1, max_dims=2, max_side=5),
+                           elements=st.floats(-10, 10)), min_size=1, max_size=4),
+       st.floats(0, 1))
+def test_global_magnitude_masks_properties(ws, amount):
+    masks = prune.global_magnitude_masks(ws, amount)
+    total = sum(w.size for w in ws)
+    assert sum(int((~m).sum()) for m in masks) == int(round(amount * total))
+    kept = [abs(x) for w, m in zip(ws, masks) for x in w[m]]
+    gone = [abs(x) for w, m in zip(ws, masks) for x in w[~m]]
+    assert not kept or not gone or min(kept) >= max(gone)  # one threshold for all arrays

@@ -29,8 +29,8 @@ from .errors import ShapeError
 from .tensor import packages
 from .tensor.tensor import Tensor, as_format
 
-__all__ = ["PruneMetrics", "PruneResult", "compute_metrics", "decompress", "nm_mask", "prune_24_gradient",
-           "prune_24_magnitude", "prune_magnitude", "prune_nm"]
+__all__ = ["PruneMetrics", "PruneResult", "compute_metrics", "decompress", "global_magnitude_masks", "magnitude_mask",
+           "nm_mask", "prune_24_gradient", "prune_24_magnitude", "prune_magnitude", "prune_nm"]
 
 
 @dataclass(frozen=True)
@@ -166,15 +166,28 @@ def prune_24_gradient(w, grad, tensor_format=None) -> PruneResult:
 
 def magnitude_mask(w, amount: float) -> np.ndarray:
     """Mask keeping all but the ``round(amount * size)`` smallest ``|w|`` (ties: lower index pruned first)."""
-    array = _array(w)
+    return global_magnitude_masks([w], amount)[0]
+
+
+def global_magnitude_masks(ws, amount: float) -> list:
+    """Masks for several arrays ranked together: all but the ``round(amount * total size)`` smallest ``|w|``.
+
+    One threshold for all of them (global magnitude pruning), so an array of
+    small weights loses more than ``amount`` of its entries and one of large
+    weights less. Ties go to the lower index, the arrays taken in order; NaN
+    counts as the largest. Returns one boolean mask per array, in its shape.
+    """
+    arrays = [_array(w) for w in ws]
     if not 0.0 <= amount <= 1.0:
         raise ValueError(f"amount must be in [0, 1], got {amount!r}")
-    count = int(round(amount * array.size))
-    flat = np.abs(array).reshape(-1)
-    order = np.argsort(flat, kind="stable")[:count]
-    keep = np.ones(array.size, dtype=bool)
+    if not arrays:
+        return []
+    flat = np.concatenate([np.abs(a).reshape(-1) for a in arrays])
+    order = np.argsort(flat, kind="stable")[:int(round(amount * flat.size))]
+    keep = np.ones(flat.size, dtype=bool)
     keep[order] = False
-    return keep.reshape(array.shape)
+    ends = np.cumsum([a.size for a in arrays])[:-1]
+    return [part.reshape(a.shape) for part, a in zip(np.split(keep, ends), arrays)]
 
 
 def prune_magnitude(w, amount: float, tensor_format=None) -> PruneResult:
