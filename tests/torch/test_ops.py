@@ -132,21 +132,6 @@ def test_detach_clone_to(csr):
     close(T.double().to_dense(), W)
 
 
-def test_like_ops_keep_the_pattern(csr):
-    T, W = csr
-    mask = (W != 0).double()
-    z = torch.zeros_like(T)
-    assert isinstance(z, TorchUST) and z.ust.format == T.ust.format
-    close(z.to_dense(), torch.zeros_like(W))
-    close(torch.ones_like(T).to_dense(), mask)
-    close(torch.full_like(T, 2.5).to_dense(), 2.5 * mask)
-    assert torch.empty_like(T).shape == T.shape
-    r = torch.rand_like(T).to_dense()
-    assert ((r != 0) <= (mask != 0)).all()
-    assert torch.randn_like(T).shape == T.shape
-    assert torch.zeros_like(T, dtype=torch.float32).dtype == torch.float32
-
-
 def test_parameter_wrapping(csr):
     T, _ = csr
     p = torch.nn.Parameter(T)

@@ -11,8 +11,9 @@ require("torch", "torch")
 
 from . import ops  # noqa: E402,F401  (registers the intercepted ops)
 from .autograd import sddmm  # noqa: E402
-from .reformat import LayerSummary, ReformatSummary, default_reformat, prune_model, reformat_model  # noqa: E402
+from .pruning import fold_torch_pruning, prune_model  # noqa: E402
+from .reformat import LayerSummary, ReformatSummary, default_reformat, reformat_model  # noqa: E402
 from .subclass import TorchUST, dense_fallback, set_dense_fallback  # noqa: E402
 
 __all__ = ["TorchUST", "dense_fallback", "set_dense_fallback", "sddmm", "reformat_model", "prune_model",
-           "default_reformat", "LayerSummary", "ReformatSummary"]
+           "default_reformat", "fold_torch_pruning", "LayerSummary", "ReformatSummary"]

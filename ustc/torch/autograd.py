@@ -8,48 +8,25 @@ For ``y = a @ b`` (1-D / 2-D, one operand a TorchUST):
 * the gradient of the sparse operand is restricted to its stored pattern: an
   SDDMM (:func:`sddmm`) that evaluates ``(left @ right)[i, j]`` only at the
   stored coordinates, returned as a TorchUST sharing the operand's index
-  buffers. Padding positions (structured / delta padding stay real entries;
-  DIA and block positions outside the matrix) get 0 where they lie outside.
+  buffers. Value slots outside the pattern (``ustc.torch.pattern``: DIA and
+  block padding outside the matrix, slots frozen by ``freeze_zeros_``) get 0.
 
 So pruned fine-tuning keeps the pattern: ``W.grad`` has ``W``'s format and
-index buffers, and an optimizer step (``W.add_(W.grad, alpha=-lr)``) updates
-stored values only.
+index buffers, and optimizer steps (``ustc.torch.pointwise``) update the
+values in the pattern only.
 """
 
 from __future__ import annotations
 
-import weakref
-
 import torch
 
 from ..errors import UnsupportedOperation
-from ..tensor import storage
 from ..tensor.tensor import Tensor
 from .matmul import is_sparse, matmul2d
+from .pattern import pattern_coords, slot_count
 from .subclass import TorchUST, wrap_like
 
-_COORDS: "weakref.WeakKeyDictionary[Tensor, tuple]" = weakref.WeakKeyDictionary()
 _CHUNK = 1 << 22  # gathered elements per SDDMM chunk
-
-
-def pattern_coords(ust: Tensor, device) -> tuple:
-    """``(coords, index)`` as torch int64 tensors: coordinates of each stored in-bounds entry and its value slot.
-
-    Cached per ustc Tensor (the pattern never changes under a TorchUST).
-    """
-    cached = _COORDS.get(ust)
-    if cached is None or cached[1].device != torch.device(device):
-        host_ust = ust if ust.device == "cpu" else ust.to("cpu")
-        buffers, values = host_ust._flatten()
-        coords, index = storage.unpack(host_ust._layout, buffers, len(values))
-        cached = (tuple(torch.tensor(c, dtype=torch.int64, device=device) for c in coords),
-                  torch.tensor(index, dtype=torch.int64, device=device))
-        _COORDS[ust] = cached
-    return cached
-
-
-def _slots(ust: Tensor) -> int:
-    return int(ust._values.shape[-1]) if ust._values.ndim else 1
 
 
 def sddmm(pattern, left, right) -> TorchUST:
@@ -57,7 +34,7 @@ def sddmm(pattern, left, right) -> TorchUST:
 
     ``pattern``: a 2-D TorchUST (m, n); ``left`` (m, r) and ``right`` (r, n)
     dense torch tensors. Only the stored entries are computed (``nse * r``
-    multiply-adds), in chunks. Value slots outside the matrix get 0.
+    multiply-adds), in chunks. Value slots outside the pattern get 0.
     """
     ust = pattern.ust if isinstance(pattern, TorchUST) else pattern
     if ust.ndim != 2 or left.dim() != 2 or right.dim() != 2:
@@ -66,7 +43,7 @@ def sddmm(pattern, left, right) -> TorchUST:
     (rows, cols), index = pattern_coords(ust, left.device)
     lhs, rhs = left.contiguous(), right.t().contiguous()  # rows of both factors are contiguous
     dtype = torch.promote_types(left.dtype, right.dtype)
-    values = torch.zeros(_slots(ust), dtype=dtype, device=left.device)
+    values = torch.zeros(slot_count(ust), dtype=dtype, device=left.device)
     step = max(1, _CHUNK // max(1, lhs.shape[1]))
     for start in range(0, len(index), step):
         r, c = rows[start:start + step], cols[start:start + step]
@@ -75,9 +52,9 @@ def sddmm(pattern, left, right) -> TorchUST:
 
 
 def sample(pattern: Tensor, dense) -> TorchUST:
-    """``dense`` (any rank) read at ``pattern``'s stored coordinates, as a TorchUST of that pattern."""
+    """``dense`` (any rank) read at ``pattern``'s coordinates, as a TorchUST of that pattern (0 outside it)."""
     coords, index = pattern_coords(pattern, dense.device)
-    values = torch.zeros(_slots(pattern), dtype=dense.dtype, device=dense.device)
+    values = torch.zeros(slot_count(pattern), dtype=dense.dtype, device=dense.device)
     values[index] = dense[coords]
     return wrap_like(pattern, values)
 
@@ -150,8 +127,8 @@ class WithValues(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, pattern, values):
-        if values.dim() != 1 or values.shape[0] != _slots(pattern.ust):
-            raise UnsupportedOperation(f"with_values: expected a 1-D tensor of {_slots(pattern.ust)} values, "
+        if values.dim() != 1 or values.shape[0] != slot_count(pattern.ust):
+            raise UnsupportedOperation(f"with_values: expected a 1-D tensor of {slot_count(pattern.ust)} values, "
                                        f"got shape {tuple(values.shape)}")
         ctx.pattern = pattern.ust
         return wrap_like(pattern.ust, values)

@@ -1,4 +1,4 @@
-"""The ops TorchUST intercepts: the matmul family, views, copies, ``*_like`` and pattern-keeping updates.
+"""The ops TorchUST intercepts: the matmul family, views, copies and ``*_like`` (element-wise ops: ``pointwise``).
 
 Every product is composed from one 2-D core: :class:`~ustc.torch.autograd.MatmulFn`
 at the torch-function level (differentiable) or ``matmul2d`` at the aten level
@@ -8,16 +8,16 @@ around it, so their gradients follow from torch's own view ops.
 
 from __future__ import annotations
 
-import numbers
-
 import torch
 import torch.nn.functional as F
 
 from ..errors import ShapeError, UnsupportedOperation
 from ..tensor.tensor import Tensor
+from . import pointwise  # noqa: F401  (registers the element-wise handlers)
 from .autograd import MatmulFn
 from .matmul import batch_slice, is_sparse, matmul2d
-from .subclass import DISPATCH, FUNCTIONS, TorchUST, host, numpy_dtype, wrap_like
+from .pattern import same_pattern, share
+from .subclass import DISPATCH, FUNCTIONS, TorchUST, numpy_dtype
 
 aten = torch.ops.aten
 
@@ -140,7 +140,7 @@ def _transpose_2d(x, perm, name):
         raise UnsupportedOperation(f"ustc.torch: aten.{name} of a {x.dim()}-D TorchUST is not supported "
                                    f"(2-D only); call .to_dense() first")
     perm = tuple(p % 2 for p in perm)
-    return TorchUST(x.ust.T) if perm == (1, 0) else TorchUST(x.ust)
+    return TorchUST(share(x.ust, x.ust.T, same_coords=False)) if perm == (1, 0) else TorchUST(x.ust)
 
 
 def _to_copy(x, dtype=None, device=None, **_):
@@ -152,20 +152,21 @@ def _to_copy(x, dtype=None, device=None, **_):
         ust = Tensor(ust.format, ust.shape, ust._buffers, values, device=ust.device, package=ust.package)
     elif ust is x.ust:
         ust = ust.copy()
-    return TorchUST(ust)
+    return TorchUST(share(x.ust, ust))
 
 
-def _like(fill):
-    def impl(func, args, kwargs):
-        x = args[0]
-        dtype = kwargs.get("dtype") or x.dtype
-        if kwargs.get("layout") not in (None, torch.strided) or \
-                (kwargs.get("device") is not None and torch.device(kwargs["device"]).type != x.device.type):
-            return NotImplemented
-        values = torch.from_numpy(host(x.stored_values()).copy()).to(dtype)
-        fill(values, *args[1:])
-        return wrap_like(x.ust, values)
-    return impl
+def _dense_like(func, args, kwargs):
+    """``zeros_like(W)``, ``new_zeros(W, size)``, ...: dense strided tensors, as for any strided tensor.
+
+    The op runs on a meta-device stand-in of ``W``'s shape and dtype, on ``W``'s
+    device unless ``device=`` says otherwise (so every keyword keeps its meaning).
+    """
+    x = args[0]
+    proxy = torch.empty(tuple(x.shape), dtype=x.dtype, device="meta")
+    kwargs = dict(kwargs)
+    if kwargs.get("device") is None:
+        kwargs["device"] = x.device
+    return func(proxy, *args[1:], **kwargs)
 
 
 def _view(impl):
@@ -184,68 +185,14 @@ def _aten_views():
     DISPATCH[aten.permute] = _view(lambda f, args, kw: _transpose_2d(args[0], tuple(args[1]), "permute"))
     DISPATCH[aten.detach] = _view(lambda f, args, kw: TorchUST(args[0].ust))
     DISPATCH[aten.alias] = _view(lambda f, args, kw: TorchUST(args[0].ust))
-    DISPATCH[aten.clone] = lambda f, args, kw: TorchUST(args[0].ust.copy())
+    DISPATCH[aten.clone] = lambda f, args, kw: TorchUST(share(args[0].ust, args[0].ust.copy()))
     DISPATCH[aten._to_copy] = lambda f, args, kw: _to_copy(args[0], **kw)
-    DISPATCH[aten.empty_like] = _like(lambda v: None)
-    DISPATCH[aten.zeros_like] = _like(lambda v: v.zero_())
-    DISPATCH[aten.ones_like] = _like(lambda v: v.fill_(1))
-    DISPATCH[aten.full_like] = _like(lambda v, value: v.fill_(value))
-    DISPATCH[aten.rand_like] = _like(lambda v: v.uniform_())
-    DISPATCH[aten.randn_like] = _like(lambda v: v.normal_())
-    DISPATCH[aten.new_empty_strided] = _like(lambda v, *shape: None)
-
-
-# -- value updates between tensors of one pattern -------------------------------------------
-def same_pattern(a: Tensor, b: Tensor) -> bool:
-    """Whether ``a`` and ``b`` store the same positions (same format, shape and index buffers)."""
-    if a is b:
-        return True
-    if a.format != b.format or a.shape != b.shape or a._values.shape != b._values.shape:
-        return False
-    for key, buf in a._buffers.items():
-        other = b._buffers[key]
-        if buf is not other and not (buf.shape == other.shape and bool((buf == other).all())):
-            return False
-    return True
-
-
-def _values_of(x, pattern: Tensor, op: str):
-    if isinstance(x, numbers.Number):
-        return x
-    if not is_sparse(x) or not same_pattern(pattern, x.ust):
-        raise UnsupportedOperation(f"ustc.torch: aten.{op} needs TorchUSTs of one stored pattern (or a scalar "
-                                   f"factor); call .to_dense() first")
-    return x.stored_values()
-
-
-def _value_op(name: str, inplace: bool, scalar_only: bool = False):
-    def impl(func, args, kwargs):
-        self, rest = args[0], args[1:]
-        if scalar_only and not all(isinstance(r, numbers.Number) for r in rest):
-            return NotImplemented
-        if name in ("add", "sub") and any(isinstance(r, numbers.Number) for r in rest):
-            return NotImplemented  # adding a scalar fills the unstored entries too
-        values = self.stored_values()
-        others = [_values_of(r, self.ust, name) for r in rest]
-        result = func(values, *others, **kwargs)
-        return self if inplace else wrap_like(self.ust, result)
-    return impl
-
-
-def _aten_values():
-    for op in ("add", "sub"):
-        DISPATCH[getattr(aten, op)] = _value_op(op, False)
-        DISPATCH[getattr(aten, op + "_")] = _value_op(op, True)
-    for op in ("mul", "div"):
-        DISPATCH[getattr(aten, op)] = _value_op(op, False, scalar_only=True)
-        DISPATCH[getattr(aten, op + "_")] = _value_op(op, True, scalar_only=True)
-    DISPATCH[aten.neg] = _value_op("neg", False)
-    DISPATCH[aten.zero_] = _value_op("zero_", True)
-    DISPATCH[aten.copy_] = _value_op("copy_", True)
+    for name in ("empty_like", "zeros_like", "ones_like", "full_like", "rand_like", "randn_like", "randint_like",
+                 "new_empty", "new_empty_strided", "new_zeros", "new_ones", "new_full"):
+        DISPATCH[getattr(aten, name)] = _dense_like
 
 
 _register_functions()
 _aten_products()
 _aten_views()
-_aten_values()
 __all__ = ["matmul_nd", "bmm", "addmm", "linear", "same_pattern"]

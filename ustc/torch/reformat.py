@@ -1,4 +1,4 @@
-"""``reformat_model``: store the weights of a model's ``nn.Linear`` layers as TorchUSTs; ``prune_model``.
+"""``reformat_model``: store the weights of a model's ``nn.Linear`` layers as TorchUSTs.
 
     >>> import torch, ustc.torch
     >>> model = torch.nn.Sequential(torch.nn.Linear(8, 4))
@@ -8,7 +8,9 @@
     'Structured(2, 4)'
 
 After ``reformat_model`` the model runs unchanged code: ``F.linear`` meets a
-TorchUST weight and computes through ``ustc.matmul`` (see ``ustc.torch.subclass``).
+TorchUST weight and computes through ``ustc.matmul`` (see ``ustc.torch.subclass``),
+and trains with any ``torch.optim`` optimizer keeping the pruning mask
+(``ustc.torch.pointwise``).
 """
 
 from __future__ import annotations
@@ -16,22 +18,22 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-import numpy as np
 import torch
 from torch import nn
 
-from .. import prune as ustc_prune
 from ..errors import ShapeError
 from ..formats import CSR, Structured
 from ..format.ir import TensorFormat
 from ..tensor.tensor import Tensor
+from .pruning import fold_torch_pruning
 from .subclass import TorchUST, format_label
 
 
 @dataclass(frozen=True)
 class LayerSummary:
     """One ``nn.Linear`` weight: its format after reformatting (``"dense"`` when left alone),
-    the share of nonzero entries, and the bytes of the weight before and after."""
+    the share of nonzero entries, and the bytes of the weight before and after. ``tied_to``:
+    the earlier layer or the other module (``"emb.weight"``) that holds the same weight, else ""."""
 
     name: str
     shape: tuple
@@ -39,6 +41,7 @@ class LayerSummary:
     density: float
     bytes_before: int
     bytes_after: int
+    tied_to: str = ""
 
 
 @dataclass
@@ -47,20 +50,26 @@ class ReformatSummary:
 
     layers: list = field(default_factory=list)
 
+    def _counted(self):
+        names = {layer.name for layer in self.layers}
+        return [layer for layer in self.layers if layer.tied_to not in names]
+
     @property
     def bytes_before(self) -> int:
-        return sum(layer.bytes_before for layer in self.layers)
+        """Bytes of the weights before, each tied weight once."""
+        return sum(layer.bytes_before for layer in self._counted())
 
     @property
     def bytes_after(self) -> int:
-        return sum(layer.bytes_after for layer in self.layers)
+        return sum(layer.bytes_after for layer in self._counted())
 
     def __str__(self) -> str:
         rows = [f"{'layer':<28} {'shape':>12} {'format':>18} {'density':>8} {'bytes':>10} {'after':>10}"]
         for s in self.layers:
             shape = "x".join(map(str, s.shape))
+            tied = f"  (tied to {s.tied_to})" if s.tied_to else ""
             rows.append(f"{s.name:<28} {shape:>12} {s.format:>18} {s.density:>8.3f} {s.bytes_before:>10} "
-                        f"{s.bytes_after:>10}")
+                        f"{s.bytes_after:>10}{tied}")
         rows.append(f"{'total':<28} {'':>12} {'':>18} {'':>8} {self.bytes_before:>10} {self.bytes_after:>10}")
         return "\n".join(rows)
 
@@ -90,8 +99,11 @@ def default_reformat(weight, *, min_zeros: float = 0.5):
     * CSR (uint16 column indices where they fit) above ``min_zeros`` zeros;
     * else None: the weight stays dense.
 
-    Density is the share of nonzero entries; an all-dense-enough weight stays dense.
+    Density is the share of nonzero entries; an all-dense-enough weight stays dense,
+    and a weight that is a TorchUST already is left as it is (None).
     """
+    if isinstance(weight, TorchUST):
+        return None
     w = weight.detach()
     if w.device.type == "cpu":
         w = w.contiguous()
@@ -128,53 +140,76 @@ def _as_weight(new, old, name: str):
     return nn.Parameter(new, requires_grad=old.requires_grad)
 
 
+def _holders(model: nn.Module) -> dict:
+    """``id(parameter) -> [(module name, module, attribute)]`` for every module holding it directly."""
+    holders: dict = {}
+    for mname, module in model.named_modules():
+        for attr, param in module._parameters.items():
+            if param is not None:
+                holders.setdefault(id(param), []).append((mname or "model", module, attr))
+    return holders
+
+
 def reformat_model(model: nn.Module, func: Callable | None = None) -> ReformatSummary:
     """Replace each ``nn.Linear`` weight by ``func(weight)`` when that is not None; returns a summary.
 
     ``func(weight)`` receives the (detached) weight and returns a TorchUST (any
     format; a ustc Tensor or torch sparse tensor is wrapped) or None to leave
-    it. The default is :func:`default_reformat`. The model is changed in place;
-    weights already stored as TorchUST are passed to ``func`` too.
+    it. The default is :func:`default_reformat`. The model is changed in place:
+
+    * a layer pruned with ``torch.nn.utils.prune`` (``weight_orig``,
+      ``weight_mask`` and a pre-hook) has its mask folded in first
+      (:func:`fold_torch_pruning`), so the model computes what the pruned one did;
+    * a new TorchUST weight gets :meth:`TorchUST.freeze_zeros_`: its pattern is
+      its nonzeros, so training keeps the pruning mask (zeros stored inside
+      blocks or as n:m padding stay 0);
+    * tied weights stay tied: each Parameter is converted once and every
+      ``nn.Linear`` holding it gets the new one; a weight that a module other
+      than ``nn.Linear`` also holds (an ``nn.Embedding`` tied to an output
+      layer) stays dense, since that module could not use a TorchUST;
+    * weights already stored as TorchUST are passed to ``func`` too;
+      :func:`default_reformat` leaves them, so a second call changes nothing.
+
+    The summary has one row per ``nn.Linear``; a row whose weight is tied to an
+    earlier row's names it in ``tied_to`` and is not counted again in the totals.
     """
     func = default_reformat if func is None else func
-    summary = ReformatSummary()
+    for module in model.modules():
+        if isinstance(module, nn.Linear):
+            fold_torch_pruning(module)
+    holders = _holders(model)
+    summary, done = ReformatSummary(), {}
     for name, module in model.named_modules():
         if not isinstance(module, nn.Linear):
             continue
+        name = name or "model"
         old = module.weight
-        before = old.ust.nbytes if isinstance(old, TorchUST) else old.numel() * old.element_size()
+        before = _nbytes(old)
+        if id(old) in done:  # tied to an earlier nn.Linear: already converted
+            _, first, before = done[id(old)]
+            summary.layers.append(_row(name, old, before, tied_to=first))
+            continue
+        done[id(old)] = (old, name, before)  # the object is kept alive so that its id stays unique
+        others = [h for h in holders.get(id(old), []) if not (isinstance(h[1], nn.Linear) and h[2] == "weight")]
+        if others:
+            summary.layers.append(_row(name, old, before, tied_to=f"{others[0][0]}.{others[0][2]}"))
+            continue
         new = func(old.detach())
         if new is not None:
-            module.weight = _as_weight(new, old, f"{name or 'model'}.weight")
-        weight = module.weight
-        dense = weight.detach().to_dense() if isinstance(weight, TorchUST) else weight.detach()
-        after = weight.ust.nbytes if isinstance(weight, TorchUST) else weight.numel() * weight.element_size()
-        summary.layers.append(LayerSummary(name or "model", tuple(weight.shape), _format_name(weight),
-                                           _density(dense), int(before), int(after)))
+            weight = _as_weight(new, old, f"{name}.weight")
+            weight.freeze_zeros_()
+            for _, holder, attr in holders.get(id(old), [(name, module, "weight")]):
+                setattr(holder, attr, weight)
+            done[id(weight)] = (weight, name, before)
+        summary.layers.append(_row(name, module.weight, before))
     return summary
 
 
-def prune_model(model: nn.Module, amount: float = 0.5, method: str = "magnitude") -> dict:
-    """Prune every dense ``nn.Linear`` weight in place; returns ``{layer name: PruneMetrics}``.
+def _nbytes(weight) -> int:
+    return int(weight.ust.nbytes if isinstance(weight, TorchUST) else weight.numel() * weight.element_size())
 
-    ``method``: ``"magnitude"`` (unstructured: the ``amount`` share of smallest
-    ``|w|`` become 0) or ``"n:m"`` such as ``"2:4"`` (``amount`` is then unused).
-    The weights stay dense tensors; :func:`reformat_model` then stores them sparse.
-    """
-    if method != "magnitude" and ":" not in method:
-        raise ValueError(f"method must be 'magnitude' or 'n:m' such as '2:4', got {method!r}")
-    metrics = {}
-    for name, module in model.named_modules():
-        if not isinstance(module, nn.Linear) or isinstance(module.weight, TorchUST):
-            continue
-        w = module.weight.detach().cpu()
-        array = w.numpy().copy()  # the metrics compare against the weights before pruning
-        if method == "magnitude":
-            keep = ustc_prune.magnitude_mask(array, amount)
-        else:
-            n, m = (int(x) for x in method.split(":"))
-            keep = ustc_prune.nm_mask(np.abs(array), n, m)
-        with torch.no_grad():
-            module.weight.mul_(torch.from_numpy(keep).to(module.weight.device, module.weight.dtype))
-        metrics[name or "model"] = ustc_prune.compute_metrics(array, keep)
-    return metrics
+
+def _row(name: str, weight, before: int, tied_to: str = "") -> LayerSummary:
+    dense = weight.detach().to_dense() if isinstance(weight, TorchUST) else weight.detach()
+    return LayerSummary(name, tuple(weight.shape), _format_name(weight), _density(dense), before, _nbytes(weight),
+                        tied_to)

@@ -15,10 +15,10 @@ ustc Tensor (``W.ust``), whose buffers are the torch buffers it came from
   (``ustc.torch.autograd``);
 * ``__torch_dispatch__`` (aten ops, below autograd): views and copies (``t``,
   ``transpose``, ``permute`` of 2-D, ``detach``, ``clone``, ``to`` / ``cpu`` /
-  ``cuda``, ``*_like``), value updates between tensors of one stored pattern
-  (``add``, ``add_``, ``sub``, ``mul`` / ``div`` by a scalar, ``zero_``,
-  ``copy_``: gradient accumulation and SGD steps keep the pattern), and the
-  matmul family again without autograd.
+  ``cuda``), ``*_like`` and ``new_*`` (dense tensors), element-wise ops and
+  ``_foreach_*`` ops on the stored values (``ustc.torch.pointwise``: gradient
+  accumulation, clipping and every ``torch.optim`` step keep the pattern), and
+  the matmul family again without autograd.
 
 Anything else raises :class:`ustc.UnsupportedOperation` naming the op, unless
 dense fallback is on (``set_dense_fallback(True)`` or ``with dense_fallback():``):
@@ -42,6 +42,7 @@ from ..tensor.tensor import Tensor
 aten = torch.ops.aten
 FUNCTIONS: dict = {}  # torch-level function -> implementation (filled by ustc.torch.ops)
 DISPATCH: dict = {}  # aten overload packet -> implementation(func, args, kwargs)
+HANDLERS: list = []  # handler(func, args, kwargs) -> result or NotImplemented, tried after DISPATCH
 _FALLBACK = {"on": False, "warned": set()}
 
 
@@ -146,6 +147,24 @@ class TorchUST(torch.Tensor):
         out = ToDense.apply(self)
         return out if dtype is None else out.to(dtype)
 
+    def freeze_zeros_(self) -> "TorchUST":
+        """Take the stored entries that are 0 now out of the pattern; returns self.
+
+        Their gradient is 0 from then on and in-place ops (optimizer steps) never
+        write them, so they stay 0: a pruned weight stored in a block or n:m
+        format keeps its pruning mask. ``reformat_model`` calls this.
+        """
+        from .pattern import freeze_zeros
+
+        freeze_zeros(self._ust)
+        return self
+
+    def pattern_mask(self):
+        """A dense bool tensor of this shape: True where an entry is in the pattern (stored, not frozen)."""
+        from .pattern import dense_mask
+
+        return dense_mask(self._ust, self.device)
+
     def with_values(self, values) -> "TorchUST":
         """A TorchUST with this pattern and ``values`` (1-D, one per stored position; differentiable)."""
         from .autograd import WithValues
@@ -170,21 +189,23 @@ class TorchUST(torch.Tensor):
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         impl = DISPATCH.get(func.overloadpacket)
-        if impl is not None:
-            result = impl(func, args, kwargs)
+        for handler in ([impl] if impl is not None else []) + HANDLERS:
+            result = handler(func, args, kwargs)
             if result is not NotImplemented:
                 return result
-        return _fallback(func, args, kwargs)
+        return fallback(func, args, kwargs)
 
 
 
 def wrap_like(pattern: Tensor, values, *, requires_grad: bool = False) -> TorchUST:
     """A TorchUST with ``pattern``'s format and index buffers and the given values (a torch tensor)."""
+    from .pattern import share
+
     flat = values.detach().reshape(pattern._values.shape)
     array = host(flat)
     ust = Tensor(pattern.format, pattern.shape, pattern._buffers, array, device=pattern.device,
                  package=pattern.package)
-    return TorchUST(ust, requires_grad=requires_grad)
+    return TorchUST(share(pattern, ust), requires_grad=requires_grad)
 
 
 # -- dense fallback ------------------------------------------------------------------------
@@ -240,11 +261,15 @@ def _flat(args):
     return out
 
 
-def _fallback(func, args, kwargs):
+def fallback(func, args, kwargs, why: str = ""):
+    """The end of dispatch for an op TorchUST does not implement: raise UnsupportedOperation naming it
+    (``why`` says what is missing), or, under dense fallback, run it on dense copies with one warning per op."""
     name = str(func.overloadpacket.__name__) if hasattr(func, "overloadpacket") else str(func)
     mutates = getattr(func, "_schema", None) is not None and func._schema.is_mutable
     if not _FALLBACK["on"] or mutates:
-        why = " (in-place ops on TorchUST are not supported)" if mutates and _FALLBACK["on"] else ""
+        reasons = [why] if why else []
+        reasons += ["in-place ops on TorchUST are not supported"] if mutates and _FALLBACK["on"] else []
+        why = f" ({'; '.join(reasons)})" if reasons else ""
         raise UnsupportedOperation(
             f"ustc.torch: aten.{name} is not supported on TorchUST tensors (format {_describe(args)}){why}; "
             f"call .to_dense() first, or allow dense fallback with ustc.torch.set_dense_fallback(True)")
