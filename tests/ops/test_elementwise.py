@@ -28,6 +28,10 @@ OPS = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b
 
 
 def _check_sparse_result(C, expected_format, expected):
+    if expected_format.all_dense:       # an all-dense Tensor is a dense operand: the result is an array
+        assert isinstance(C, np.ndarray), type(C)
+        np.testing.assert_allclose(C, expected, rtol=1e-12, atol=1e-12)
+        return
     assert isinstance(C, Tensor), type(C)
     assert C.format == expected_format
     C.validate()
@@ -49,8 +53,9 @@ def test_add_and_mul_mixed_formats(k, case):
     A, B = sparse(fa, shape, seed=seed, zero=zero == "A"), sparse(fb, shape, seed=seed + 1, zero=zero == "B")
     before = snapshot(A, B)
     a, b = A.to_dense(), B.to_dense()
-    _check_sparse_result(A + B, union_format(fa, fb), a + b)
-    _check_sparse_result(A * B, fa, a * b)
+    dense = fa.all_dense or fb.all_dense            # sparse + dense is dense; sparse * dense is sparse
+    _check_sparse_result(A + B, (fa if fa.all_dense else fb) if dense else union_format(fa, fb), a + b)
+    _check_sparse_result(A * B, fa if not fa.all_dense else fb, a * b)
     assert_unchanged([A, B], before)
 
 

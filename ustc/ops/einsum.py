@@ -24,6 +24,7 @@ from ..tensor import packages
 from ..tensor.tensor import Tensor
 from ..codegen import notation as nt
 from . import runtime
+from .operands import dense_operand
 
 
 def parse_subscripts(subscripts: str, count: int) -> tuple[list[str], str]:
@@ -56,9 +57,11 @@ def parse_subscripts(subscripts: str, count: int) -> tuple[list[str], str]:
 def einsum(subscripts: str, *operands, out_format=None, target: str = "cpu"):
     """Evaluate ``subscripts`` over ``operands`` (ustc Tensors, NumPy arrays, CPU torch tensors).
 
-    Returns a NumPy array, or a ustc Tensor in ``out_format`` when one is given.
+    Returns a NumPy array, or a ustc Tensor in ``out_format`` when one is given. A Tensor
+    whose levels are all dense is a dense operand (its array).
     """
     terms, out = parse_subscripts(subscripts, len(operands))
+    operands = [dense_operand(op) for op in operands]     # all-dense Tensors are dense operands
     sparse = [isinstance(op, Tensor) for op in operands]
     if not any(sparse) and out_format is None:
         return np.einsum(subscripts, *[packages.host_array(op) for op in operands])

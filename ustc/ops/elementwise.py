@@ -6,7 +6,9 @@ scalar keeps ``A``'s format too (its pattern cannot grow); ``A + x`` with a
 dense array or a nonzero scalar is dense. ``A.sum(axis)`` returns a NumPy array
 (a NumPy scalar for a full sum). ``A.T`` is a zero-copy view (the format's
 dimensions swap, the buffers stay); ``A.transpose(axes, tensor_format=...)``
-builds the transpose in any format through a generated kernel.
+builds the transpose in any format through a generated kernel. A Tensor whose
+levels are all dense is a dense operand: with a sparse one it acts as its array,
+and two dense operands give an array of the first one's package.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from ..tensor import packages
 from ..tensor.tensor import Tensor, as_format
 from ..codegen import notation as nt
 from . import runtime
+from .operands import dense_operand
 
 
 def _indices(rank: int) -> tuple[str, ...]:
@@ -34,8 +37,16 @@ def _check_shapes(a: Tensor, other, op: str) -> None:
         raise ShapeError(f"operands of '{op}' have shapes {a.shape} and {shape} (no broadcasting)")
 
 
+_NUMPY_OPS = {"+": np.add, "-": np.subtract, "*": np.multiply}
+
+
 def binary(a: Tensor, other, op: str, reflected: bool = False):
     """``a op other`` (or ``other op a`` when ``reflected``) for op in '+', '-', '*'."""
+    other = dense_operand(other)
+    if a.format.all_dense:
+        if isinstance(other, Tensor):            # a sparse other: it leads, a is its dense operand
+            return binary(other, a.to_dense(), op, reflected=not reflected)
+        return _dense_binary(a, other, op, reflected)
     idx = _indices(a.ndim)
     node = {"+": nt.Add, "-": nt.Sub, "*": nt.Mul}[op]
     A = nt.Access("A", idx)
@@ -68,6 +79,16 @@ def binary(a: Tensor, other, op: str, reflected: bool = False):
     if isinstance(result, Tensor):
         result._package = a.package
     return result
+
+
+def _dense_binary(a: Tensor, other, op: str, reflected: bool):
+    """Both operands dense: NumPy's operator on ``a``'s array, the result in ``a``'s package."""
+    x = packages.host_array(a.to_dense())
+    y = other if isinstance(other, numbers.Number) else packages.host_array(other)
+    if not isinstance(y, numbers.Number) and y.ndim:
+        _check_shapes(a, y, op)
+    result = _NUMPY_OPS[op](y, x) if reflected else _NUMPY_OPS[op](x, y)
+    return packages.wrap(result, a.package)
 
 
 def union_format(a, b):

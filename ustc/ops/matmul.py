@@ -3,8 +3,9 @@
 ``alpha * op(a) @ op(b) + beta * c`` for sparse and dense operands (see
 :mod:`ustc.ops.plan`). A call whose operands match an earlier call's in
 format, shape, dtypes, device, transposes and alpha/beta kind reuses that
-plan and only executes. ``c`` is not modified unless it is also passed as
-``out``; ``out`` (dense results) receives the result in place.
+plan and only executes. As in nvmath-python, a dense ``c`` is updated in
+place and returned (``beta`` defaults to 1 when ``c`` is given); pass
+``out=`` to leave ``c`` unchanged and receive the result there.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from . import plan_cache
 from .plan import Matmul, bind
 
 
-def matmul(a, b, c=None, alpha=1, beta=0, *, transpose_a: bool = False, transpose_b: bool = False,
+def matmul(a, b, c=None, alpha=1, beta=None, *, transpose_a: bool = False, transpose_b: bool = False,
            options: dict | None = None, out=None):
     options = dict(options or {})
     bound = bind(a, b, c, alpha, beta, transpose_a, transpose_b, options)
@@ -27,8 +28,6 @@ def matmul(a, b, c=None, alpha=1, beta=0, *, transpose_a: bool = False, transpos
     else:
         mm._adopt((a, b, c, alpha, beta), bound)
     try:
-        if out is None and not bound.problem.out_format:
-            out = mm._allocate(bound)
         return mm.execute(out=out)
     finally:
         mm._detach()

@@ -51,6 +51,7 @@ class Problem:
     out_format: str | None
     route: str | None
     target: str
+    out_dtype: str = ""        # the result's dtype (c's own where c is updated in place)
 
     @property
     def device(self) -> str:
@@ -85,8 +86,16 @@ def normalise(x, name: str):
         raise UstcError(f"matmul: operand {name} ({type(x).__name__}) is not an array or a tensor: {exc}") from None
 
 
+def dense_operand(x):
+    """``x``, or its array (in its package; a view where the levels permute the dimensions)
+    when it is a Tensor whose levels are all dense: such a Tensor is a dense operand."""
+    return x.to_dense() if isinstance(x, Tensor) and x.format.all_dense else x
+
+
 def package_of(x) -> str:
     """The package a dense input came from (its result goes back as that package)."""
+    if isinstance(x, Tensor):
+        return x.package
     return packages.TORCH if packages.is_torch(x) else packages.CUPY if packages.is_cupy(x) else packages.NUMPY
 
 

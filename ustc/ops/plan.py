@@ -15,7 +15,11 @@
 ``plan()`` picks the route (a registered kernel, a library kernel, or generated
 code; see :mod:`ustc.ops.routes`), compiles or loads its kernel and allocates
 the output; ``execute()`` only computes, into that output, and returns it
-(the same buffer every time; pass ``out=`` for another). Operands: ustc
+(the same buffer every time; pass ``out=`` for another). As in nvmath-python,
+a dense ``c`` is the output: ``c := alpha * a @ b + beta * c`` in place,
+``beta`` 1 unless stated, ``execute()`` returns ``c`` itself and accumulates
+again each time (``docs/ops.md``). The result dtype is the operands'; Python
+or NumPy scalars never widen it. Operands: ustc
 Tensors, SciPy / torch / CuPy sparse objects (viewed zero-copy), dense NumPy,
 torch or CuPy arrays; vectors, matrices and 3-D batches (NumPy ``matmul``
 rules, a 2-D operand broadcast over the other's batch). The result is dense in
@@ -51,55 +55,89 @@ class Bound:
 
     a: object
     b: object
-    c: object
-    alpha: object
+    c: object                     # what beta scales (None where beta is zero)
+    alpha: object                 # cast to the result dtype
     beta: object
     problem: ops.Problem
     shape: tuple[int, ...]
     dtype: np.dtype
     package: str
     out_format: object = None     # TensorFormat of a sparse result
+    inplace: object = None        # c's array (host or CuPy view), updated in place by execute()
+    result: object = None         # what execute() returns when c is updated: c as the caller gave it
 
 
 def bind(a, b, c, alpha, beta, transpose_a: bool, transpose_b: bool, options: dict) -> Bound:
-    """Check and normalise operands; raises ShapeError / DeviceError / UstcError naming the operand."""
+    """Check and normalise operands; raises ShapeError / DeviceError / UstcError naming the operand.
+
+    ``beta=None`` means 1 when ``c`` is given, else 0. The result dtype is the operands'
+    (``a``, ``b``, and ``c`` where it is read), never raised by a Python or NumPy scalar
+    except to complex for a complex scalar; a dense ``c`` is the result's storage, so the
+    result takes its dtype (refused where the operands' dtype cannot cast to it)."""
     unknown = sorted(set(options) - set(OPTIONS))
     if unknown:
         raise UstcError(f"matmul: unknown option {unknown[0]!r} (options: {', '.join(OPTIONS)})")
     if options.get("route") not in ROUTES:
         raise UstcError(f"matmul: route must be one of registered, library, generated; got {options['route']!r}")
-    a1 = ops.transposed(ops.normalise(a, "a"), bool(transpose_a), "a")
-    b1 = ops.transposed(ops.normalise(b, "b"), bool(transpose_b), "b")
-    c1 = ops.normalise(c, "c")
+    beta = (0 if c is None else 1) if beta is None else beta
+    a1 = ops.transposed(ops.normalise(ops.dense_operand(a), "a"), bool(transpose_a), "a")
+    b1 = ops.transposed(ops.normalise(ops.dense_operand(b), "b"), bool(transpose_b), "b")
+    c1 = ops.normalise(ops.dense_operand(c), "c")   # a view: all-dense levels permute
     pa, pb = ops.package_of(a), ops.package_of(b)
     if not isinstance(a1, Tensor) and isinstance(b1, Tensor) and a1.ndim == 1 and b1.ndim == 2:
         a1, b1, pa, pb = ops.transposed(b1, True, "b"), a1, pb, pa   # x @ B is B^T @ x: a sparse-left SpMV
     sa, sb = ops.spec(a1, "a", pa), ops.spec(b1, "b", pb)
-    sc = ops.spec(c1, "c") if c1 is not None else None
+    sc = ops.spec(c1, "c", ops.package_of(c)) if c1 is not None else None
     device = ops.check_devices([sa, sb, sc])
     shape = ops.product_shape(sa, sb)
     if sc is not None and sc.shape != shape:
         raise ShapeError(f"matmul: c has shape {sc.shape}, the product has shape {shape}")
     alpha_kind, beta_kind = ops.scalar_kind(alpha, 1), ops.scalar_kind(beta, 0)
-    dtypes = [sa.dtype, sb.dtype] + ([np.asarray(alpha).dtype] if alpha_kind != "one" else [])
-    if sc is not None and beta_kind != "zero":
-        dtypes += [sc.dtype, np.asarray(beta).dtype]
+    read_c = sc is not None and beta_kind != "zero"
+    dtype = _result_type(tuple(ops.dtype_name(s.dtype) for s in (sa, sb) + ((sc,) if read_c else ())),
+                         _scalar_class(alpha, beta))
+    inplace = c1 if sc is not None and not sc.sparse else None
+    if inplace is not None:
+        dtype = _inplace_dtype(dtype, inplace)
     out_format = None
     if sa.sparse and sb.sparse and len(shape) == 2:
         out_format = as_format(options.get("out_format") or _default_out_format(a1))
     target = options.get("target") or ("cuda" if device == "cuda" else "cpu")
-    problem = ops.Problem(sa, sb, sc if beta_kind != "zero" else None, bool(transpose_a), bool(transpose_b),
+    alpha_kind = alpha_kind if alpha_kind == "one" else dtype.name
+    beta_kind = beta_kind if beta_kind == "zero" else dtype.name
+    problem = ops.Problem(sa, sb, sc if read_c else None, bool(transpose_a), bool(transpose_b),
                           alpha_kind, beta_kind, out_format.signature if out_format else None, options.get("route"),
-                          target)
+                          target, dtype.name)
     dense = [s for s in (sa, sb) if not s.sparse]
     package = dense[0].package if dense else sa.package
-    return Bound(a1, b1, c1 if beta_kind != "zero" else None, alpha, beta, problem, shape,
-                 _result_type(tuple(ops.dtype_name(d) for d in dtypes)), package, out_format)
+    return Bound(a1, b1, c1 if read_c else None, dtype.type(alpha), dtype.type(beta), problem, shape, dtype,
+                 package, out_format, inplace, c if inplace is not None else None)
+
+
+def _scalar_class(*scalars) -> str:
+    """The widest kind among the scalars ("bool" < "int" < "float" < "complex")."""
+    kinds = {np.asarray(s).dtype.kind for s in scalars}
+    return next(k for k, codes in (("complex", "c"), ("float", "f"), ("int", "iu"), ("bool", "b"))
+                if kinds & set(codes) or k == "bool")
+
+
+_WEAK = {"complex": 1j, "float": 1.0, "int": 1, "bool": True}
 
 
 @functools.lru_cache(maxsize=256)
-def _result_type(names: tuple[str, ...]) -> np.dtype:
-    return np.result_type(*[np.dtype(d) for d in names])
+def _result_type(names: tuple[str, ...], scalars: str) -> np.dtype:
+    """The operands' result dtype; a scalar changes only its kind (NumPy's weak Python scalars:
+    float32 stays float32 under a float alpha, int64 becomes float64, real becomes complex)."""
+    return np.result_type(np.result_type(*[np.dtype(d) for d in names]), _WEAK[scalars])
+
+
+def _inplace_dtype(dtype: np.dtype, c) -> np.dtype:
+    """The dtype of a product written into ``c``: c's own, where the operands' casts to it."""
+    c_dtype = np.dtype(ops.dtype_name(c.dtype))
+    if not np.can_cast(dtype, c_dtype, "same_kind"):
+        raise UstcError(f"matmul: c ({c_dtype}) is updated in place and cannot hold the {dtype} product; "
+                        f"pass c as {dtype}, or out= an array of that dtype")
+    return c_dtype
 
 
 def _default_out_format(a: Tensor):
@@ -110,7 +148,7 @@ def _default_out_format(a: Tensor):
 class Matmul:
     """A planned ``alpha * op(a) @ op(b) + beta * c`` (see the module docstring)."""
 
-    def __init__(self, a, b, c=None, alpha=1, beta=0, *, transpose_a: bool = False, transpose_b: bool = False,
+    def __init__(self, a, b, c=None, alpha=1, beta=None, *, transpose_a: bool = False, transpose_b: bool = False,
                  options: dict | None = None):
         self.options = dict(options or {})
         self._transposes = (bool(transpose_a), bool(transpose_b))
@@ -134,31 +172,58 @@ class Matmul:
         """Choose the route, compile or load its kernel, allocate the output. Returns ``self``."""
         bound = self._require()
         route, why = choose(self.problem, bound.a, bound.b, bound.out_format)
-        out = None if self.problem.out_format else self._allocate(bound)
+        out = None
+        if not self.problem.out_format:
+            out = bound.inplace if _direct(bound.inplace) else self._allocate(bound)
         route.prepare(bound.a, bound.b, out, bound.alpha)
-        self._route, self._out, self.plans = route, out, self.plans + 1
+        self._route, self.plans = route, self.plans + 1
+        self._out = None if out is bound.inplace else out
         self.plan_info = f"{route.info} [why: {why}]"
         return self
 
     def execute(self, *, out=None):
-        """Compute into the planned output (or ``out``) and return it; plans first if needed."""
+        """Compute and return the result; plans first if needed.
+
+        With a dense ``c`` and no ``out``: ``c := alpha * a @ b + beta * c`` in place, and the
+        return value is ``c`` itself (each execute accumulates again). With ``out``: the
+        result goes there and ``c`` is only read. Otherwise: the planned buffer (dense
+        results, the same buffer every time) or a new Tensor (sparse results)."""
         with self._lock:
+            bound = self._require()
+            if out is None and bound.inplace is not None:
+                _check_writable(bound.inplace)
             if self._route is None:
                 self.plan()
-            bound = self._require()
             if self.problem.out_format:
-                return self._sparse_result(bound)
-            target = self._out if out is None else self._checked_out(out, bound)
-            if bound.c is not None or not self._route.overwrites:
-                self._fill(target, bound)
-            self._route.run(bound.a, bound.b, target, bound.alpha)
+                return self._sparse_result(bound, out)
+            if out is not None:
+                target = self._checked_out(out, bound)
+            elif _direct(bound.inplace):
+                target = bound.inplace
+            else:
+                if self._out is None:              # after a one-shot call's detach: a fresh buffer
+                    self._out = self._allocate(bound)
+                target = self._out
+            self._compute(target, bound)
+            if out is None and bound.inplace is not None:
+                if target is not bound.inplace:
+                    bound.inplace[...] = target       # c not C-contiguous: computed aside, copied in
+                return bound.result
             return self._wrap(target, bound)
+
+    def _compute(self, target, bound: Bound) -> None:
+        if bound.c is not None or not self._route.overwrites:
+            self._fill(target, bound)
+        self._route.run(bound.a, bound.b, target, bound.alpha)
 
     def reset_operands(self, a=None, b=None, c=None, alpha=None, beta=None) -> "Matmul":
         """New operands (or scalars) with the same formats, shapes, dtypes and device as planned;
         the Matmul's transposes apply to them as to the first ones."""
-        self._require()
+        if self._raw is None:
+            raise UstcError("this Matmul was released; create a new one")
         raw = tuple(old if new is None else new for old, new in zip(self._raw, (a, b, c, alpha, beta)))
+        if raw[0] is None or raw[1] is None:
+            raise UstcError("reset_operands: the operands were released; give a and b (and c if planned with one)")
         new = bind(*raw, *self._transposes, self.options)
         if new.problem != self.problem:
             raise UstcError("reset_operands: the new operands differ from the planned ones in format, shape, "
@@ -183,6 +248,22 @@ class Matmul:
         if self._route is not None:
             self._route.release()
         self._route = self._out = self._bound = self._raw = None
+
+    free = release   # nvmath-python's name
+
+    def release_operands(self) -> "Matmul":
+        """Drop the operands (and the kernels' references to them) but keep the plan; give new
+        ones with :meth:`reset_operands` (all of ``a``, ``b`` and, if planned with one, ``c``)."""
+        with self._lock:
+            if self._route is not None:
+                self._route.unbind()
+            self._raw = (None, None, None) + (self._raw[3:] if self._raw else (1, None))
+            self._bound = None
+        return self
+
+    def reset_operands_unchecked(self, a=None, b=None, c=None, alpha=None, beta=None) -> "Matmul":
+        """nvmath-python's fast variant; ustc's checks are cheap, so this is :meth:`reset_operands`."""
+        return self.reset_operands(a, b, c, alpha, beta)
 
     # -- helpers -----------------------------------------------------------------------------
     def _require(self) -> Bound:
@@ -211,21 +292,42 @@ class Matmul:
         c = bound.c.to_dense() if isinstance(bound.c, Tensor) else bound.c
         c = c if packages.is_cupy(c) else packages.host_array(c)
         if c is target:
-            target *= bound.beta
+            if bound.beta != 1:
+                target *= bound.beta
         else:
             target[...] = c
             if bound.beta != 1:
                 target *= bound.beta
 
-    def _sparse_result(self, bound: Bound):
+    def _sparse_result(self, bound: Bound, out):
+        """SpGEMM: a new Tensor, or added into a dense ``c`` (in place) or ``out``."""
         result = self._route.run(bound.a, bound.b, None, bound.alpha)
-        if bound.c is None:
-            return result
-        scaled = bound.c * bound.beta if bound.beta != 1 else bound.c
-        return result + scaled
+        target = self._checked_out(out, bound) if out is not None else bound.inplace
+        if target is None:
+            if bound.c is None:
+                return result
+            return result + (bound.c * bound.beta if bound.beta != 1 else bound.c)
+        if target is not bound.inplace:
+            self._fill(target, bound)
+        elif bound.c is None:
+            target.fill(0)
+        elif bound.beta != 1:
+            target *= bound.beta
+        coords, values = result.entries()
+        np.add.at(target, coords, values)
+        return bound.result if out is None else self._wrap(target, bound)
 
     def _wrap(self, target, bound: Bound):
         if target.ndim == 0 and bound.package != packages.TORCH:
             return target[()]
         return packages.wrap(target, bound.package)
 
+
+def _direct(c) -> bool:
+    """A dense ``c`` a kernel can write directly (C-contiguous, writable)."""
+    return c is not None and bool(c.flags.c_contiguous) and (packages.is_cupy(c) or bool(c.flags.writeable))
+
+
+def _check_writable(c) -> None:
+    if isinstance(c, np.ndarray) and not c.flags.writeable:
+        raise UstcError("matmul: c is read-only, but it is updated in place; pass a writable c, or out=")
