@@ -1,0 +1,1 @@
+"""Framework interfaces: ``interfaces.torch_interface`` (needs PyTorch)."""

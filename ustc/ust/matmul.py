@@ -1,0 +1,300 @@
+"""``Matmul`` / ``matmul`` with nvmath-python's signatures, over :class:`ustc.Matmul`.
+
+``c := alpha * op(a) @ op(b) + beta * c``. The translation:
+
+* UST operands (:class:`ustc.ust.Tensor`) go to ustc as they are, except dense ones,
+  which go as the dense arrays they view; a dense UST ``c`` is updated in place and
+  is what ``execute`` / ``matmul`` return, as in nvmath-python.
+* ``qualifiers`` (``matmul_matrix_qualifiers_dtype``, one row per a, b, c): transposes of
+  ``a`` and ``b`` become ustc's ``transpose_a`` / ``transpose_b``. ustc has no conjugating
+  matmul, so a conjugated complex ``a`` or ``b`` is multiplied through a conjugated copy of
+  its values, refreshed from the operand before every ``execute`` (in-place changes to the
+  operand are seen, at the cost of one pass over its values); conjugating a real operand
+  is nothing. Qualifying ``c`` raises :class:`ustc.UnsupportedOperation`.
+* ``options`` (``MatmulOptions`` or a dict): ``codegen=True`` forces ustc's generated
+  route; ``compute_type`` must name the result's own type (ustc computes in it);
+  ``logger`` receives the plan; ``memory_limit``, ``blocking`` and ``allocator`` are
+  accepted and have nothing to act on.
+* ``execution``: ``ExecutionCPU`` / ``"cpu"`` or ``ExecutionCUDA`` / ``"cuda"`` picks
+  ustc's target. ``stream`` is accepted everywhere and unused.
+* ``plan(prologs=..., epilog=..., semiring=...)``: ustc has no fused prologs, epilogs or
+  semirings yet, so any of them raises :class:`ustc.UnsupportedOperation`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from enum import IntEnum
+
+import numpy as np
+
+from ..errors import UnsupportedOperation
+from ..tensor import packages
+from ..ops.plan import Matmul as _UstcMatmul
+from ..tensor.tensor import Tensor as _UstcTensor
+from .tensor import Tensor, _adopt
+
+__all__ = ["Matmul", "matmul", "MatmulOptions", "ExecutionCUDA", "ExecutionCPU", "ComputeType",
+           "matmul_matrix_qualifiers_dtype", "compile_matmul_prolog", "compile_matmul_epilog",
+           "compile_matmul_add", "compile_matmul_atomic_add", "compile_matmul_mul"]
+
+matmul_matrix_qualifiers_dtype = np.dtype([("is_transpose", "<i4"), ("is_conjugate", "<i4")])
+
+
+class ComputeType(IntEnum):
+    """The compute types nvmath-python names (CUDA ``cudaDataType`` values)."""
+
+    CUDA_R_32F = 0
+    CUDA_R_64F = 1
+    CUDA_C_32F = 4
+    CUDA_C_64F = 5
+
+
+_COMPUTE_DTYPES = {ComputeType.CUDA_R_32F: np.float32, ComputeType.CUDA_R_64F: np.float64,
+                   ComputeType.CUDA_C_32F: np.complex64, ComputeType.CUDA_C_64F: np.complex128}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ExecutionCUDA:
+    """Run on a CUDA device (ustc's ``target="cuda"``)."""
+
+    device_id: int = 0
+    name = "cuda"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ExecutionCPU:
+    """Run on the host (ustc's ``target="cpu"``)."""
+
+    num_threads: int | None = None
+    name = "cpu"
+
+
+@dataclasses.dataclass
+class MatmulOptions:
+    """nvmath-python's matmul options (see the module docstring for what each does here)."""
+
+    codegen: bool = False
+    compute_type: int | None = None
+    logger: logging.Logger | None = None
+    memory_limit: int | str | None = "80%"
+    blocking: bool | str = "auto"
+    allocator: object | None = None
+
+    def __post_init__(self):
+        if self.compute_type is not None:
+            self.compute_type = ComputeType(self.compute_type)
+        if self.blocking not in (True, "auto"):
+            raise ValueError(f"blocking must be True or 'auto', got {self.blocking!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class CompiledOperation:
+    """What a ``compile_matmul_*`` helper returns: the Python function and what it is for.
+    ustc cannot run these yet (``Matmul.plan`` says so)."""
+
+    kind: str
+    function: object
+    dtype: str | None = None
+    operand_label: str | None = None
+
+
+def compile_matmul_prolog(prolog, *, operand_label, dtype, compute_capability=None):
+    return CompiledOperation("prolog", prolog, str(dtype), operand_label)
+
+
+def compile_matmul_epilog(epilog, *, dtype, compute_capability=None):
+    return CompiledOperation("epilog", epilog, str(dtype))
+
+
+def compile_matmul_add(add, *, dtype, compute_capability=None):
+    return CompiledOperation("add", add, str(dtype))
+
+
+def compile_matmul_atomic_add(atomic_add, *, dtype, compute_capability=None):
+    return CompiledOperation("atomic_add", atomic_add, str(dtype))
+
+
+def compile_matmul_mul(mul, *, dtype, compute_capability=None):
+    return CompiledOperation("mul", mul, str(dtype))
+
+
+# -- translation -----------------------------------------------------------------------------------
+def _options(options) -> MatmulOptions:
+    if options is None:
+        return MatmulOptions()
+    if isinstance(options, MatmulOptions):
+        return options
+    if isinstance(options, dict):
+        return MatmulOptions(**options)
+    raise TypeError(f"options must be MatmulOptions or a dict, got {type(options).__name__}")
+
+
+def _target(execution) -> str | None:
+    if execution is None:
+        return None
+    if isinstance(execution, (ExecutionCPU, ExecutionCUDA)):
+        return execution.name
+    if isinstance(execution, str) and execution.lower() in ("cpu", "cuda"):
+        return execution.lower()
+    if isinstance(execution, dict):
+        return "cpu" if "num_threads" in execution else "cuda"
+    raise TypeError(f"execution must be ExecutionCPU, ExecutionCUDA, 'cpu' or 'cuda', got {execution!r}")
+
+
+def _dense(x) -> bool:
+    return isinstance(x, _UstcTensor) and x.format.all_dense
+
+
+def _operand(x):
+    """What ustc gets for an operand: dense USTs as the arrays they view."""
+    return x.to_dense() if _dense(x) else x
+
+
+def _dtype_of(x):
+    dtype = getattr(x, "dtype", None)
+    return None if dtype is None else np.dtype(str(dtype).replace("torch.", ""))
+
+
+def _qualifiers(qualifiers) -> tuple[tuple[bool, bool], tuple[bool, bool]]:
+    """``((transpose_a, transpose_b), (conjugate_a, conjugate_b))``."""
+    if qualifiers is None:
+        return (False, False), (False, False)
+    q = np.asarray(qualifiers)
+    if q.dtype != matmul_matrix_qualifiers_dtype or q.shape != (3,):
+        raise ValueError("qualifiers must be a length-3 array of matmul_matrix_qualifiers_dtype (a, b, c)")
+    if q[2]["is_transpose"] or q[2]["is_conjugate"]:
+        raise UnsupportedOperation("matmul qualifiers on c: ustc updates c as given (no transpose or conjugate)")
+    return (bool(q[0]["is_transpose"]), bool(q[1]["is_transpose"])), (bool(q[0]["is_conjugate"]),
+                                                                        bool(q[1]["is_conjugate"]))
+
+
+class _Conjugated:
+    """The conjugate of a complex operand: a copy of its values, refreshed by ``refresh()``."""
+
+    def __init__(self, x, label: str):
+        if packages.device_of(x) != "cpu" or getattr(x, "device", "cpu") == "cuda":
+            raise UnsupportedOperation(f"matmul: conjugating operand {label} on a CUDA device")
+        if not isinstance(x, np.ndarray) and not (packages.is_torch(x) and x.layout == x.new_empty(0).layout):
+            source = x if isinstance(x, _UstcTensor) else _UstcTensor.from_package(x)
+            self.source, self.operand = source._values, source.copy()
+            self.target = self.operand._values
+        else:
+            self.source = packages.host_array(x)
+            self.operand = self.target = np.empty_like(self.source)
+        self.refresh()
+
+    def refresh(self) -> None:
+        np.conjugate(self.source, out=self.target)
+
+
+def _prepared(x, conjugate: bool, label: str):
+    """``(what ustc multiplies, the conjugated copy to refresh or None)``."""
+    x = _operand(x)
+    dtype = _dtype_of(x)
+    if conjugate and (dtype is None or dtype.kind == "c"):
+        conj = _Conjugated(x, label)
+        return conj.operand, conj
+    return x, None
+
+
+class Matmul:
+    """Stateful ``alpha * op(a) @ op(b) + beta * c`` (see the module docstring)."""
+
+    def __init__(self, a, b, /, c=None, *, alpha=None, beta=None, qualifiers=None, options=None, execution=None,
+                 stream=None):
+        self.options = _options(options)
+        self.logger = self.options.logger or logging.getLogger()
+        self.execution = execution
+        self._transposes, self._conjugates = _qualifiers(qualifiers)
+        self._c = c
+        (a_op, conj_a), (b_op, conj_b) = (_prepared(x, flag, label)
+                                          for x, flag, label in zip((a, b), self._conjugates, "ab"))
+        self._refresh = {"a": conj_a, "b": conj_b}
+        ustc_options = {}
+        if self.options.codegen:
+            ustc_options["route"] = "generated"
+        target = _target(execution)
+        if target is not None:
+            ustc_options["target"] = target
+        self._mm = _UstcMatmul(a_op, b_op, _operand(c), 1 if alpha is None else alpha, beta,
+                               transpose_a=self._transposes[0], transpose_b=self._transposes[1],
+                               options=ustc_options)
+        self._check_compute_type(a, b, c)
+        self._like = a if isinstance(a, Tensor) else b if isinstance(b, Tensor) else None
+
+    def _check_compute_type(self, *operands) -> None:
+        wanted = self.options.compute_type
+        if wanted is None:
+            return
+        dtypes = [d for d in map(_dtype_of, operands) if d is not None]
+        natural = np.result_type(*dtypes) if dtypes else None
+        if natural != np.dtype(_COMPUTE_DTYPES[wanted]):
+            raise UnsupportedOperation(f"MatmulOptions(compute_type={wanted.name}): ustc computes in the "
+                                       f"operands' result type ({natural})")
+
+    def __enter__(self) -> "Matmul":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.free()
+
+    def plan(self, *, prologs=None, epilog=None, epilogs=None, semiring=None, compute_capability=None,
+             stream=None) -> None:
+        for what, value in (("prologs", prologs), ("epilog", epilog or epilogs), ("semiring", semiring)):
+            if value:
+                raise UnsupportedOperation(f"Matmul.plan({what}=...): ustc does not fuse {what} into matmul yet")
+        self._mm.plan()
+        self.logger.info("ustc matmul plan: %s", self._mm.plan_info)
+
+    def execute(self, *, release_workspace=False, stream=None):
+        for conj in self._refresh.values():
+            if conj is not None:
+                conj.refresh()
+        result = self._mm.execute()
+        return self._result(result)
+
+    def _result(self, result):
+        if self._c is not None and _dense(self._c):
+            return self._c
+        if isinstance(result, _UstcTensor) and not isinstance(result, Tensor):
+            return _adopt(result)
+        if self._like is not None and not isinstance(result, _UstcTensor) and self._c is None:
+            return Tensor.from_package(result)
+        return result
+
+    def reset_operands(self, *, a=None, b=None, c=None, alpha=None, beta=None, stream=None) -> None:
+        self._reset(self._mm.reset_operands, a, b, c, alpha, beta)
+
+    def reset_operands_unchecked(self, *, a=None, b=None, c=None, alpha=None, beta=None, stream=None) -> None:
+        reset = getattr(self._mm, "reset_operands_unchecked", self._mm.reset_operands)
+        self._reset(reset, a, b, c, alpha, beta)
+
+    def _reset(self, reset, a, b, c, alpha, beta) -> None:
+        if c is not None:
+            self._c = c
+        new = {}
+        for label, x, flag in (("a", a, self._conjugates[0]), ("b", b, self._conjugates[1])):
+            if x is not None:
+                new[label], self._refresh[label] = _prepared(x, flag, label)
+        reset(a=new.get("a"), b=new.get("b"), c=None if c is None else _operand(c), alpha=alpha, beta=beta)
+
+    def release_operands(self) -> None:
+        release = getattr(self._mm, "release_operands", None)
+        if release is not None:
+            release()
+
+    def free(self) -> None:
+        free = getattr(self._mm, "free", None) or self._mm.release
+        free()
+
+
+def matmul(a, b, /, c=None, *, alpha=None, beta=None, qualifiers=None, prologs=None, epilog=None, semiring=None,
+           compute_capability=None, options=None, execution=None, stream=None):
+    """One-shot :class:`Matmul`: plan, execute, free."""
+    with Matmul(a, b, c, alpha=alpha, beta=beta, qualifiers=qualifiers, options=options, execution=execution,
+                stream=stream) as mm:
+        mm.plan(prologs=prologs, epilog=epilog, semiring=semiring, compute_capability=compute_capability,
+                stream=stream)
+        return mm.execute(stream=stream)
