@@ -1,0 +1,111 @@
+"""ustc.ust.Matmul / matmul: nvmath-python's calls, checked against NumPy."""
+
+import logging
+
+import numpy as np
+import pytest
+import scipy.sparse as sps
+
+import ustc
+from ustc import ust
+from ustc.ust import Matmul, MatmulOptions, Tensor, matmul, matmul_matrix_qualifiers_dtype
+
+RNG = np.random.default_rng(7)
+A = sps.random_array((5, 6), density=0.4, format="csr", rng=RNG) + sps.eye_array(5, 6, format="csr")
+B = RNG.random((6, 3))
+C = RNG.random((5, 3))
+
+
+def qualifiers(transpose=(0, 0), conjugate=(0, 0)):
+    q = np.zeros((3,), dtype=matmul_matrix_qualifiers_dtype)
+    q["is_transpose"][:2], q["is_conjugate"][:2] = transpose, conjugate
+    return q
+
+
+def test_ust_operands_update_c_in_place_and_return_it():
+    a, b, c_array = Tensor.from_package(A), Tensor.from_package(B.copy()), C.copy()
+    c = Tensor.from_package(c_array)
+    r = matmul(a, b, c, alpha=2.0, beta=0.5)
+    assert r is c
+    assert np.allclose(c_array, 2.0 * A.toarray() @ B + 0.5 * C)
+    assert np.allclose(Tensor.to_package(r), c_array)
+
+
+def test_package_operands():
+    c = C.copy()
+    r = matmul(A, B, c, alpha=1.5, beta=1.0)
+    assert np.allclose(r, 1.5 * A.toarray() @ B + C)
+
+
+def test_stateful_with_reset_operands():
+    a, b, c_array = Tensor.from_package(A), B.copy(), C.copy()
+    c = Tensor.from_package(c_array)
+    with Matmul(a, Tensor.from_package(b), c, alpha=1.0, beta=0.0) as mm:
+        mm.plan()
+        assert mm.execute() is c and np.allclose(c_array, A.toarray() @ b)
+        b *= 3.0                                                  # in place: seen by the next execute
+        mm.execute(stream=None)
+        assert np.allclose(c_array, A.toarray() @ b)
+        a2 = Tensor.from_package(sps.csr_array(2 * A.toarray()))
+        c2_array = np.zeros_like(C)
+        c2 = Tensor.from_package(c2_array)
+        mm.reset_operands(a=a2, c=c2)
+        assert mm.execute() is c2 and np.allclose(c2_array, 2 * A.toarray() @ b)
+        mm.reset_operands_unchecked(b=Tensor.from_package(B.copy()))
+        assert np.allclose(mm.execute().to_package(), 2 * A.toarray() @ B)
+
+
+def test_transpose_qualifiers():
+    at = sps.csr_array(A.toarray().T)
+    c = np.zeros((5, 3))
+    r = matmul(at, B, c, beta=0.0, qualifiers=qualifiers(transpose=(1, 0)))
+    assert np.allclose(r, A.toarray() @ B)
+    r = matmul(A, np.ascontiguousarray(B.T), np.zeros((5, 3)), beta=0.0, qualifiers=qualifiers(transpose=(0, 1)))
+    assert np.allclose(r, A.toarray() @ B)
+
+
+def test_conjugate_qualifiers_follow_the_operands():
+    a = sps.csr_array(A.toarray() * (1 + 2j))
+    b = B * (2 - 1j)
+    c = np.zeros((5, 3), dtype=complex)
+    with Matmul(a, b, c, beta=0.0, qualifiers=qualifiers(conjugate=(1, 1))) as mm:
+        mm.plan()
+        assert np.allclose(mm.execute(), np.conj(a.toarray()) @ np.conj(b))
+        b *= 1j                                               # the conjugated copy is refreshed
+        assert np.allclose(mm.execute(), np.conj(a.toarray()) @ np.conj(b))
+    real = matmul(A, B, np.zeros((5, 3)), beta=0.0, qualifiers=qualifiers(conjugate=(1, 1)))
+    assert np.allclose(real, A.toarray() @ B)
+
+
+def test_qualifying_c_is_unsupported():
+    q = np.zeros((3,), dtype=matmul_matrix_qualifiers_dtype)
+    q[2]["is_transpose"] = 1
+    with pytest.raises(ustc.UnsupportedOperation, match="c"):
+        Matmul(A, B, C.copy(), qualifiers=q)
+
+
+def test_options_execution_and_logger(caplog):
+    logger = logging.getLogger("compat-test")
+    for options in (MatmulOptions(codegen=True, logger=logger), {"codegen": True, "logger": logger}):
+        with caplog.at_level(logging.INFO, logger="compat-test"):
+            r = matmul(A, B, np.zeros((5, 3)), beta=0.0, options=options, execution=ust.ExecutionCPU())
+        assert np.allclose(r, A.toarray() @ B)
+        assert "generated" in caplog.text
+    r = matmul(A, B, np.zeros((5, 3)), beta=0.0, execution="cpu",
+               options={"compute_type": ust.ComputeType.CUDA_R_64F})
+    assert np.allclose(r, A.toarray() @ B)
+    with pytest.raises(ustc.UnsupportedOperation, match="compute_type"):
+        Matmul(A, B, C.copy(), options={"compute_type": ust.ComputeType.CUDA_R_32F})
+    with pytest.raises(TypeError):
+        Matmul(A, B, C.copy(), options={"no_such_option": 1})
+
+
+def test_prologs_epilogs_and_semirings_are_unsupported():
+    prolog = ust.compile_matmul_prolog(lambda v: 2 * v, operand_label="a", dtype="float64")
+    with Matmul(A, B, C.copy(), beta=1.0) as mm:
+        with pytest.raises(ustc.UnsupportedOperation, match="prologs"):
+            mm.plan(prologs={"a": prolog})
+        with pytest.raises(ustc.UnsupportedOperation, match="semiring"):
+            mm.plan(semiring={"mul": ust.compile_matmul_mul(max, dtype="float64")})
+    with pytest.raises(ustc.UnsupportedOperation, match="prologs"):
+        matmul(A, B, C.copy(), prologs={"a": prolog})
