@@ -183,12 +183,17 @@ def table(results: list[tuple[str, Result]]) -> str:
     rows = ["| file | result | details |", "|---|---|---|"]
     for rel, r in results:
         details = r.reason.replace("|", "\\|")
-        if r.failures:
-            shown = "; ".join(f"`{name}`: {msg}" for name, msg in r.failures[:12]).replace("|", "\\|")
+        if r.failures:  # names and exception types only: the messages quote the tests' own text
+            shown = ", ".join(f"`{name}` ({_kind(msg)})" for name, msg in r.failures[:12]).replace("|", "\\|")
             more = f" (+{len(r.failures) - 12} more)" if len(r.failures) > 12 else ""
             details += f". Failing: {shown}{more}"
         rows.append(f"| `{rel}` | {r.status} | {details} |")
     return "\n".join(rows)
+
+
+def _kind(message: str) -> str:
+    m = re.match(r"^([A-Za-z_.]*(Error|Exception|Operation))\b", message)
+    return m.group(1) if m else "AssertionError"
 
 
 def summary(results: list[tuple[str, Result]]) -> str:
