@@ -19,6 +19,7 @@ from .ops.solve import SolveInfo, solve
 from .tensor import Tensor
 from .tensor.io import from_file, to_file
 from .tensor.sparsify import sparse_relu, sparsify
+from .ops.linop import aslinearoperator
 from .tensor.construct import block, concatenate, diags, eye, hstack, kron, random, vstack
 
 __all__ = ["__version__", "cache", "prune", "einsum", "jit", "matmul", "Matmul", "solve", "SolveInfo", "kernels", "formats", "Dimension", "LevelFormat", "LevelProperty", "TensorFormat", "parse", "Tensor", "sparsify", "sparse_relu", "from_file", "to_file",

@@ -415,6 +415,32 @@ class Tensor:
 
         return transpose(self, axes, tensor_format)
 
+    # -- scipy.sparse.linalg (ustc.ops.linop): SciPy's aslinearoperator takes any object with
+    # shape, dtype, matvec, rmatvec and rmatmat, so cg(A, b), eigsh(A), svds(A) accept a Tensor --
+    def aslinearoperator(self):
+        """A ``scipy.sparse.linalg.LinearOperator`` over planned Matmuls (``ustc.aslinearoperator``)."""
+        from ..ops.linop import aslinearoperator
+
+        return aslinearoperator(self)
+
+    def matvec(self, x):
+        """``self @ x`` for ``x`` of shape (n,) or (n, 1): a new array (``ustc.ops.linop.matvec``)."""
+        from ..ops.linop import matvec
+
+        return matvec(self, x)
+
+    def rmatvec(self, x):
+        """``self^H @ x`` for ``x`` of shape (m,) or (m, 1): a new array (``ustc.ops.linop.rmatvec``)."""
+        from ..ops.linop import rmatvec
+
+        return rmatvec(self, x)
+
+    def rmatmat(self, X):
+        """``self^H @ X`` for ``X`` of shape (m, k): a new array (``ustc.ops.linop.rmatmat``)."""
+        from ..ops.linop import rmatmat
+
+        return rmatmat(self, X)
+
     def __repr__(self) -> str:
         from .printing import describe
 
