@@ -10,9 +10,13 @@ fused numba-cuda kernels; the product reads and writes them zero-copy). On
 the device the scalars the method branches on (inner products, norms) come
 to the host as they are needed, a small copy each: two per CG iteration, six
 per BiCGSTAB iteration, one per GMRES inner step, as solvers built on
-cuSPARSE do. The optional Jacobi
-preconditioner is ``M^-1 = diag(A)^-1``; GMRES and BiCGSTAB apply it on the
-right, so the residual they test is the true residual ``b - A x``.
+cuSPARSE do. The optional preconditioner is Jacobi's ``M^-1 = diag(A)^-1``
+(a vector of the backend, applied by the fused kernels) or a
+:class:`Preconditioner`: any ``M(r) -> z`` the caller gives (a function, a
+``scipy.sparse.linalg.LinearOperator`` such as pyamg's
+``ml.aspreconditioner()``, a matrix), ``z`` approximating ``A^-1 r``. GMRES and
+BiCGSTAB apply it on the right, so the residual they test is the true residual
+``b - A x``; CG applies it as ``z = M r`` (M must be symmetric positive definite).
 
 Each solver returns ``(x, iterations, residual_norm, converged)`` from the
 residual it updates recursively, where convergence means
@@ -88,16 +92,58 @@ class Operator:
         return out
 
 
+class Preconditioner:
+    """``z = M(r)`` for a preconditioner the caller gives: ``fn`` is called with a vector of the
+    backend (a NumPy vector on the host, CuPy on a device) holding a copy of ``r``, so it may
+    keep or modify its argument; it returns ``z`` as an array of ``n`` entries (shape (n,) or
+    (n, 1), host or device) that is copied into the solver's vector. ``name`` says what ``fn``
+    is in errors. ``applications`` counts the calls."""
+
+    def __init__(self, fn, n: int, dtype, vec, name: str = "the preconditioner"):
+        self.fn, self.n, self.dtype, self.vec, self.name = fn, n, np.dtype(dtype), vec, name
+        self.arg = vec.empty(n, self.dtype)
+        self.applications = 0
+
+    def apply(self, out, v) -> None:
+        """``out = M(v)``; ShapeError / UstcError naming the preconditioner when it returns something
+        else than ``n`` numbers of a kind the system's dtype holds."""
+        from ..errors import ShapeError, UstcError
+
+        self.vec.copy(self.arg, v)
+        z = self.fn(self.arg)
+        self.applications += 1
+        if not packages.is_cupy(z):
+            try:
+                z = packages.host_array(z)                        # NumPy, torch CPU, sequences
+            except Exception as exc:  # noqa: BLE001 - whatever NumPy cannot read is a bad result
+                raise UstcError(f"solve: {self.name} returned {type(z).__name__}, not an array: {exc}") from None
+        if tuple(z.shape) not in ((self.n,), (self.n, 1)):
+            raise ShapeError(f"solve: {self.name} returned an array of shape {tuple(z.shape)} for a vector of "
+                             f"shape ({self.n},); it must return ({self.n},)")
+        if z.dtype.kind == "c" and self.dtype.kind != "c":
+            raise UstcError(f"solve: {self.name} returned complex values for a {self.dtype} system")
+        if z.dtype.kind not in "biufc":
+            raise UstcError(f"solve: {self.name} returned values of dtype {z.dtype}; numbers only")
+        z = z.reshape(self.n)
+        if packages.is_cupy(self.arg) != packages.is_cupy(z):     # a host M on device vectors, or back
+            z = self.vec.asarray(z if not packages.is_cupy(z) else z.get(), self.dtype)
+        self.vec.copy(out, z)
+
+
 def cg(op: Operator, b, x, dinv, rtol, atol, maxiter):
+    """Conjugate gradients; ``dinv``: None, Jacobi's ``1 / diag(A)`` or a :class:`Preconditioner`."""
     vec = op.vec
     r, q = vec.empty(b.size, b.dtype), vec.empty(b.size, b.dtype)
     stop = max(rtol * vec.norm2(b), atol)
     rr = vec.residual(r, b, op.apply(x, q))
-    jacobi = dinv is not None
+    user = dinv if isinstance(dinv, Preconditioner) else None
+    jacobi = dinv is not None and user is None
     dinv = dinv if jacobi else vec.asarray(np.ones(1, dtype=b.dtype), b.dtype)
-    z = vec.empty(b.size, b.dtype) if jacobi else r
+    z = vec.empty(b.size, b.dtype) if jacobi or user is not None else r
     if jacobi:
         vec.scale_into(z, dinv, r)
+    elif user is not None:
+        user.apply(z, r)
     rz = vec.dot(r, z)
     p = op.v                      # the planned operand doubles as the search direction
     vec.copy(p, z)
@@ -112,6 +158,9 @@ def cg(op: Operator, b, x, dinv, rtol, atol, maxiter):
             break
         alpha = rz / pq
         rr, rz_new = vec.cg_step(x, r, z, p, q, dinv, alpha, jacobi)
+        if user is not None and math.sqrt(rr) > stop:   # z = M r for the next direction
+            user.apply(z, r)
+            rz_new = vec.dot(r, z)
         check_finite("cg", it, rr, rz_new)
         vec.xpby(z, rz_new / rz, p)
         rz = rz_new
@@ -119,6 +168,7 @@ def cg(op: Operator, b, x, dinv, rtol, atol, maxiter):
 
 
 def bicgstab(op: Operator, b, x, dinv, rtol, atol, maxiter):
+    """BiCGSTAB, right-preconditioned by ``dinv`` (None, Jacobi's vector or a Preconditioner)."""
     vec = op.vec
     n, dt = b.size, b.dtype
     r, v, t = vec.empty(n, dt), vec.zeros(n, dt), vec.empty(n, dt)
@@ -171,8 +221,11 @@ def check_finite(method: str, iteration: int, *scalars) -> None:
 
 
 def _precondition(vec, out, dinv, v) -> None:
+    """``out = M v``: a copy without a preconditioner, Jacobi's scaling, or the caller's ``M``."""
     if dinv is None:
         vec.copy(out, v)
+    elif isinstance(dinv, Preconditioner):
+        dinv.apply(out, v)
     else:
         vec.scale_into(out, dinv, v)
 

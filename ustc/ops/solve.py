@@ -10,8 +10,15 @@ Methods: ``"triangular"`` (forward or backward substitution on canonical CSR
 rows; ``lower=None`` detects the side, ``unit_diagonal=True`` ignores the
 stored diagonal), ``"cg"`` (symmetric / Hermitian positive definite),
 ``"bicgstab"`` and ``"gmres"`` (restarted, ``restart=30``), the Krylov ones
-with ``preconditioner="jacobi"`` optional. ``method=None`` picks from the
-structure: triangular → substitution; symmetric → CG; otherwise GMRES. Every
+with a preconditioner optional: ``preconditioner="jacobi"`` (``1 / diag(a)``),
+or any ``M`` approximating ``A^-1``: a callable ``M(r) -> z``, a
+``scipy.sparse.linalg.LinearOperator`` (pyamg's ``ml.aspreconditioner()``), a
+ustc Tensor, SciPy sparse or NumPy matrix (applied as ``M @ r``). ``M``
+receives a copy of the residual (a NumPy vector; CuPy on the device) and
+returns ``n`` numbers; GMRES and BiCGSTAB apply it on the right, CG as
+``z = M r`` (``M`` symmetric positive definite); the substitution ignores it.
+``method=None`` picks from the structure: triangular → substitution;
+symmetric → CG; otherwise GMRES. Every
 Krylov method plans one :class:`~ustc.Matmul` and reuses it each iteration.
 Convergence: ``||b - A x|| <= max(rtol ||b||, atol)`` for the true residual,
 recomputed from ``x`` at the end (float64 for float32 / complex64 systems, see
@@ -62,7 +69,6 @@ from . import operands as ops
 from . import trisolve
 
 METHODS = ("triangular", "cg", "bicgstab", "gmres")
-PRECONDITIONERS = (None, "jacobi")
 TARGETS = ("cpu", "cuda")
 
 
@@ -100,8 +106,7 @@ def solve(a, b, method: str | None = None, *, x0=None, rtol: float = 1e-8, atol:
         raise ShapeError(f"solve: b has shape {rhs.shape}; expected ({n},) or ({n}, k) for a of shape {a.shape}")
     if method not in (None,) + METHODS:
         raise UstcError(f"solve: method must be one of {', '.join(METHODS)} or None, got {method!r}")
-    if preconditioner not in PRECONDITIONERS:
-        raise UstcError(f"solve: preconditioner must be None or 'jacobi', got {preconditioner!r}")
+    _check_preconditioner(preconditioner)
     _require_finite_matrix(a)
     _require_finite_vector("b", rhs)
     dtype = np.result_type(a.dtype, rhs.dtype, np.float32)
@@ -275,7 +280,13 @@ def _krylov(a: Tensor, rhs, dtype, method, x0, rtol, atol, maxiter, restart, pre
         if tuple(start.shape) != (n,):
             raise ShapeError(f"solve: x0 has shape {tuple(start.shape)}, expected ({n},)")
         _require_finite_vector("x0", start)
-    dinv = _jacobi(a, n, dtype, vec) if preconditioner == "jacobi" else None
+    if isinstance(preconditioner, str):
+        dinv = _jacobi(a, n, dtype, vec)
+    elif preconditioner is not None:
+        fn, name = _user_preconditioner(preconditioner, a)
+        dinv = krylov.Preconditioner(fn, n, dtype, vec, name)
+    else:
+        dinv = None
     b = vec.asarray(rhs, dtype)
     x = vec.zeros(n, dtype) if x0 is None else vec.asarray(start, dtype, copy=True)
     maxiter = 10 * n if maxiter is None else int(maxiter)
@@ -283,6 +294,34 @@ def _krylov(a: Tensor, rhs, dtype, method, x0, rtol, atol, maxiter, restart, pre
                      target=target, vec=vec)
     return out.x, SolveInfo(method, bool(out.converged), int(out.iterations), float(out.residual),
                             float(out.relative), out.plan_info)
+
+
+def _check_preconditioner(m) -> None:
+    """UstcError unless ``m`` is None, 'jacobi', or something :func:`_user_preconditioner` applies."""
+    if m is None or (isinstance(m, str) and m == "jacobi"):
+        return
+    if isinstance(m, str) or not (callable(m) or hasattr(m, "matvec") or _matrix_like(m)):
+        raise UstcError(f"solve: preconditioner must be None, 'jacobi', a callable M(r) -> z, a "
+                        f"scipy.sparse.linalg.LinearOperator or a matrix approximating A^-1; got {m!r}")
+
+
+def _matrix_like(m) -> bool:
+    return isinstance(m, np.ndarray) or type(m).__module__.startswith("scipy.sparse")
+
+
+def _user_preconditioner(m, a: Tensor):
+    """``(fn, name)``: how to apply the caller's ``M`` to a vector (``M.matvec`` for a
+    LinearOperator or a ustc Tensor, ``M @ r`` for a SciPy sparse or NumPy matrix, else ``M(r)``)
+    and how errors call it. ShapeError when ``M`` has a shape other than ``a``'s."""
+    shape = getattr(m, "shape", None)
+    name = f"the preconditioner ({type(m).__name__})"
+    if shape is not None and tuple(shape) != tuple(a.shape):
+        raise ShapeError(f"solve: {name} has shape {tuple(shape)}; it must have a's shape {a.shape}")
+    if hasattr(m, "matvec"):
+        return m.matvec, name
+    if _matrix_like(m):
+        return (lambda r: m @ r), name
+    return m, name
 
 
 def _vectors(a: Tensor):
