@@ -218,6 +218,30 @@ def test_stacking_dtypes(dtypes, fmt):
     np.testing.assert_allclose(cast.to_dense(), np.hstack([A.to_dense(), B.to_dense()]).astype(narrow))
 
 
+def test_row_major_operands_skip_the_sort(monkeypatch):
+    """Operands whose entries come out row-major and unique (CSR, DCSR, CROW, canonical SciPy CSR,
+    dense arrays), stacked top to bottom, give a row-major COO directly (no from_coo); zeros a
+    dtype= cast makes are not stored. Any other operand takes from_coo."""
+    calls = []
+    original = ustc.Tensor.from_coo.__func__
+    monkeypatch.setattr(ustc.Tensor, "from_coo", classmethod(lambda cls, *a, **k: calls.append(a) or
+                                                             original(cls, *a, **k)))
+    x = rand_dense((4, 5), np.float64, 0.5, 1)
+    x[0, 0] = 0.25
+    ops = [ustc.Tensor.from_dense(x, "CSR"), ustc.Tensor.from_dense(x, "DCSR"), ustc.Tensor.from_dense(x, "CROW"),
+           sp.csr_array(x), x]
+    got = ustc.vstack(ops, dtype=np.int64, tensor_format="COO")
+    want = np.vstack([x] * len(ops)).astype(np.int64)
+    np.testing.assert_array_equal(got.to_dense(), want)
+    assert got.nse == np.count_nonzero(want) and not calls
+    got = ustc.concatenate(ops[:2], axis=0, tensor_format="CSR")
+    np.testing.assert_array_equal(got.to_dense(), np.vstack([x, x]))
+    assert not calls
+    got = ustc.vstack([ops[0], ustc.Tensor.from_dense(x, "CSC")])
+    np.testing.assert_array_equal(got.to_dense(), np.vstack([x, x]))
+    assert len(calls) == 1
+
+
 def test_concatenate_any_rank_and_axis():
     x = rand_dense((2, 3, 4), np.float64, 0.5, 1)
     y = rand_dense((2, 5, 4), np.float64, 0.5, 2)

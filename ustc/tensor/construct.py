@@ -75,6 +75,7 @@ class _Entries:
     values: np.ndarray
     shape: tuple
     default: TensorFormat | None
+    row_major: bool = False       # entries sorted row-major and unique (a matrix)
 
     @property
     def nnz(self) -> int:
@@ -83,6 +84,15 @@ class _Entries:
     @property
     def dtype(self) -> np.dtype:
         return self.values.dtype
+
+
+def _row_major(fmt: TensorFormat) -> bool:
+    """Whether ``entries()`` of a tensor in ``fmt`` come out sorted row-major and unique: two
+    levels over the two dimensions in order, both ordered and unique (CSR, DCSR, canonical SciPy
+    CSR, dense row-major)."""
+    levels = fmt.levels
+    return (fmt.ndim == 2 and len(levels) == 2 and all(lv.type.ordered and lv.type.unique for lv in levels)
+            and [lv.expr for lv in levels] == list(fmt.dims))
 
 
 def _sparse_default(fmt: TensorFormat) -> TensorFormat | None:
@@ -96,7 +106,7 @@ def _entries(x, name: str, fn: str) -> _Entries:
             raise DeviceError(f"{fn}: {name} is on '{x.device}'; the constructors run on the host "
                               f"(call .to('cpu') first)")
         coords, values = x.entries()
-        return _nonzero(coords, values, x.shape, _sparse_default(x.format))
+        return _nonzero(coords, values, x.shape, _sparse_default(x.format), _row_major(x.format))
     module = type(x).__module__
     if module.startswith("scipy.sparse"):
         from .interop import plain_format
@@ -111,7 +121,7 @@ def _entries(x, name: str, fn: str) -> _Entries:
             from .. import formats
 
             return _nonzero(coords, values, t.shape, formats.COO())
-        return _nonzero(coords, values, t.shape, _sparse_default(plain_format(t.format)))
+        return _nonzero(coords, values, t.shape, _sparse_default(plain_format(t.format)), _row_major(t.format))
     if packages.is_cupy(x) or module.startswith("cupyx") or (packages.is_torch(x) and x.device.type != "cpu"):
         raise DeviceError(f"{fn}: {name} is a device array; the constructors run on the host (move it to the "
                           f"CPU first)")
@@ -128,18 +138,18 @@ def _entries(x, name: str, fn: str) -> _Entries:
         raise UstcError(f"{fn}: {name} has dtype {array.dtype}; numbers (bool, integer, float, complex) only")
     if array.ndim == 0:
         raise ShapeError(f"{fn}: {name} is a scalar (shape ()); pass a matrix")
-    coords = np.nonzero(array)
+    coords = np.nonzero(array)                  # in row-major order
     return _Entries(tuple(c.astype(np.int64, copy=False) for c in coords), array[coords], tuple(array.shape),
-                    None)
+                    None, array.ndim == 2)
 
 
-def _nonzero(coords, values, shape, default) -> _Entries:
+def _nonzero(coords, values, shape, default, row_major: bool = False) -> _Entries:
     values = np.asarray(values)
     keep = values != 0
     coords = tuple(np.asarray(c, dtype=np.int64) for c in coords)
     if not keep.all():
         coords, values = tuple(c[keep] for c in coords), values[keep]
-    return _Entries(coords, values, tuple(int(n) for n in shape), default)
+    return _Entries(coords, values, tuple(int(n) for n in shape), default, row_major)
 
 
 def _matrix(e: _Entries, name: str, fn: str) -> None:
@@ -204,13 +214,16 @@ def _target(tensor_format, default, ndim: int, fn: str) -> TensorFormat:
 def _build(coords, values, shape, fmt: TensorFormat, *, canonical: bool = False) -> Tensor:
     """The tensor of the entries in ``fmt``: ``from_coo`` (sorted, duplicates summed, zeros
     dropped) and ``convert`` (the generated writer, or ustc's NumPy route for small tensors).
-    ``canonical``: the caller promises entries sorted in row-major order, unique and nonzero (a
-    matrix), so the COO tensor ``from_coo`` would build is made from them directly."""
+    ``canonical``: the caller promises entries sorted in row-major order and unique (a matrix),
+    so the COO tensor ``from_coo`` would build is made from them directly (zeros dropped)."""
     if canonical and len(shape) == 2:
         from .. import formats
         from .dtypes import narrow
         from .storage import Layout
 
+        keep = values != 0                  # a cast to dtype= may have made zeros
+        if not keep.all():
+            coords, values = tuple(c[keep] for c in coords), values[keep]
         coo = formats.COO()
         layout = Layout.of(coo, shape)
         root = np.array([0, len(values)], dtype=np.int64)
@@ -514,7 +527,9 @@ def _block(grid, tensor_format, dtype, fn: str, name, lines: bool) -> Tensor:
         values[part] = e.values
         at += e.nnz
     default = entries[0].default if entries else None
-    return _build((rows, cols), values, shape, _target(tensor_format, default, 2, fn))
+    # one grid column of row-major operands, stacked in row order: the result is row-major too
+    canonical = len(widths) == 1 and all(e.row_major for e in entries)
+    return _build((rows, cols), values, shape, _target(tensor_format, default, 2, fn), canonical=canonical)
 
 
 def concatenate(tensors, axis: int = 0, *, tensor_format=None, dtype=None) -> Tensor:
@@ -562,4 +577,6 @@ def concatenate(tensors, axis: int = 0, *, tensor_format=None, dtype=None) -> Te
                 coords[d][part] = e.coords[d]
         values[part] = e.values
         at += e.nnz
-    return _build(tuple(coords), values, shape, _target(tensor_format, entries[0].default, ndim, "concatenate"))
+    canonical = ndim == 2 and axis == 0 and all(e.row_major for e in entries)
+    return _build(tuple(coords), values, shape, _target(tensor_format, entries[0].default, ndim, "concatenate"),
+                  canonical=canonical)
