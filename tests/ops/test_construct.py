@@ -16,7 +16,6 @@ import ustc
 from fitting import structured_fit
 from op_helpers import FAMILIES_2D, NAMED_2D, assert_unchanged, named_params, rand_dense, snapshot
 from strategies import examples
-from ustc.tensor import construct
 
 FORMATS = named_params(NAMED_2D)
 SHAPES = [(0, 0), (0, 4), (4, 0), (1, 7), (7, 1), (5, 8), (6, 4)]
