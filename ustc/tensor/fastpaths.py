@@ -200,6 +200,33 @@ def from_dense(x: np.ndarray, fmt: TensorFormat, package: str, mode: int = NONZE
     return Tensor._assembled(fmt, x.shape, coords, values, package, **options)
 
 
+def from_coo(coords, values: np.ndarray, shape: tuple, fmt: TensorFormat, package):
+    """Coordinates of a matrix straight into CSR-family or canonical COO ``fmt`` — one counting
+    sort by the major dimension, each row sorted and its duplicates summed in parallel, zero sums
+    dropped — or None where the generic assembly must run (other formats, float16, out-of-range
+    coordinates: the generic path names them)."""
+    fam = family(fmt)
+    if len(shape) != 2 or fam is None or not (fam.kind == "csr" or coo_like(fmt)) \
+            or not compiled_dtype(values.dtype) or fmt.pos_width or fmt.crd_width \
+            or any(c.dtype.kind not in "iu" or c.ndim != 1 for c in coords) or values.ndim != 1:
+        return None
+    from . import kernels
+
+    major, minor = coords[fam.major], coords[1 - fam.major]
+    pos, crd, vals, ok = kernels.coo_bucket(major, minor, values, shape[fam.major], shape[1 - fam.major])
+    if not ok:
+        return None
+    counts = np.empty(shape[fam.major], dtype=np.int64)
+    kernels.sort_sum_rows(pos, crd, vals, counts)
+    new_pos = prefix_sum(counts)
+    crd_out = np.empty(int(new_pos[-1]), dtype=_fitting(max(shape[1 - fam.major] - 1, 0)))
+    vals_out = np.empty(int(new_pos[-1]), dtype=vals.dtype)
+    kernels.compact_rows(pos, crd, vals, new_pos, crd_out, vals_out)
+    if fam.kind == "csr":
+        return _csr_tensor(tuple(shape), package, fmt, new_pos, crd_out, vals_out)
+    return _coo_tensor(tuple(shape), fmt, new_pos, crd_out, vals_out, package)
+
+
 def coo_like(fmt: TensorFormat) -> bool:
     """Canonical COO in dimension order: compressed(nonunique) then singletons."""
     nonunique = Singleton(properties=(LevelProperty.NONUNIQUE,))

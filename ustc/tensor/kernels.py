@@ -155,3 +155,117 @@ def transpose_compressed(pos, crd, values, n_minor, pos_out, crd_out, values_out
             values_out[o] = v
             fill[b] = o + 1
     return zeros
+
+
+@njit_cached()
+def _bucket_order(major, minor, n):
+    """A stable counting sort on ``major`` (all in ``[0, n)``): ``(pos, order, keys)`` with
+    ``major[order]`` non-decreasing, ``keys = minor[order]`` and ``pos`` the n + 1 bucket starts."""
+    pos = np.zeros(n + 1, dtype=np.int64)
+    for k in major:
+        pos[U(k) + U(1)] += 1
+    for r in range(n):
+        pos[r + 1] += pos[r]
+    fill = pos[:-1].copy()
+    order = np.empty(major.size, dtype=np.int64)
+    keys = np.empty(major.size, dtype=minor.dtype)
+    for k in range(major.size):
+        r = U(major[k])
+        o = U(fill[r])
+        order[o] = k
+        keys[o] = minor[k]
+        fill[r] += 1
+    return pos, order, keys
+
+
+@njit_cached(parallel=True)
+def _sort_buckets(pos, order, keys):
+    """Each bucket of ``(keys, order)`` sorted by key, stably (insertion sort up to 32 entries,
+    a merge sort above); buckets are independent and contiguous, so they run in parallel."""
+    for r in prange(pos.size - 1):
+        lo, hi = pos[r], pos[r + 1]
+        if hi - lo <= 32:
+            for a in range(lo + 1, hi):
+                k, key = order[a], keys[a]
+                b = a - 1
+                while b >= lo and keys[b] > key:
+                    order[b + 1], keys[b + 1] = order[b], keys[b]
+                    b -= 1
+                order[b + 1], keys[b + 1] = k, key
+        else:
+            idx = np.argsort(keys[lo:hi], kind="mergesort")
+            order[lo:hi] = order[lo:hi][idx]
+
+
+def lexicographic_order(major, minor, n_major: int) -> np.ndarray:
+    """The stable permutation sorting entries by ``(major, minor)``: a counting sort on
+    ``major`` (O(n + n_major)) then each major bucket sorted by ``minor`` in parallel."""
+    pos, order, keys = _bucket_order(major, minor, n_major)
+    _sort_buckets(pos, order, keys)
+    return order
+
+
+@njit_cached()
+def coo_bucket(major, minor, values, n_major, n_minor):
+    """Entries bucketed by ``major`` (stable counting sort): ``(pos, crd, vals, ok)``; ``ok`` is
+    False, and the buffers unusable, when a coordinate lies outside ``[0, n_major) x [0, n_minor)``."""
+    pos = np.zeros(n_major + 1, dtype=np.int64)
+    crd = np.empty(major.size, dtype=np.int64)
+    vals = np.empty(values.size, dtype=values.dtype)
+    for k in range(major.size):
+        r, c = major[k], minor[k]
+        if r < 0 or r >= n_major or c < 0 or c >= n_minor:
+            return pos, crd, vals, False
+        pos[U(r) + U(1)] += 1
+    for r in range(n_major):
+        pos[r + 1] += pos[r]
+    fill = pos[:-1].copy()
+    for k in range(major.size):
+        r = U(major[k])
+        o = U(fill[r])
+        crd[o] = minor[k]
+        vals[o] = values[k]
+        fill[r] += 1
+    return pos, crd, vals, True
+
+
+@njit_cached(parallel=True)
+def sort_sum_rows(pos, crd, vals, counts):
+    """Each row ``crd[pos[r]:pos[r+1]]`` sorted (stably, values alongside), equal coordinates
+    summed and zero sums dropped, in place at the row's start; ``counts[r]`` = entries kept."""
+    for r in prange(pos.size - 1):
+        lo, hi = pos[r], pos[r + 1]
+        if hi - lo <= 32:
+            for a in range(lo + 1, hi):
+                c, v = crd[a], vals[a]
+                b = a - 1
+                while b >= lo and crd[b] > c:
+                    crd[b + 1], vals[b + 1] = crd[b], vals[b]
+                    b -= 1
+                crd[b + 1], vals[b + 1] = c, v
+        else:
+            idx = np.argsort(crd[lo:hi], kind="mergesort")
+            crd[lo:hi] = crd[lo:hi][idx]
+            vals[lo:hi] = vals[lo:hi][idx]
+        out = lo
+        a = lo
+        while a < hi:
+            c, v = crd[a], vals[a]
+            a += 1
+            while a < hi and crd[a] == c:
+                v += vals[a]
+                a += 1
+            if v != 0:
+                crd[out], vals[out] = c, v
+                out += 1
+        counts[r] = out - lo
+
+
+@njit_cached(parallel=True)
+def compact_rows(pos, crd, vals, new_pos, crd_out, vals_out):
+    """The first ``new_pos[r+1] - new_pos[r]`` entries of each row, packed together."""
+    for r in prange(pos.size - 1):
+        lo, o = pos[r], new_pos[r]
+        for a in range(new_pos[r + 1] - o):
+            crd_out[o + a] = crd[lo + a]
+            vals_out[o + a] = vals[lo + a]

@@ -126,7 +126,8 @@ class Tensor:
         fmt = as_format(tensor_format)
         if fmt.ndim != len(shape):
             raise FormatError(f"format {fmt} has {fmt.ndim} dimensions, the shape has {len(shape)}")
-        return cls._assembled(fmt, shape, coords, values, package, prune=prune)
+        fast = None if prune or not len(values) else fastpaths.from_coo(coords, values, shape, fmt, package)
+        return fast if fast is not None else cls._assembled(fmt, shape, coords, values, package, prune=prune)
 
     @classmethod
     def _assembled(cls, fmt, shape, coords, values, package, **options) -> "Tensor":
