@@ -370,3 +370,49 @@ def test_to_file_does_not_mutate(tmp_path):
     for key, buf in before[0].items():
         np.testing.assert_array_equal(t._buffers[key], buf)
     np.testing.assert_array_equal(t._values, before[1])
+
+
+def _header(path) -> str:
+    with open(path) as f:
+        return f.readline().split()[-1]
+
+
+@pytest.mark.parametrize("kind", ["symmetric", "skew-symmetric", "hermitian", "general"])
+@pytest.mark.parametrize("fmt", ["CSR", "COO", "DIAI"])
+def test_mtx_symmetry_is_kept(tmp_path, kind, fmt):
+    rng = np.random.default_rng(7)
+    a = rng.standard_normal((9, 9)) * (rng.random((9, 9)) < 0.4)
+    if kind == "hermitian":
+        a = a + 1j * rng.standard_normal((9, 9)) * (a != 0)
+        a = a + a.conj().T
+    elif kind == "symmetric":
+        a = a + a.T
+    elif kind == "skew-symmetric":
+        a = a - a.T
+    t = ustc.Tensor.from_dense(a, fmt)
+    to_file(t, tmp_path / "a.mtx")
+    assert _header(tmp_path / "a.mtx") == kind
+    np.testing.assert_array_equal(from_file(tmp_path / "a.mtx").to_dense(), a)
+
+
+def test_mtx_symmetry_forced_and_checked(tmp_path):
+    a = np.diag([1.0, 2.0, 3.0]) + np.eye(3, k=1) + np.eye(3, k=-1)
+    t = ustc.Tensor.from_dense(a, "CSR")
+    to_file(t, tmp_path / "g.mtx", symmetry="general")
+    assert _header(tmp_path / "g.mtx") == "general"
+    np.testing.assert_array_equal(from_file(tmp_path / "g.mtx").to_dense(), a)
+    with pytest.raises(ustc.UnsupportedOperation, match="symmetry='upper'"):
+        to_file(t, tmp_path / "u.mtx", symmetry="upper")
+    with pytest.raises(ustc.UnsupportedOperation, match=".tns none"):
+        to_file(t, tmp_path / "u.tns", symmetry="symmetric")
+    assert not (tmp_path / "u.mtx").exists()
+
+
+def test_mtx_nonsquare_and_near_symmetric_are_general(tmp_path):
+    a = np.arange(6.0).reshape(2, 3)
+    to_file(ustc.Tensor.from_dense(a, "COO"), tmp_path / "r.mtx")
+    assert _header(tmp_path / "r.mtx") == "general"
+    b = np.array([[1.0, 2.0], [2.0 + 1e-12, 1.0]])
+    to_file(ustc.Tensor.from_dense(b, "CSR"), tmp_path / "n.mtx")
+    assert _header(tmp_path / "n.mtx") == "general"
+    np.testing.assert_array_equal(from_file(tmp_path / "n.mtx").to_dense(), b)
