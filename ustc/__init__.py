@@ -23,6 +23,7 @@ from .ops.linop import aslinearoperator
 from .tensor.construct import block, concatenate, diags, eye, hstack, kron, random, vstack
 
 __all__ = ["__version__", "cache", "prune", "einsum", "jit", "matmul", "Matmul", "solve", "SolveInfo", "kernels", "formats", "Dimension", "LevelFormat", "LevelProperty", "TensorFormat", "parse", "Tensor", "sparsify", "sparse_relu", "from_file", "to_file",
+           "aslinearoperator", "eye", "diags", "random", "kron", "vstack", "hstack", "block", "concatenate",
            "UstcError", "FormatError", "FormatSyntaxError", "FormatSemanticError", "StorageError", "ShapeError",
            "DeviceError", "KernelError", "UnsupportedOperation", "FileFormatError", "SolveError",
            "MissingDependencyError", "ConversionWarning"]
