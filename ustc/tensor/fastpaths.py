@@ -75,7 +75,7 @@ def convert(t, fmt: TensorFormat):
     from . import kernels
 
     src, dst = family(t.format), family(fmt)
-    if src is None or dst is None or dst.kind != "csr":
+    if src is None or dst is None or dst.kind != "csr" or not compiled_dtype(t.dtype):
         return None
     values = t._values[:t.nse]
     b = t._buffers
@@ -103,7 +103,7 @@ def csr_from_sorted(major, minor, values, shape, fmt: TensorFormat, pos=None):
     from . import kernels
 
     fam = family(fmt)
-    if fam is None or fam.kind != "csr" or kernels.count_zeros(values):
+    if fam is None or fam.kind != "csr" or not compiled_dtype(values.dtype) or kernels.count_zeros(values):
         return None
     if pos is None:
         pos = prefix_sum(kernels.histogram(major, shape[fam.major]))
@@ -117,7 +117,7 @@ def csr_from_transposed(outer, inner, values, shape, fmt: TensorFormat):
     from . import kernels
 
     fam = family(fmt)
-    if fam is None or fam.kind != "csr" or kernels.count_zeros(values):
+    if fam is None or fam.kind != "csr" or not compiled_dtype(values.dtype) or kernels.count_zeros(values):
         return None
     pos = prefix_sum(kernels.histogram(outer, shape[1 - fam.major]))
     out = _transpose(pos, inner, values, shape[fam.major])
