@@ -141,30 +141,36 @@ def check_devices(specs) -> str:
 
 
 def product_shape(a: OperandSpec, b: OperandSpec) -> tuple[int, ...]:
-    """NumPy ``matmul`` shape rules for 1-D, 2-D and 3-D (batched) operands."""
+    """NumPy ``matmul`` shape rules: vectors, matrices and batches of matrices of any rank
+    (batch dimensions equal on both sides, or one side a plain matrix broadcast over them)."""
     for s in (a, b):
-        if s.ndim not in (1, 2, 3):
-            raise ShapeError(f"matmul: operand {s.name} is {s.ndim}-D with shape {s.shape}; "
-                             f"matmul takes vectors, matrices and batches of matrices (3-D)")
-    if a.ndim == 3 and b.ndim == 3 and a.shape[0] != b.shape[0]:
-        raise ShapeError(f"matmul: batch sizes differ: a has {a.shape[0]}, b has {b.shape[0]} "
-                         f"(shapes {a.shape} and {b.shape})")
+        if s.ndim == 0:
+            raise ShapeError(f"matmul: operand {s.name} is a scalar (shape ()); scale with alpha or beta instead")
+    batch_a, batch_b = a.shape[:-2], b.shape[:-2]
+    if batch_a and batch_b and batch_a != batch_b:
+        raise ShapeError(f"matmul: batch shapes differ: a has {batch_a}, b has {batch_b} "
+                         f"(shapes {a.shape} and {b.shape}); batches must match or one operand be a matrix")
     inner_a = a.shape[-1]
     inner_b = b.shape[0] if b.ndim == 1 else b.shape[-2]
     if inner_a != inner_b:
         raise ShapeError(f"matmul: a has {inner_a} columns but b has {inner_b} rows "
                          f"(shapes {a.shape} and {b.shape})")
-    batch = a.shape[:-2] if a.ndim == 3 else b.shape[:-2] if b.ndim == 3 else ()
     rows = a.shape[-2:-1] if a.ndim >= 2 else ()
     cols = b.shape[-1:] if b.ndim >= 2 else ()
-    return tuple(batch) + tuple(rows) + tuple(cols)
+    return tuple(batch_a or batch_b) + tuple(rows) + tuple(cols)
+
+
+def _batch(rank: int) -> tuple[str, ...]:
+    """Batch index names for ``rank`` batch dimensions (``b``, ``b1``, ``b2``, ...)."""
+    return tuple("b" if n == 0 else f"b{n}" for n in range(rank))
 
 
 def indices(a: OperandSpec, b: OperandSpec) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
-    """Index-notation subscripts of a, b and the output (``b`` batch, ``k`` contracted)."""
-    ai = {1: ("k",), 2: ("i", "k"), 3: ("b", "i", "k")}[a.ndim]
-    bi = {1: ("k",), 2: ("k", "j"), 3: ("b", "k", "j")}[b.ndim]
-    out = (("b",) if "b" in ai + bi else ()) + tuple(x for x in ai if x == "i") + tuple(x for x in bi if x == "j")
+    """Index-notation subscripts of a, b and the output (``b``... batch, ``k`` contracted)."""
+    ai = _batch(a.ndim - 2) + ("i", "k") if a.ndim >= 2 else ("k",)
+    bi = _batch(b.ndim - 2) + ("k", "j") if b.ndim >= 2 else ("k",)
+    batch = _batch(max(a.ndim, b.ndim) - 2) if max(a.ndim, b.ndim) > 2 else ()
+    out = batch + tuple(x for x in ai if x == "i") + tuple(x for x in bi if x == "j")
     return ai, bi, out
 
 
