@@ -115,7 +115,7 @@ def test_batched(rng):
     np.testing.assert_allclose(ustc.matmul(A, B2), a @ B2)        # b broadcast over the batch
     S = ustc.Tensor.from_dense(a[0], "CSR")
     np.testing.assert_allclose(ustc.matmul(S, rng.standard_normal((3, 5, 2)) * 0 + B3), a[0] @ B3)
-    with pytest.raises(ustc.ShapeError, match="batch sizes differ"):
+    with pytest.raises(ustc.ShapeError, match="batch shapes differ"):
         ustc.matmul(A, rng.standard_normal((2, 5, 2)))
 
 
