@@ -8,7 +8,7 @@ from . import cache, formats, kernels
 from . import prune  # noqa: E402  (ustc.prune: n:m and magnitude pruning)
 from ._version import __version__
 from .errors import (ConversionWarning, DeviceError, FileFormatError, FormatError, FormatSemanticError, FormatSyntaxError,
-                     KernelError, MissingDependencyError, ShapeError, SolveError, StorageError,
+                     IndexingError, KernelError, MissingDependencyError, ShapeError, SolveError, StorageError,
                      UnsupportedOperation, UstcError)
 from .format import Dimension, LevelFormat, LevelProperty, TensorFormat, parse
 from .ops.einsum import einsum
@@ -25,5 +25,5 @@ from .tensor.construct import block, concatenate, diags, eye, hstack, kron, rand
 __all__ = ["__version__", "cache", "prune", "einsum", "jit", "matmul", "Matmul", "solve", "SolveInfo", "kernels", "formats", "Dimension", "LevelFormat", "LevelProperty", "TensorFormat", "parse", "Tensor", "sparsify", "sparse_relu", "from_file", "to_file",
            "aslinearoperator", "eye", "diags", "random", "kron", "vstack", "hstack", "block", "concatenate",
            "UstcError", "FormatError", "FormatSyntaxError", "FormatSemanticError", "StorageError", "ShapeError",
-           "DeviceError", "KernelError", "UnsupportedOperation", "FileFormatError", "SolveError",
+           "DeviceError", "IndexingError", "KernelError", "UnsupportedOperation", "FileFormatError", "SolveError",
            "MissingDependencyError", "ConversionWarning"]

@@ -78,6 +78,10 @@ class ShapeError(UstcError, ValueError):
     """Operand shapes do not fit together."""
 
 
+class IndexingError(UstcError, IndexError):
+    """An index is out of range for its dimension, or not a valid index (``A[i, j]``)."""
+
+
 class DeviceError(UstcError, ValueError):
     """Operands live on different or unsupported devices."""
 

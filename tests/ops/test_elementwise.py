@@ -166,7 +166,7 @@ def test_shape_mismatch_raises():
     with pytest.raises(ustc.ShapeError):
         A * np.ones((3, 5))
     with pytest.raises(ustc.ShapeError):
-        A - np.ones(4)
+        A - np.ones(5)                      # (3, 4) and (5,) do not broadcast; (4,) would
 
 
 def test_unordered_block_format_with_plain_operand():

@@ -350,9 +350,12 @@ class Tensor:
         return draw_raw(self, path, **options)
 
     # -- arithmetic (generated kernels; see ustc.ops.elementwise) ---------------------
-    # NumPy operators with an ndarray on the left (``x @ A``, ``x * A``) defer to the
-    # reflected methods below instead of treating the tensor as a 0-d object array.
-    __array_ufunc__ = None
+    # NumPy ufuncs (``np.abs(A)``, and operators with an ndarray on the left: ``x @ A``,
+    # ``x * A``, ``x < A``) come to ustc.ops.ufuncs, never to a 0-d object array.
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        from ..ops.ufuncs import array_ufunc
+
+        return array_ufunc(self, ufunc, method, inputs, kwargs)
 
     def __add__(self, other):
         from ..ops.elementwise import binary
@@ -398,6 +401,206 @@ class Tensor:
         from ..ops.matmul import matmul
 
         return matmul(other, self)
+
+    # -- the everyday sparse-array surface (ustc.tensor.indexing, ustc.ops.methods, ustc.ops.ufuncs) --
+    def __getitem__(self, key):
+        from .indexing import getitem
+
+        return getitem(self, key)
+
+    def __setitem__(self, key, value):
+        from .indexing import setitem
+
+        setitem(self, key, value)
+
+    def __len__(self):
+        from ..ops.methods import length
+
+        return length(self)
+
+    def __bool__(self):
+        from ..ops.methods import truth
+
+        return truth(self)
+
+    def __array__(self, dtype=None, copy=None):
+        from ..ops.methods import no_array
+
+        return no_array(self)
+
+    def __truediv__(self, other):
+        from ..ops.ufuncs import binary
+
+        return binary(np.true_divide, self, other)
+
+    def __rtruediv__(self, other):
+        from ..ops.ufuncs import binary
+
+        return binary(np.true_divide, other, self)
+
+    def __pow__(self, p):
+        from ..ops.methods import power
+
+        return power(self, p)
+
+    def __rpow__(self, other):
+        from ..ops.ufuncs import binary
+
+        return binary(np.power, other, self)
+
+    def __abs__(self):
+        from ..ops.ufuncs import unary
+
+        return unary(np.absolute, self)
+
+    def __pos__(self):
+        return self.copy()
+
+    def __lt__(self, other):
+        from ..ops.ufuncs import compare
+
+        return compare(np.less, self, other)
+
+    def __le__(self, other):
+        from ..ops.ufuncs import compare
+
+        return compare(np.less_equal, self, other)
+
+    def __gt__(self, other):
+        from ..ops.ufuncs import compare
+
+        return compare(np.greater, self, other)
+
+    def __ge__(self, other):
+        from ..ops.ufuncs import compare
+
+        return compare(np.greater_equal, self, other)
+
+    def __eq__(self, other):
+        from ..ops.ufuncs import compare
+
+        return compare(np.equal, self, other)
+
+    def __ne__(self, other):
+        from ..ops.ufuncs import compare
+
+        return compare(np.not_equal, self, other)
+
+    __hash__ = object.__hash__          # identity, as before __eq__ became element-wise
+
+    @property
+    def nnz(self) -> int:
+        """Stored entries within the shape, explicit zeros and duplicates included (SciPy's nnz)."""
+        from ..ops.methods import nnz
+
+        return nnz(self)
+
+    def count_nonzero(self, axis=None):
+        """Nonzero values (duplicates summed), in total or along ``axis``."""
+        from ..ops.methods import count_nonzero
+
+        return count_nonzero(self, axis)
+
+    def diagonal(self, k: int = 0):
+        """Diagonal ``k`` as a NumPy array."""
+        from ..ops.methods import diagonal
+
+        return diagonal(self, k)
+
+    def setdiag(self, values, k: int = 0) -> None:
+        """Set diagonal ``k`` in place (a scalar, or its first ``len(values)`` entries)."""
+        from ..ops.methods import setdiag
+
+        setdiag(self, values, k)
+
+    def eliminate_zeros(self) -> None:
+        """Remove stored zeros in place (those the format must store stay)."""
+        from ..ops.methods import eliminate_zeros
+
+        eliminate_zeros(self)
+
+    def sum_duplicates(self) -> None:
+        """Sum repeated coordinates in place (sorted; explicit zeros dropped)."""
+        from ..ops.methods import sum_duplicates
+
+        sum_duplicates(self)
+
+    def astype(self, dtype, copy: bool = True) -> "Tensor":
+        """The tensor with its values cast to ``dtype``."""
+        from ..ops.methods import astype
+
+        return astype(self, dtype, copy)
+
+    def max(self, axis=None, out=None):
+        """Maximum over ``axis``; unstored zeros count (SciPy's rule)."""
+        from ..ops.methods import extreme
+
+        return extreme(self, axis, np.maximum)
+
+    def min(self, axis=None, out=None):
+        """Minimum over ``axis``; unstored zeros count (SciPy's rule)."""
+        from ..ops.methods import extreme
+
+        return extreme(self, axis, np.minimum)
+
+    def mean(self, axis=None, dtype=None, out=None):
+        """Mean over ``axis`` (zeros included), NumPy's result dtype."""
+        from ..ops.methods import mean
+
+        return mean(self, axis)
+
+    def power(self, p) -> "Tensor":
+        """Element-wise ``self ** p`` (``p > 0``: zero-preserving)."""
+        from ..ops.methods import power
+
+        return power(self, p)
+
+    def abs(self) -> "Tensor":
+        return abs(self)
+
+    def conj(self) -> "Tensor":
+        from ..ops.methods import conj
+
+        return conj(self)
+
+    conjugate = conj
+
+    @property
+    def real(self) -> "Tensor":
+        from ..ops.methods import real
+
+        return real(self)
+
+    @property
+    def imag(self) -> "Tensor":
+        from ..ops.methods import imag
+
+        return imag(self)
+
+    def toarray(self):
+        """The dense NumPy array."""
+        from ..ops.methods import toarray
+
+        return toarray(self)
+
+    def todense(self):
+        """The dense array, in the tensor's package (``to_dense``)."""
+        return self.to_dense()
+
+    def tocsr(self, copy: bool = False) -> "Tensor":
+        from ..ops.methods import tocsr
+
+        return tocsr(self, copy)
+
+    def tocsc(self, copy: bool = False) -> "Tensor":
+        from ..ops.methods import tocsc
+
+        return tocsc(self, copy)
+
+    def tocoo(self, copy: bool = False) -> "Tensor":
+        from ..ops.methods import tocoo
+
+        return tocoo(self, copy)
 
     def sum(self, axis=None):
         """Sum over ``axis`` (None: everything) as a NumPy array or scalar."""
