@@ -4,6 +4,7 @@ Formats are written in a small DSL (``(i, j) -> (j : dense, i : compressed)``)
 or built from objects; see ``docs/dsl.md``.
 """
 
+from . import _threads  # noqa: F401  (first: idle OpenMP workers must sleep; see ustc/_threads.py)
 from . import cache, formats, kernels
 from . import prune  # noqa: E402  (ustc.prune: n:m and magnitude pruning)
 from ._version import __version__
@@ -21,9 +22,11 @@ from .tensor.io import from_file, to_file
 from .tensor.sparsify import sparse_relu, sparsify
 from .ops.linop import aslinearoperator
 from .tensor.construct import block, concatenate, diags, eye, hstack, kron, random, vstack
+from .ops.warm import warm_cache
 
 __all__ = ["__version__", "cache", "prune", "einsum", "jit", "matmul", "Matmul", "solve", "SolveInfo", "kernels", "formats", "Dimension", "LevelFormat", "LevelProperty", "TensorFormat", "parse", "Tensor", "sparsify", "sparse_relu", "from_file", "to_file",
            "aslinearoperator", "eye", "diags", "random", "kron", "vstack", "hstack", "block", "concatenate",
+           "warm_cache",
            "UstcError", "FormatError", "FormatSyntaxError", "FormatSemanticError", "StorageError", "ShapeError",
            "DeviceError", "IndexingError", "KernelError", "UnsupportedOperation", "FileFormatError", "SolveError",
            "MissingDependencyError", "ConversionWarning"]
