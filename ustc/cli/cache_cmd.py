@@ -1,4 +1,4 @@
-"""``ustc cache``: list, show, stats, clear, path and prune the on-disk kernel cache.
+"""``ustc cache``: list, show, stats, clear, path, prune and warm the on-disk kernel cache.
 
 Every subcommand exits 0 on success; an error prints one line to stderr and exits 1. Counters
 of :func:`ustc.cache.stats` are per process, so ``ustc cache stats`` reports what the disk
@@ -160,6 +160,26 @@ def _prune(args) -> int:
     return 0
 
 
+def _warm(args) -> int:
+    from ..ops import warm
+
+    specs = [warm.WarmSpec.parse(text) for text in args.specs] or None   # checked before any work
+    t0 = time.perf_counter()
+    results = warm.warm_cache(specs, processes=args.processes)
+    failed = [r for r in results if r.error]
+    for r in results:
+        print(f"{r.spec:<{_WIDTH_OP}} {r.seconds:7.2f} s  {'FAILED: ' + r.error if r.error else 'ok'}")
+    print(f"warmed {len(results) - len(failed)} of {len(results)} in {time.perf_counter() - t0:.1f} s "
+          f"into {_cache_path()}")
+    return 1 if failed else 0
+
+
+def _cache_path():
+    from .. import cache
+
+    return cache.path()
+
+
 def _days(text: str) -> float:
     try:
         value = float(text)
@@ -199,3 +219,10 @@ def register(sub) -> None:
     prune.add_argument("--older-than", metavar="DAYS", type=_days, required=True,
                        help="remove kernels last used more than DAYS days ago")
     prune.set_defaults(run=_guarded(_prune))
+    warm = commands.add_parser("warm", help="compile chosen operations ahead of time, in parallel processes",
+                               description="Compile and cache the kernels of operations given as "
+                                           "OP:FORMATS:DTYPE (e.g. spmv:CSR:float64, add:CSR,COO:float32); "
+                                           "without specs, a default set for CSR in float64 and float32.")
+    warm.add_argument("specs", nargs="*", metavar="SPEC", help="OP:FORMATS:DTYPE")
+    warm.add_argument("--processes", "-j", type=int, default=None, help="worker processes (default: CPU count)")
+    warm.set_defaults(run=_guarded(_warm))
