@@ -27,7 +27,8 @@ index buffers. ``+``, ``-``, ``*`` and ``@`` go to the generated kernels of
 :mod:`ustc.ops.elementwise` and :mod:`ustc.ops.matmul`; ``np.add.reduce``,
 ``np.maximum.reduce`` and ``np.minimum.reduce`` to ``sum``, ``max`` and ``min``.
 Comparison results are boolean Tensors; where the format is CSR, CSC or COO their ``False``
-entries are dropped, elsewhere they stay as stored ``False`` (padding-like) entries.
+entries are dropped, elsewhere they stay as stored ``False`` (padding-like) entries. ``A == B``
+for two ustc Tensors is identity (a Python bool), so tensors keep working as dict keys.
 """
 
 from __future__ import annotations
@@ -203,7 +204,13 @@ def _finish(f, t: Tensor) -> Tensor:
 
 
 def compare(f, t: Tensor, other):
-    """``t op other`` for a comparison ufunc ``f`` (Python's comparison operators)."""
+    """``t op other`` for a comparison ufunc ``f`` (Python's comparison operators).
+
+    ``A == B`` between two ustc Tensors is identity, as before comparisons were element-wise
+    (element-wise it would be dense: ``0 == 0``): tensors stay usable as keys of dicts and weak
+    dicts, whose lookups compare a tensor with itself."""
+    if f is np.equal and isinstance(other, Tensor):
+        return t is other
     if other is None or not (isinstance(other, (numbers.Number, np.generic, np.ndarray, list, tuple, Tensor))
                              or sparse_like(other) or packages.is_torch(other)):
         return NotImplemented
