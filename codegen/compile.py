@@ -7,10 +7,17 @@ raises :class:`~codegen.space.Replan`. The result is a loop-IR
 :class:`~codegen.loopir.Module` whose ``meta["plan"]`` tells the host, per
 statement, which function to call, what each parameter is, and which operands
 to convert first; emitters turn the module into source text.
+
+User functions (prologs, epilogs, semiring operators) become the module's
+externs. A dense output's epilog is fused into its store where each element is
+stored once (``optimize.fuse_epilog``); otherwise the statement gets a second
+function ``<kernel>_epilog(vals)`` that applies it to every element of the
+output's flat array, which the host runs after the kernel (``plan["epilog"]``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import warnings
 from dataclasses import dataclass
@@ -45,17 +52,19 @@ class Operand:
 
 def compile_program(program: nt.Program, operands: dict[str, Operand], header: tuple[str, ...] = (),
                     tuning: optimize.Tuning = optimize.CPU) -> ir.Module:
-    functions, plans = [], []
+    functions, plans, externs = [], [], {}
     for k, statement in enumerate(program.statements):
-        fn, plan = compile_statement(statement, operands, f"kernel_{k}", tuning)
-        functions.append(fn)
+        fn, plan, extra, used = compile_statement(statement, operands, f"kernel_{k}", tuning)
+        functions += [fn, *extra]
         plans.append(plan)
-    return ir.Module(tuple(header), tuple(functions), {"plan": plans})
+        externs.update({e.name: e for e in used})
+    return ir.Module(tuple(header), tuple(functions), {"plan": plans}, tuple(externs.values()))
 
 
 def compile_statement(statement: nt.Statement, operands: dict[str, Operand], name: str,
                       tuning: optimize.Tuning = optimize.CPU):
-    stmt = nt.Statement(statement.lhs, nt.number_accesses(statement.rhs), statement.accumulate, statement.loc)
+    """``(function, plan, extra functions, externs)`` of one statement (module docstring)."""
+    stmt = dataclasses.replace(statement, rhs=nt.number_accesses(statement.rhs))
     formats = {t: operands[t].format for t in operands}
     converts: dict[str, str] = {}
     aliases: dict[str, str] = {}
@@ -79,12 +88,34 @@ def compile_statement(statement: nt.Statement, operands: dict[str, Operand], nam
     if tuning.overwrite and not output.sparse and not stmt.accumulate and stmt.lhs.tensor not in {a.tensor for a in stmt.rhs.accesses()}:
         extents = {p.role[1]: p.name for p in params if p.role[0] == "extent"}
         body, overwrites = optimize.overwrite_stores(body, output.tensor, stmt.lhs.indices, extents)
+    extra: list[ir.Function] = []
+    epilog = None
+    if stmt.epilog is not None and not output.sparse:
+        extents = {p.role[1]: p.name for p in params if p.role[0] == "extent"}
+        h = lowering.extern(stmt.epilog)
+        body, fused = optimize.fuse_epilog(body, output.tensor, stmt.lhs.indices, extents, h)
+        epilog = "fused"
+        if not fused:
+            epilog = f"{name}_epilog"
+            extra.append(epilog_function(epilog, h, str(statement)))
     fn = ir.Function(name, params, tuple(body), doc=str(statement))
     plan = {"function": name, "params": [list(p.role) for p in params], "convert": converts,
             "alias": aliases, "order": order, "sparse_output": output.sparse, "rows": lowering.rows,
             "statement": str(statement), "accumulate": statement.accumulate, "overwrites": overwrites,
             "writer": lowering.writer.passes if lowering.writer is not None else 0}
-    return fn, plan
+    if not stmt.semiring.is_plus_times:
+        plan["semiring"] = stmt.semiring.name
+    if stmt.epilog is not None:  # "fused" (in the kernel's store or insert), or the function to run after it
+        plan["epilog"] = "fused" if output.sparse and lowering.writer is not None else epilog or "host"
+    return fn, plan, extra, tuple(lowering.externs.values())
+
+
+def epilog_function(name: str, epilog: str, statement: str) -> ir.Function:
+    """``vals[e] = epilog(vals[e])`` for every element of a flat output array, in parallel."""
+    e, n = "e", "n_e"
+    store = ir.Store("vals", (ir.Index(ir.Var(e)),), ir.Call(epilog, (ir.Load("vals", (ir.Index(ir.Var(e)),)),)))
+    body = (ir.Assign(n, ir.Call("len", (ir.Var("vals"),))), ir.For(e, ir.Const(0), ir.Var(n), (store,), parallel=True))
+    return ir.Function(name, (ir.Param("vals", ("out_flat",)),), body, doc=f"epilog of {statement}")
 
 
 def _apply(exc: Replan, stmt, formats, converts, aliases):
@@ -94,7 +125,7 @@ def _apply(exc: Replan, stmt, formats, converts, aliases):
     if len(reads) > 1 and exc.slot is not None:
         alias = f"{aliases.get(tensor, tensor)}_{exc.slot}"
         aliases[alias] = aliases.get(tensor, tensor)
-        stmt = nt.Statement(stmt.lhs, _rename(stmt.rhs, exc.slot, alias), stmt.accumulate, stmt.loc)
+        stmt = dataclasses.replace(stmt, rhs=_rename(stmt.rhs, exc.slot, alias))
         tensor = alias
     formats = dict(formats)
     formats[tensor] = exc.target
@@ -106,13 +137,7 @@ def _apply(exc: Replan, stmt, formats, converts, aliases):
 
 
 def _rename(e: nt.Expr, slot: int, name: str) -> nt.Expr:
-    if isinstance(e, nt.Access):
-        return nt.Access(name, e.indices, e.loc, e.slot) if e.slot == slot else e
-    if isinstance(e, nt.Neg):
-        return nt.Neg(_rename(e.operand, slot, name))
-    if isinstance(e, (nt.Add, nt.Sub, nt.Mul)):
-        return type(e)(_rename(e.left, slot, name), _rename(e.right, slot, name))
-    return e
+    return nt.map_accesses(e, lambda a: nt.Access(name, a.indices, a.loc, a.slot) if a.slot == slot else a)
 
 
 def _candidates(stmt, formats, operands, aliases, output, writer=None):

@@ -6,12 +6,30 @@ marked parallel), so the compiled machine code is cached next to the source
 file in the kernel cache. Subscripts proved non-negative (:class:`loopir.Index`)
 are cast to ``np.uintp`` when ``unsigned_index`` is on: Numba then skips its
 negative-index wrap-around check (measured +15–36% on gather-heavy SpMV).
+
+User functions (the module's :class:`~codegen.loopir.Extern` s) are bound at import:
+``relu_3fa2 = _ustc_function("<key>", "cpu")`` (``codegen.functions.resolve``, a
+``numba.njit`` dispatcher the kernels call). Folds other than ``+ * | &`` are written
+``acc = min(acc, v)``; infinite constants as ``np.inf``.
 """
 
 from __future__ import annotations
 
+import math
+
 from . import loopir as ir
 from .names import FreshNames
+
+RESOLVE = "_ustc_function"
+
+
+def extern_lines(module: ir.Module, target: str) -> list[str]:
+    """The import and binding lines of ``module``'s user functions for ``target``."""
+    if not module.externs:
+        return []
+    lines = [f"from ustc.codegen.functions import resolve as {RESOLVE}", ""]
+    return lines + [f'{e.name} = {RESOLVE}("{e.key}", "{target}")' for e in module.externs] + [""]
+
 
 def parallel(fn: ir.Function) -> bool:
     """Whether ``fn`` has a loop marked parallel."""
@@ -40,6 +58,7 @@ class CpuEmitter:
     def emit(self, module: ir.Module) -> str:
         lines = [f"# {line}" if line else "#" for line in module.header]
         lines += ["", "import numpy as np", "from numba import njit, prange", ""]
+        lines += extern_lines(module, "cpu")
         for fn in module.functions:
             lines += ["", *self.function(fn), ""]
         return "\n".join(lines).rstrip() + "\n"
@@ -73,10 +92,15 @@ class CpuEmitter:
     def stmt(self, s: ir.Stmt, depth: int) -> list[str]:
         pad = "    " * depth
         if isinstance(s, ir.Assign):
+            if s.op and s.op not in ir.INPLACE:
+                return [f"{pad}{s.name} = {s.op}({s.name}, {self.expr(s.value)})"]
             return [f"{pad}{s.name} {s.op}= {self.expr(s.value)}"]
         if isinstance(s, ir.Store):
-            op = "+=" if s.accumulate else "="
-            return [f"{pad}{s.array}[{self.subscript(s.index)}] {op} {self.expr(s.value)}"]
+            target = f"{s.array}[{self.subscript(s.index)}]"
+            if s.accumulate and s.op not in ir.INPLACE:
+                return [f"{pad}{target} = {s.op}({target}, {self.expr(s.value)})"]
+            op = f"{s.op}=" if s.accumulate else "="
+            return [f"{pad}{target} {op} {self.expr(s.value)}"]
         if isinstance(s, ir.For):
             bounds = self.expr(s.stop) if s.start == ir.Const(0) else f"{self.expr(s.start)}, {self.expr(s.stop)}"
             bounds += f", {s.step}" if s.step != 1 else ""
@@ -122,6 +146,9 @@ class CpuEmitter:
         if isinstance(e, ir.Var):
             return e.name, ATOM
         if isinstance(e, ir.Const):
+            if isinstance(e.value, float) and not math.isfinite(e.value):
+                text = "np.nan" if math.isnan(e.value) else "np.inf" if e.value > 0 else "-np.inf"
+                return text, ATOM if text[0] != "-" else 11
             return repr(e.value), ATOM if not (isinstance(e.value, (int, float)) and e.value < 0) else 11
         if isinstance(e, ir.Index):
             inner = self.expr(e.value)

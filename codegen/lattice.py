@@ -11,6 +11,11 @@ lattice keeps the subsets where that is not identically zero:
 * ``A + 1`` or ``A * x + y[i]``: also ``{}`` — the *universe* point, so the loop
   must visit every coordinate of ``v`` and treat the iterators as cursors.
 
+Under a semiring other than plus-times the same holds with its operators: absent
+entries are its ``𝟘``, which annihilates ⊗ (``A ⊗ x`` is an intersection even
+when ⊗ is ``+``, as in min-plus) and is the identity of ⊕ (a union); see
+``notation.substitute``.
+
 The loop continues while some point has all its iterators unexhausted
 (:meth:`Lattice.alive_sets`).
 """
@@ -23,6 +28,7 @@ from itertools import combinations
 from ustc.errors import UnsupportedOperation
 
 from .notation import ZERO, Expr, substitute
+from .semiring import PLUS_TIMES, Semiring
 
 MAX_ITERATORS = 6
 
@@ -53,8 +59,9 @@ class Lattice:
         return [s for s in sets if not any(t < s for t in sets)]
 
 
-def build(expr: Expr, iterators: tuple[int, ...]) -> Lattice:
-    """The lattice of ``expr`` for the iterators (access slots) at one loop."""
+def build(expr: Expr, iterators: tuple[int, ...], semiring: Semiring = PLUS_TIMES) -> Lattice:
+    """The lattice of ``expr`` for the iterators (access slots) at one loop, absent entries being
+    ``semiring``'s zero."""
     if len(iterators) > MAX_ITERATORS:
         raise UnsupportedOperation(f"{len(iterators)} operands co-iterate one index; at most "
                                    f"{MAX_ITERATORS} are supported")
@@ -62,7 +69,7 @@ def build(expr: Expr, iterators: tuple[int, ...]) -> Lattice:
     for size in range(len(iterators), -1, -1):
         for present in combinations(iterators, size):
             absent = frozenset(iterators) - frozenset(present)
-            value = substitute(expr, absent)
+            value = substitute(expr, absent, semiring)
             if value is not ZERO:
                 points.append(Point(frozenset(present), value))
     return Lattice(tuple(iterators), tuple(points))

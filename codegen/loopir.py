@@ -2,14 +2,19 @@
 
 Expressions: :class:`Var`, :class:`Const`, :class:`Load` (an array element),
 :class:`Bin` (arithmetic, comparison, ``and``/``or``), :class:`Neg`,
-:class:`Call` (``min``/``max``), :class:`Select` (``a if c else b``) and
+:class:`Call` (``min``/``max``, casts, or a user function the module declares as an
+:class:`Extern`), :class:`Select` (``a if c else b``) and
 :class:`Index` (an array subscript known to be non-negative, which targets may
 emit without a wrap-around check). Statements: :class:`Assign`, :class:`Store`
-(``+=`` when ``accumulate``), :class:`For` (``parallel`` marks the loop a
+(``+=`` when ``accumulate``, or another fold: ``op``), :class:`For` (``parallel`` marks the loop a
 target may run on several threads), :class:`While`, :class:`If`,
 :class:`Comment`, :class:`Return`, :class:`Sort` (sort ``array[start:stop]`` in place: a
 sparse output's segment staged for order, written by a level's workspace hook). A :class:`Function` has typed
-:class:`Param` s; a :class:`Module` is functions plus a header.
+:class:`Param` s; a :class:`Module` is functions plus a header and the user functions
+(:class:`Extern`) they call.
+
+Folds (``Assign.op``, ``Store.op``): ``+``, ``*``, ``|``, ``&`` are written ``x op= v``;
+``min``, ``max`` and an extern's name ``x = op(x, v)``.
 
 Emitters (``emit_cpu``; later ``emit_cuda``) are visitors over these classes:
 they never see formats or index notation. The helpers ``add``/``mul``/...
@@ -63,7 +68,7 @@ class Neg(Expr):
 
 @dataclass(frozen=True)
 class Call(Expr):
-    fn: str  # min, max
+    fn: str  # min, max, bool, np.intp, len, or an Extern's name
     args: tuple[Expr, ...]
 
 
@@ -81,19 +86,25 @@ class Stmt:
 Body = tuple[Stmt, ...]
 
 
+INPLACE = ("+", "*", "|", "&")  # folds written `x op= v`; others (min, max, externs) `x = op(x, v)`
+
+
 @dataclass(frozen=True)
 class Assign(Stmt):
     name: str
     value: Expr
-    op: str = ""  # "" for =, "+" for +=
+    op: str = ""  # "" for =, "+" for +=, or another fold (module docstring)
 
 
 @dataclass(frozen=True)
 class Store(Stmt):
+    """``array[index] = value``; with ``accumulate`` ``array[index] = array[index] op value``."""
+
     array: str
     index: tuple[Expr, ...]
     value: Expr
     accumulate: bool = False
+    op: str = "+"
 
 
 @dataclass(frozen=True)
@@ -165,10 +176,20 @@ class Function:
 
 
 @dataclass(frozen=True)
+class Extern:
+    """A user function the module's kernels call as ``name(...)``: the emitters bind ``name``
+    to the function registered under ``key`` (``codegen.functions.resolve``) for their target."""
+
+    name: str
+    key: str
+
+
+@dataclass(frozen=True)
 class Module:
     header: tuple[str, ...]
     functions: tuple[Function, ...]
     meta: dict = field(default_factory=dict, compare=False, hash=False)
+    externs: tuple[Extern, ...] = ()
 
 
 # -- folding constructors -------------------------------------------------------------

@@ -17,10 +17,20 @@ padding unless the loop bounds were tightened to exclude it, and a ``c * d``
 level's ``d = l floordiv c`` to multiples of c) and the positions
 of random-access levels. Once every output index is bound and only reduction
 loops remain, the sum is kept in a register (``acc``) and stored once.
-Dense outputs are accumulated into (the host zero-fills for ``=``); sparse
+Dense outputs are accumulated into (the host zero-fills for ``=``, or fills with
+the semiring's ``𝟘``); sparse
 outputs are appended as coordinate lists, counted in a first pass
 (``emit=COUNT``) and filled in a second (``FILL``), or written in one serial pass
 (``APPEND``) when the host knows a capacity (:func:`ustc.ops.runtime.output_bound`).
+
+Semirings (:mod:`codegen.semiring`): the lattices treat absent entries as ``𝟘``,
+the register starts at ``𝟘`` and folds with ⊕ (``acc = min(acc, v)``), and so do
+the stores into a dense output. In formats that store padding (a dense level
+below a sparse one — BSR blocks, DIA diagonals —, structured n:m, delta), a
+stored zero is padding, not an entry: where that matters (any semiring but
+plus-times, and values passed through a prolog) the kernel tests the value and
+takes the lattice point without that operand when it is zero. User functions
+(prologs, ⊗, ⊕, epilogs) are called through module-level externs.
 """
 
 from __future__ import annotations
@@ -38,6 +48,7 @@ from . import notation as nt
 from . import optimize
 from .iterators import Cursor
 from .names import FreshNames, buffer_name
+from .functions import Function
 from .writer import Writer, write_strategies
 from .space import Replan, Space, exactness, linear_in, plain_format, to_loop
 
@@ -62,6 +73,7 @@ class Ctx:
     acc: str | None = None
     acc_depth: int = -1
     in_parallel: bool = False
+    checked: frozenset[int] = frozenset()  # padded operands whose value was tested non-zero
 
 
 class Lowering:
@@ -72,6 +84,11 @@ class Lowering:
         self.space, self.order, self.out, self.name = space, order, output, name
         self.tuning = tuning
         self.stmt = space.statement
+        self.sr = self.stmt.semiring
+        self.externs: dict[str, ir.Extern] = {}  # key -> the module-level name of a user function
+        if self.sr.logical and self.out.dtype.kind not in "biu":
+            raise UnsupportedOperation(f"an {self.sr.add} reduction folds truth values: its output must be "
+                                       f"bool or integer, '{output.tensor}' is {self.out.dtype}")
         counts: dict[str, int] = {}
         for a in space.accesses.values():
             counts[a.tensor] = counts.get(a.tensor, 0) + 1
@@ -82,7 +99,19 @@ class Lowering:
         self.names = FreshNames(self.reserved())
         self.acc = self.names("acc", "acc")
         self.found = self.names("found", "found")
+        self.fold = self.sr.add if isinstance(self.sr.add, str) else self.extern(self.sr.add)
+        self.fold = {"plus": "+", "times": "*", "or": "|", "and": "&"}.get(self.fold, self.fold)
+        self.zero = _zero(self.out.dtype) if self.sr.add == "plus" else self.sr.identity(self.out.dtype)
         self.writer = self._writer()
+
+    def extern(self, fn: Function) -> str:
+        """The module-level name this kernel calls user function ``fn`` by."""
+        found = self.externs.get(fn.key)
+        if found is None:
+            tag = "".join(c for c in fn.key if c.isalnum())[:10]
+            found = ir.Extern(self.names(("extern", fn.key), f"{fn.name}_{tag}"), fn.key)
+            self.externs[fn.key] = found
+        return found.name
 
     def _writer(self) -> Writer | None:
         """The writer of a sparse output in its own format, when the loop order lets every level be
@@ -153,7 +182,7 @@ class Lowering:
         v = self.order[depth]
         iterators = tuple(s for s in self.present(ctx) if self.next_ref(ctx, s) is not None
                           and self.next_ref(ctx, s).var == v and self.next_ref(ctx, s).iterate)
-        lattice = lat.build(ctx.expr, iterators)
+        lattice = lat.build(ctx.expr, iterators, self.sr)
         if not lattice.points:
             return []
         if not iterators or lattice.universe:
@@ -164,9 +193,10 @@ class Lowering:
         return self.while_loop(ctx, depth, v, lattice)
 
     def raw_ok(self, slot: int, lattice: lat.Lattice) -> bool:
-        """Duplicates may be visited one by one: every term is linear in this only operand."""
+        """Duplicates may be visited one by one: every term is linear in this only operand (sums
+        and products, folded with +; a duplicated entry's value is the sum of its copies)."""
         return (self.writer is None and self.space.accesses[slot].tensor not in self.repeated
-                and len(lattice.points) == 1)
+                and len(lattice.points) == 1 and self.sr.add == "plus" and _sums_of_products(lattice.points[0].expr))
 
     # -- loop shapes ----------------------------------------------------------------------
     def dense_loop(self, ctx: Ctx, depth: int, v: str, lattice: lat.Lattice) -> list[ir.Stmt]:
@@ -431,7 +461,7 @@ class Lowering:
     # -- the statement body -------------------------------------------------------------------
     def accumulate(self, ctx: Ctx, depth: int) -> list[ir.Stmt]:
         acc = self.acc
-        init = [ir.Assign(acc, ir.Const(_zero(self.out.dtype)))]
+        init = [ir.Assign(acc, ir.Const(self.zero))]
         if self.out.sparse:
             init.append(ir.Assign(self.found, ir.Const(False)))
         inner = replace(ctx, acc=acc, acc_depth=depth)
@@ -439,26 +469,54 @@ class Lowering:
         if not loops:
             return []
         if self.tuning.unroll:
-            loops = optimize.unroll_reductions(loops, acc, _zero(self.out.dtype), self.names)
+            loops = optimize.unroll_reductions(loops, acc, self.zero, self.names, self.fold)
         return init + loops + self.store(ir.Var(acc), guard=self.found if self.out.sparse else None)
 
     def compute(self, ctx: Ctx) -> list[ir.Stmt]:
+        slot = self.unchecked_padding(ctx)
+        if slot is not None:  # a stored zero of a padded operand is no entry: take the point without it
+            _, p, _ = ctx.pos[slot]
+            tensor = self.space.accesses[slot].tensor
+            cond = ir.Bin("!=", ir.Load(f"{tensor}_vals", (ir.Index(p),)), ir.Const(0))
+            present = self.compute(replace(ctx, checked=ctx.checked | {slot}))
+            rest = nt.substitute(ctx.expr, frozenset({slot}), self.sr)
+            absent = [] if rest is nt.ZERO else self.compute(replace(ctx, expr=rest))
+            return [ir.If(cond, tuple(present), tuple(absent))] if present or absent else []
         pre: list[ir.Stmt] = []
         value = self.value(ctx.expr, ctx, pre)
         if ctx.acc is not None:
             if self.out.sparse:
                 pre.append(ir.Assign(self.found, ir.Const(True)))
-            pre.append(ir.Assign(ctx.acc, value, "+"))  # last, so optimize.unroll_reductions applies
+            if self.sr.logical and not _is_bool(value):
+                value = ir.Call("bool", (value,))
+            pre.append(ir.Assign(ctx.acc, value, self.fold))  # last, so optimize.unroll_reductions applies
             return pre
         return pre + self.store(value)
+
+    def unchecked_padding(self, ctx: Ctx) -> int | None:
+        """An access of ``ctx.expr`` to an operand whose format stores padding, whose stored zeros
+        would count as values here (any semiring but plus-times, or read through a prolog), and
+        whose value has not been tested yet; None when there is none."""
+        prologs = _applied_slots(ctx.expr)
+        for a in ctx.expr.accesses():
+            if a.slot in ctx.checked or a.slot not in self.space.levels:
+                continue
+            if self.sr.is_plus_times and a.slot not in prologs:
+                continue
+            fmt = self.space.formats.get(a.tensor)
+            if fmt is not None and stores_padding(fmt) and ctx.pos[a.slot][2] is None:
+                return a.slot
+        return None
 
     def store(self, value: ir.Expr, guard: str | None = None) -> list[ir.Stmt]:
         idx = tuple(ir.Index(ir.Var(i)) for i in self.stmt.lhs.indices) or (ir.Const(0),)
         name = self.out.tensor
         if not self.out.sparse:
-            return [ir.Store(name, idx, value, accumulate=True)]
+            return [ir.Store(name, idx, value, accumulate=True, op=self.fold)]
         if self.writer is not None:
-            out = self.writer.insert(value)
+            if self.stmt.epilog is not None:  # each entry is inserted once: the epilog applies here
+                value = ir.Call(self.extern(self.stmt.epilog), (value,))
+            out = self.writer.insert(value, skip_zeros=self.sr.is_plus_times)
             return [ir.If(ir.Var(guard), tuple(out))] if guard else out
         n = ir.Index(ir.Var(self.count))   # the running output position is never negative
         writes = [ir.Store(f"{name}_crd{d}", (n,), ir.Var(i)) for d, i in enumerate(self.stmt.lhs.indices)]
@@ -488,8 +546,59 @@ class Lowering:
             return ir.Var(e.name)
         if isinstance(e, nt.Neg):
             return ir.Neg(self.value(e.operand, ctx, pre))
+        if isinstance(e, nt.Identity):
+            return ir.Const(self.zero)
+        if isinstance(e, nt.Apply):
+            return ir.Call(self.extern(e.fn), (self.value(e.operand, ctx, pre),))
+        if isinstance(e, nt.Call):
+            return ir.Call(self.extern(e.fn), tuple(self.value(a, ctx, pre) for a in e.args))
+        left, right = self.value(e.left, ctx, pre), self.value(e.right, ctx, pre)
+        if isinstance(e, (nt.Min, nt.Max)):
+            return ir.Call(e.symbol, (left, right))
+        if isinstance(e, (nt.And, nt.Or)):  # truth values: bool(a) & bool(b)
+            return ir.Bin(e.symbol, *(v if _is_bool(v) else ir.Call("bool", (v,)) for v in (left, right)))
         op = {nt.Add: "+", nt.Sub: "-", nt.Mul: "*"}[type(e)]
-        return ir.Bin(op, self.value(e.left, ctx, pre), self.value(e.right, ctx, pre))
+        return ir.Bin(op, left, right)
+
+
+def stores_padding(fmt: TensorFormat) -> bool:
+    """Whether ``fmt`` stores positions that are no entry of the tensor, holding zeros: a locate
+    level below an iterated one (BSR blocks, DIA diagonals over their range), a level that pads
+    (delta) or holds fixed-size groups (structured n:m)."""
+    iterated = False
+    for lv in fmt.levels:
+        t = lv.type
+        if t.pads or not t.any_pattern or (t.locate and iterated):
+            return True
+        iterated = iterated or not t.locate
+    return False
+
+
+def _applied_slots(e: nt.Expr) -> set[int]:
+    """Slots of the accesses read through a prolog (inside an :class:`~codegen.notation.Apply`)."""
+    if isinstance(e, nt.Apply):
+        return {a.slot for a in e.accesses()}
+    out: set[int] = set()
+    for child in e.children():
+        out |= _applied_slots(child)
+    return out
+
+
+def _sums_of_products(e: nt.Expr) -> bool:
+    """Only ``+ - *``, negation, accesses, literals and scalars: linear in each access."""
+    if isinstance(e, (nt.Add, nt.Sub, nt.Mul, nt.Neg)):
+        return all(_sums_of_products(c) for c in e.children())
+    return isinstance(e, (nt.Access, nt.Literal, nt.Scalar))
+
+
+def _is_bool(v: ir.Expr) -> bool:
+    """``v`` is a truth value by construction (a comparison, a logical operator, a bool cast)."""
+    if isinstance(v, ir.Const):
+        return isinstance(v.value, bool)
+    if isinstance(v, ir.Call):
+        return v.fn == "bool"
+    return isinstance(v, ir.Bin) and v.op in ("&", "|", "and", "or", "==", "!=", "<", "<=", ">", ">=") \
+        and (v.op not in ("&", "|") or (_is_bool(v.left) and _is_bool(v.right)))
 
 
 def _zero(dtype: np.dtype):

@@ -2,8 +2,14 @@
 
 A :class:`Program` is a sequence of :class:`Statement` s such as
 ``y[i] += A[i, j] * x[j]``. Expressions are built from tensor accesses,
-numeric literals and scalar parameters with ``+``, ``-``, ``*`` and unary
-minus. An index that appears only on the right-hand side is summed over.
+numeric literals and scalar parameters with ``+``, ``-``, ``*``, unary
+minus, ``min`` / ``max``, logical ``&`` / ``|``, calls of user functions of
+two or more arguments (:class:`Call`, e.g. a semiring's ⊗) and *applications*
+of one-argument user functions to the stored values of an expression
+(:class:`Apply`: prologs). An index that appears only on the right-hand side
+is reduced over: summed, or folded with the statement's semiring ⊕
+(:mod:`codegen.semiring`); a statement may name an epilog applied to each
+output element it writes.
 
 Every node is a frozen, hashable dataclass; ``str(node)`` is the canonical
 text (it seeds kernel cache keys)::
@@ -17,7 +23,10 @@ text (it seeds kernel cache keys)::
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import Callable, Iterator
+
+from .functions import Function
+from .semiring import PLUS_TIMES, Semiring
 
 Location = tuple[int, int]  # (line, column) in the user's source, (0, 0) when unknown
 
@@ -135,6 +144,81 @@ class Mul(_Binary):
 
 
 @dataclass(frozen=True)
+class _Function2(_Binary):
+    """A binary operator written as a call: ``min(a, b)``."""
+
+    def __str__(self) -> str:
+        return f"{self.symbol}({self.left}, {self.right})"
+
+
+@dataclass(frozen=True)
+class Min(_Function2):
+    symbol = "min"
+
+
+@dataclass(frozen=True)
+class Max(_Function2):
+    symbol = "max"
+
+
+@dataclass(frozen=True)
+class And(_Binary):
+    """Logical and of the operands' truth values (a bool)."""
+
+    symbol = "&"
+    precedence = 4
+
+
+@dataclass(frozen=True)
+class Or(_Binary):
+    """Logical or of the operands' truth values (a bool)."""
+
+    symbol = "|"
+    precedence = 3
+
+
+@dataclass(frozen=True)
+class Call(Expr):
+    """A user function of two or more arguments (``fn(a, b)``), e.g. a semiring's ⊗."""
+
+    fn: Function
+    args: tuple[Expr, ...]
+
+    def children(self):
+        return self.args
+
+    def __str__(self) -> str:
+        return f"{self.fn}({', '.join(str(a) for a in self.args)})"
+
+
+@dataclass(frozen=True)
+class Apply(Expr):
+    """A one-argument user function applied to the *stored values* of ``operand``: where the
+    operand has no entry the result has none either (a prolog on load)."""
+
+    fn: Function
+    operand: Expr
+
+    def children(self):
+        return (self.operand,)
+
+    def __str__(self) -> str:
+        return f"{self.fn}({self.operand})"
+
+
+@dataclass(frozen=True)
+class Identity(Expr):
+    """The statement's ⊕ identity as a value (an absent operand seen by an operator that is
+    neither ⊕ nor ⊗); only produced by lattice specialisation."""
+
+    def __str__(self) -> str:
+        return "identity"
+
+
+IDENTITY = Identity()
+
+
+@dataclass(frozen=True)
 class Zero(Expr):
     """The value of an absent operand; only produced by lattice specialisation."""
 
@@ -147,12 +231,19 @@ ZERO = Zero()
 
 @dataclass(frozen=True)
 class Statement:
-    """``lhs = rhs`` or, with ``accumulate``, ``lhs += rhs``."""
+    """``lhs = rhs`` or, with ``accumulate``, ``lhs += rhs``.
+
+    ``semiring``: the ⊕ that reduces (and folds into the output for ``accumulate``) and the ⊗
+    that absent entries annihilate (:mod:`codegen.semiring`); ``epilog``: a one-argument user
+    function applied to every output element the statement writes (dense outputs: every
+    element, after the reduction and the fold; sparse outputs: every stored entry)."""
 
     lhs: Access
     rhs: Expr
     accumulate: bool = False
     loc: Location = field(default=(0, 0), compare=False)
+    semiring: Semiring = PLUS_TIMES
+    epilog: Function | None = None
 
     @property
     def reduction_indices(self) -> tuple[str, ...]:
@@ -164,8 +255,38 @@ class Statement:
         """Output indices first, then reductions."""
         return tuple(dict.fromkeys(self.lhs.indices + self.rhs.index_vars()))
 
+    @property
+    def functions(self) -> tuple[Function, ...]:
+        """User functions the statement calls (rhs, semiring, epilog), each once."""
+        found: dict[Function, None] = {}
+        stack: list[Expr] = [self.rhs]
+        while stack:
+            node = stack.pop()
+            if isinstance(node, (Call, Apply)):
+                found[node.fn] = None
+            stack.extend(node.children())
+        found.update(dict.fromkeys(self.semiring.functions))
+        if self.epilog is not None:
+            found[self.epilog] = None
+        return tuple(found)
+
     def __str__(self) -> str:
-        return f"{self.lhs} {'+=' if self.accumulate else '='} {self.rhs}"
+        sr = self.semiring
+        if not self.accumulate:
+            op = "="
+        elif sr.is_plus_times:
+            op = "+="
+        else:
+            op = f"{sr.add if isinstance(sr.add, Function) else _REDUCE_TEXT[sr.add]}="
+        text = f"{self.lhs} {op} {self.rhs}"
+        if not sr.is_plus_times:
+            text += f" [semiring {sr.name}]"
+        if self.epilog is not None:
+            text += f" [epilog {self.epilog}]"
+        return text
+
+
+_REDUCE_TEXT = {"plus": "+", "times": "*", "min": "min", "max": "max", "or": "|", "and": "&"}
 
 
 @dataclass(frozen=True)
@@ -189,46 +310,97 @@ class Program:
     def outputs(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys(s.lhs.tensor for s in self.statements))
 
+    @property
+    def functions(self) -> tuple[Function, ...]:
+        """User functions of every statement, each once."""
+        return tuple(dict.fromkeys(f for s in self.statements for f in s.functions))
+
+
+_BINARY_OPS = {"plus": Add, "times": Mul, "min": Min, "max": Max, "or": Or, "and": And}
+
+
+def binary(op, left: Expr, right: Expr) -> Expr:
+    """The node of operator ``op`` (a built-in name such as ``"min"``, or a user Function)."""
+    if isinstance(op, Function):
+        return Call(op, (left, right))
+    return _BINARY_OPS[op](left, right)
+
+
+def operator_of(node: Expr):
+    """The operator of a binary node as a semiring names it (``"plus"``, ``"min"``, a user
+    Function); ``"minus"`` for subtraction; None for other nodes."""
+    if isinstance(node, Call) and len(node.args) == 2:
+        return node.fn
+    if isinstance(node, Sub):
+        return "minus"
+    for name, cls in _BINARY_OPS.items():
+        if type(node) is cls:
+            return name
+    return None
+
+
+def rebuild(node: Expr, children: tuple[Expr, ...]) -> Expr:
+    """``node`` with new children (``node`` itself when they are the same objects)."""
+    if all(a is b for a, b in zip(children, node.children())):
+        return node
+    if isinstance(node, _Binary):
+        return type(node)(*children)
+    if isinstance(node, Neg):
+        return Neg(children[0])
+    if isinstance(node, Call):
+        return Call(node.fn, tuple(children))
+    if isinstance(node, Apply):
+        return Apply(node.fn, children[0])
+    return node  # pragma: no cover - leaves have no children
+
+
+def map_accesses(expr: Expr, fn: Callable[[Access], Expr]) -> Expr:
+    """``expr`` with every access replaced by ``fn(access)``."""
+    if isinstance(expr, Access):
+        return fn(expr)
+    kids = expr.children()
+    return rebuild(expr, tuple(map_accesses(k, fn) for k in kids)) if kids else expr
+
 
 def number_accesses(expr: Expr, start: int = 0) -> Expr:
     """``expr`` with every access given a distinct ``slot``, left to right from ``start``."""
     counter = iter(range(start, 1 << 30))
-
-    def visit(node: Expr) -> Expr:
-        if isinstance(node, Access):
-            return Access(node.tensor, node.indices, node.loc, next(counter))
-        if isinstance(node, Neg):
-            return Neg(visit(node.operand))
-        if isinstance(node, _Binary):
-            left = visit(node.left)
-            return type(node)(left, visit(node.right))
-        return node
-
-    return visit(expr)
+    return map_accesses(expr, lambda a: Access(a.tensor, a.indices, a.loc, next(counter)))
 
 
-def substitute(expr: Expr, absent: frozenset[int]) -> Expr:
-    """``expr`` with the accesses whose ``slot`` is in ``absent`` replaced by zero, simplified.
+def substitute(expr: Expr, absent: frozenset[int], semiring: Semiring = PLUS_TIMES) -> Expr:
+    """``expr`` with the accesses whose ``slot`` is in ``absent`` replaced by the semiring's
+    zero ``𝟘`` (no entry), simplified; :data:`ZERO` when nothing remains to compute.
 
-    ``0 * a = 0``, ``a + 0 = a``, ``0 - a = -a``, ``-0 = 0``; the result is
-    :data:`ZERO` when nothing remains.
+    ``𝟘 ⊗ a = 𝟘`` (⊗ is structural: a product needs every factor), ``a ⊕ 𝟘 = a``, an
+    application of a prolog to ``𝟘`` is ``𝟘`` (it sees stored values only). Where ⊕ is plus:
+    ``𝟘 - a = -a``, ``a - 𝟘 = a``, ``-𝟘 = 𝟘``. Any other operator with an absent operand
+    computes with the value: the operand becomes :data:`IDENTITY`.
     """
     if isinstance(expr, Access):
         return ZERO if expr.slot in absent else expr
+    kids = expr.children()
+    if not kids:
+        return expr
+    args = tuple(substitute(k, absent, semiring) for k in kids)
+    if all(a is k for a, k in zip(args, kids)):
+        return expr
+    if isinstance(expr, Apply):
+        return ZERO if args[0] is ZERO else rebuild(expr, args)
+    plus = semiring.add == "plus"
     if isinstance(expr, Neg):
-        inner = substitute(expr.operand, absent)
-        return ZERO if inner is ZERO else (expr if inner is expr.operand else Neg(inner))
-    if isinstance(expr, _Binary):
-        a, b = substitute(expr.left, absent), substitute(expr.right, absent)
-        if isinstance(expr, Mul):
-            return ZERO if ZERO in (a, b) else _rebuild(expr, a, b)
+        if args[0] is ZERO:
+            return ZERO if plus else Neg(IDENTITY)
+        return rebuild(expr, args)
+    op = operator_of(expr)
+    if op == semiring.mul:
+        return ZERO if any(a is ZERO for a in args) else rebuild(expr, args)
+    if op == semiring.add:
+        kept = [a for a in args if a is not ZERO]
+        return ZERO if not kept else kept[0] if len(kept) == 1 else rebuild(expr, args)
+    if plus and op == "minus":
+        a, b = args
         if b is ZERO:
             return a
-        if a is ZERO:
-            return b if isinstance(expr, Add) else Neg(b)
-        return _rebuild(expr, a, b)
-    return expr
-
-
-def _rebuild(expr: _Binary, a: Expr, b: Expr) -> Expr:
-    return expr if (a is expr.left and b is expr.right) else type(expr)(a, b)
+        return Neg(b) if a is ZERO else rebuild(expr, args)
+    return rebuild(expr, tuple(IDENTITY if a is ZERO else a for a in args))

@@ -23,7 +23,8 @@ refuses them past the memory budget before allocating), a filling pass
 (``emit`` 1); a format with a workspace level runs a collecting pass (1) then
 the filling pass (2). No coordinate list is sorted on the host. Entries whose
 value is zero are not stored (sums that cancel, explicit zeros of a source),
-as the host assembler does.
+as the host assembler does — except under a semiring other than plus-times,
+where the output's pattern is structural (a min-plus distance of 0 is an entry).
 """
 
 from __future__ import annotations
@@ -216,8 +217,9 @@ class Writer:
                     ir.Assign(w.last_coord, ir.Const(0))]
         return out
 
-    def insert(self, value: ir.Expr) -> list[ir.Stmt]:
-        """Insert the entry at the current output coordinates with ``value`` (zeros are skipped)."""
+    def insert(self, value: ir.Expr, skip_zeros: bool = True) -> list[ir.Stmt]:
+        """Insert the entry at the current output coordinates with ``value`` (zeros are skipped
+        unless ``skip_zeros`` is False)."""
         v = self.names("write_value", f"{self.tensor}_v")
         steps: list[ir.Stmt] = []
         p: ir.Expr = ir.Const(0)
@@ -232,6 +234,8 @@ class Writer:
                 q = ir.Var(name)
             p = q
         steps.append(ir.If(self.last_pass, (ir.Store(self.vals, (ir.Index(p),), ir.Var(v)),)))
+        if not skip_zeros:
+            return [ir.Assign(v, value), *steps]
         return [ir.Assign(v, value), ir.If(ir.Bin("!=", ir.Var(v), ir.Const(0)), tuple(steps))]
 
     def _coordinate(self, k: int, lv: WrittenLevel, steps: list[ir.Stmt]) -> ir.Expr:

@@ -7,8 +7,17 @@ format, which makes a new tensor), checked (ranks, index extents, devices), and
 described by a key — operation text, operand formats, dtypes, target — under
 which the kernel cache (``ustc.cache``) keeps the generated module. Each
 statement then runs: operands the plan names are converted first, a dense
-output is zero-filled for ``=``, and a sparse output is counted, filled and
-assembled into its format.
+output is zero-filled for ``=`` (filled with the semiring's ``𝟘``), and a
+sparse output is counted, filled and assembled into its format.
+
+Semirings and epilogs on the host: a dense output's epilog runs as the
+module's ``<kernel>_epilog`` pass when the kernel could not fuse it; a sparse
+output assembled from coordinate lists has its duplicates folded with ⊕
+(:func:`combine`), the epilog applied to its entries, and — under a semiring
+other than plus-times — keeps every entry, zeros included (:func:`structural`:
+its pattern is structural, absent means ``𝟘``). Programs that call a user
+function without a stable key (``codegen.functions``) are compiled in memory
+and never written to the kernel cache.
 """
 
 from __future__ import annotations
@@ -16,6 +25,9 @@ from __future__ import annotations
 import functools
 import hashlib
 import math
+import sys
+import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +43,7 @@ from ..tensor import packages
 from ..tensor.dtypes import index_dtype
 from ..tensor.storage import Layout
 from ..tensor.tensor import Tensor, as_format
+from ..codegen import functions as user_functions
 from ..codegen import notation as nt
 from . import written
 from .operands import dtype_name
@@ -142,7 +155,7 @@ def _settle_outputs(program, tensors, extents, scalars) -> None:
         b.shape = tuple(extents[i] for i in st.lhs.indices)
         dtypes = [tensors[a.tensor].dtype for a in st.rhs.accesses()] + [np.asarray(scalars[s]).dtype
                                                                          for s in st.rhs.scalars()]
-        b.dtype = np.result_type(*dtypes) if dtypes else np.dtype(np.float64)
+        b.dtype = st.semiring.result_dtype(np.result_type(*dtypes) if dtypes else np.dtype(np.float64))
 
 
 def _at(access, message: str) -> str:
@@ -158,7 +171,19 @@ class Run:
         self.extents, self.target, self.schedule, self.device = extents, target, schedule, device
         self.fields = self._fields()
         self.key = cache.kernel_key(self.fields)
+        self.module = None
 
+    @property
+    def stable(self) -> bool:
+        """Every user function the program calls has a stable key: the kernel may be cached on disk."""
+        return all(f.stable for f in self.program.functions)
+
+    def load(self):
+        """``(module, key)``: the kernel module from the cache (``ustc.cache.load``), or compiled in
+        memory when a user function has no stable key (:func:`load_local`)."""
+        module, key = cache.load(self.fields, self.generate) if self.stable else load_local(self.key, self.generate)
+        self.module = module
+        return module, key
     def _fields(self) -> dict:
         operands = {}
         for name, b in self.tensors.items():
@@ -210,12 +235,12 @@ class Run:
         return tuple(lines)
 
     def module_source(self) -> str:
-        module, _ = cache.load(self.fields, self.generate)
+        module, _ = self.load()
         with open(module.__file__, encoding="utf-8") as fh:
             return fh.read()
 
     def run(self) -> dict:
-        module, key = cache.load(self.fields, self.generate)
+        module, key = self.load()
         results = {}
         for statement, plan in zip(self.program.statements, module.PLAN):
             fn = cpu_function(module, plan, self.work()) if self.target == "cpu" else getattr(module, plan["function"])
@@ -252,14 +277,35 @@ class Run:
         target = out.value
         reads_self = any(a.tensor == out.name for a in statement.rhs.accesses())
         if not statement.accumulate:
-            target = np.zeros_like(out.value) if reads_self else out.value
+            fill = fill_value(statement, out.dtype)
+            target = np.full_like(out.value, fill) if reads_self else out.value
             if not reads_self and not plan.get("overwrites"):  # else the kernel stores every element
-                target.fill(0)
+                target.fill(fill)
         views[out.name] = target
         fn(*self._arguments(plan, views, {}))
+        self.epilog(plan, target)
         if target is not out.value:
             out.value[...] = target
         return out.value
+
+    def epilog(self, plan: dict, array) -> None:
+        """Run the plan's epilog pass (``<kernel>_epilog``) over a dense output, when the kernel
+        did not fuse it; nothing otherwise."""
+        name = plan.get("epilog")
+        if name in (None, "fused", "host"):
+            return
+        contiguous = bool(array.flags.c_contiguous)
+        flat = array.reshape(-1) if contiguous else array.ravel()
+        if self.target == "cpu":
+            from ..codegen.emit_cpu import serial_name
+
+            fn = cpu_function(self.module, {"function": name, "serial": serial_name(name)}, flat.size)
+        else:
+            fn = self._launcher(self.module, {"function": name})
+        if flat.size:
+            fn(flat)
+        if not contiguous:
+            array[...] = flat.reshape(array.shape)
 
     def _sparse(self, statement, plan, fn, views, out):
         rows = plan.get("rows")
@@ -271,6 +317,14 @@ class Run:
             old_coords, old_values = old.entries()
             coords = [np.concatenate([a, b]) for a, b in zip(old_coords, coords)]
             values = np.concatenate([old_values, values])
+        sr = statement.semiring
+        if not sr.is_plus_times or statement.epilog is not None:  # fold duplicates here, then the epilog
+            coords, values = combine(coords, values, sr)
+            if statement.epilog is not None:
+                user_functions.apply_inplace(statement.epilog, values)
+            result = assemble(coords, values, out.shape, out.format) if sr.is_plus_times else \
+                structural(coords, values, out.shape, out.format)
+            return self._deliver(out, result)
         starts = None
         if rows and not (statement.accumulate and isinstance(old, Tensor)):
             starts = (statement.lhs.indices.index(rows), offsets)
@@ -410,6 +464,7 @@ def output_bound(statement: nt.Statement, operands: dict, extents: dict) -> int 
         return None
     out = set(statement.lhs.indices)
     full = math.prod(extents[i] for i in out)
+    sr = statement.semiring
 
     def bound(e: nt.Expr) -> int:
         if isinstance(e, nt.Zero):
@@ -420,12 +475,13 @@ def output_bound(statement: nt.Statement, operands: dict, extents: dict) -> int 
                 return full
             missing = math.prod(extents[i] for i in out - set(e.indices))
             return min(full, value.nse * missing)
-        if isinstance(e, nt.Neg):
-            return bound(e.operand)
-        if isinstance(e, nt.Mul):
-            return min(bound(e.left), bound(e.right))
-        if isinstance(e, (nt.Add, nt.Sub)):
-            return min(full, bound(e.left) + bound(e.right))
+        if isinstance(e, (nt.Neg, nt.Apply)):
+            return bound(e.children()[0])
+        op = nt.operator_of(e)
+        if op is not None and op == sr.mul:  # a structural product: within each factor's pattern
+            return min(bound(c) for c in e.children())
+        if op is not None and (op == sr.add or (sr.add == "plus" and op == "minus")):
+            return min(full, sum(bound(c) for c in e.children()))
         return full
 
     return bound(statement.rhs)
@@ -453,6 +509,100 @@ def assemble(coords, values, shape, fmt: TensorFormat, rows: tuple[int, np.ndarr
             if fast is not None:
                 return fast
     return Tensor.from_coo(coords, values, shape, fmt)
+
+
+def fill_value(statement: nt.Statement, dtype):
+    """What a dense output of ``=`` starts as: 0, or the statement's semiring ``𝟘``."""
+    return 0 if statement.semiring.add == "plus" else statement.semiring.identity(dtype)
+
+
+def combine(coords, values, semiring):
+    """Entries with distinct coordinates, sorted: duplicates folded with the semiring's ⊕."""
+    values = np.asarray(values)
+    if not len(values):
+        return list(coords), values
+    order = np.lexsort(tuple(reversed([np.asarray(c) for c in coords]))) if coords else np.arange(len(values))
+    coords = [np.asarray(c)[order] for c in coords]
+    values = values[order]
+    new = np.zeros(len(values), dtype=bool)
+    new[0] = True
+    for c in coords:
+        new[1:] |= c[1:] != c[:-1]
+    starts = np.flatnonzero(new)
+    if len(starts) == len(values):
+        return coords, values
+    if semiring.ufunc is not None:
+        folded = semiring.ufunc.reduceat(values, starts).astype(values.dtype, copy=False)
+    else:
+        folded = np.empty(len(starts), values.dtype)
+        _fold_runs()(user_functions.resolve(semiring.add.key, "cpu"), values, starts, folded)
+    return [c[starts] for c in coords], folded
+
+
+_FOLD = []
+
+
+def _fold_runs():
+    if not _FOLD:
+        import numba
+
+        @numba.njit(nogil=True)
+        def fold(f, values, starts, out):  # pragma: no cover - compiled
+            n = values.shape[0]
+            for r in range(starts.shape[0]):
+                stop = starts[r + 1] if r + 1 < starts.shape[0] else n
+                acc = values[starts[r]]
+                for k in range(starts[r] + 1, stop):
+                    acc = f(acc, values[k])
+                out[r] = acc
+
+        _FOLD.append(fold)
+    return _FOLD[0]
+
+
+def structural(coords, values, shape, fmt: TensorFormat) -> Tensor:
+    """A tensor in ``fmt`` holding every entry given (distinct coordinates), zeros included: the
+    output of a semiring other than plus-times, whose pattern is structural. The format is
+    assembled from the entries' serial numbers (never zero, so none is dropped) and the values
+    are put where the numbers landed; padding positions hold 0."""
+    values = np.asarray(values)
+    marks = assemble([np.asarray(c) for c in coords], np.arange(1, len(values) + 1, dtype=np.int64), shape, fmt)
+    where = np.asarray(marks._values)
+    out = np.zeros(where.shape, dtype=values.dtype)
+    hit = where > 0
+    out[hit] = values[where[hit] - 1]
+    return Tensor(marks.format, marks.shape, marks._buffers, out)
+
+
+_LOCAL_LOCK = threading.Lock()
+_LOCAL_MODULES: dict = {}
+_LOCAL_DIR: list = []
+
+
+def load_local(key: str, generate):
+    """``(module, key)`` for a program whose user functions have no stable key: generated once per
+    process into a private temporary directory and imported from there; never in ``ustc.cache``."""
+    import importlib.util
+
+    with _LOCAL_LOCK:
+        module = _LOCAL_MODULES.get(key)
+        if module is not None:
+            return module, key
+        if not _LOCAL_DIR:
+            _LOCAL_DIR.append(Path(tempfile.mkdtemp(prefix="ustc-local-kernels-")))
+        name = f"ustc_local_kernel_{key[:24]}"
+        path = _LOCAL_DIR[0] / f"{name}.py"
+        path.write_text(generate(), encoding="utf-8")
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        try:
+            spec.loader.exec_module(module)
+        except Exception as exc:
+            sys.modules.pop(name, None)
+            raise KernelError(f"generated kernel {path} failed to import: {type(exc).__name__}: {exc}") from exc
+        _LOCAL_MODULES[key] = module
+        return module, key
 
 
 SERIAL_WORK = 300_000  # below this many input elements one thread beats a parallel launch (stencil SpMV: 0.19 vs 0.20 ms at 184K)
