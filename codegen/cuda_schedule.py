@@ -36,6 +36,8 @@ from dataclasses import dataclass, field
 from . import loopir as ir
 
 SCHEDULES = ("thread_per_row", "warp_per_row", "merge_path", "block_tile", "serial")
+#: folds (``Assign.op`` / ``Store.op``) that CUDA can apply atomically, and the ``cuda.atomic`` function
+ATOMIC = {"+": "add", "min": "min", "max": "max"}
 LANED = ("warp_per_row", "block_tile")
 WARP = 32
 SCALAR_ROLES = ("size", "lo", "extent", "scalar")
@@ -157,7 +159,7 @@ def _distributable(loop: ir.For, pre, post) -> bool:
     """Iterations share only register sums started before the loop (``acc = 0``, ``acc += e``)
     and update outputs with ``+=``; the sums are added to outputs after the loop."""
     stmts = list(ir.walk(loop.body))
-    if any(isinstance(s, (ir.Return, ir.While)) or (isinstance(s, ir.Store) and not s.accumulate)
+    if any(isinstance(s, (ir.Return, ir.While)) or (isinstance(s, ir.Store) and not (s.accumulate and s.op in ATOMIC))
            for s in stmts):
         return False
     before = {p.name: p for p in pre if isinstance(p, ir.Assign)}
@@ -165,13 +167,15 @@ def _distributable(loop: ir.For, pre, post) -> bool:
     for name in carried:
         if not isinstance(before[name].value, ir.Const):
             return False
-        if any(isinstance(s, ir.Assign) and s.name == name and s.op != "+" for s in stmts):
+        ops = {s.op for s in stmts if isinstance(s, ir.Assign) and s.name == name}
+        if len(ops) != 1 or not ops <= set(ATOMIC) or \
+                any(s.op != next(iter(ops)) for s in post if isinstance(s, ir.Store)):
             return False
         others = [s for s in stmts if not (isinstance(s, ir.Assign) and s.name == name)]
         if any(name in ir.variables(e) for s in others for e in ir.children(s)):
             return False
     for s in post:
-        if not (isinstance(s, ir.Store) and s.accumulate):
+        if not (isinstance(s, ir.Store) and s.accumulate and s.op in ATOMIC):
             return False
     return True
 
@@ -188,7 +192,7 @@ def row_reduction(loop: ir.For, fn: ir.Function):
     if inner.parallel or inner.step != 1 or not inner.body:
         return None
     last = inner.body[-1]
-    if not (isinstance(last, ir.Assign) and last.op == "+"):
+    if not (isinstance(last, ir.Assign) and last.op in ATOMIC):  # lanes combine with shuffles, folds of +, min, max
         return None
     acc = last.name
     if not all(isinstance(s, ir.Assign) and s.name != acc and not s.op for s in inner.body[:-1]):
@@ -200,6 +204,8 @@ def row_reduction(loop: ir.For, fn: ir.Function):
     allowed = {loop.var, acc} | _scalars(fn)
     for s in post:
         if not isinstance(s, ir.Store) or not _read((s,)) <= allowed:
+            return None
+        if s.accumulate and s.op != last.op:
             return None
     return inner, acc
 
@@ -221,7 +227,8 @@ def merge_rows(fn: ir.Function, m: Mapping) -> bool:
     if substitute(m.warp.start, var, ir.add(ir.Var(var), 1)) != m.warp.stop:
         return False
     post = m.loop.body[m.loop.body.index(m.warp) + 1:]
-    return all(s.accumulate and _linear(s.value, m.acc) for s in post)
+    return all(s.accumulate and s.op in ATOMIC and (_linear(s.value, m.acc) if s.op == "+" else s.value == ir.Var(m.acc))
+               for s in post)
 
 
 def _linear(e: ir.Expr, acc: str) -> bool:

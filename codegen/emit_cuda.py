@@ -16,6 +16,12 @@ only writes it down:
   then walks it: whole rows store plainly, the two rows it may share add atomically;
 * block_tile: ``width`` lanes stride through the shared dense loop;
 * serial: one thread.
+
+Folds other than ``+`` (semirings): registers and plain stores fold as on the CPU
+(``acc = min(acc, v)``); the shuffles of warp_per_row combine with the fold; atomic
+stores use ``cuda.atomic.min`` / ``max`` — the schedules only spread a loop over
+conflicting stores when the fold has an atomic (``cuda_schedule.ATOMIC``). User
+functions are bound at import as device functions (``numba.cuda.jit(device=True)``).
 """
 
 from __future__ import annotations
@@ -25,8 +31,8 @@ import dataclasses
 from ustc.errors import UnsupportedOperation
 
 from . import loopir as ir
-from .cuda_schedule import SCALAR_ROLES, WARP, Mapping, Schedule, choose_schedule, planned, substitute
-from .emit_cpu import CpuEmitter
+from .cuda_schedule import ATOMIC, SCALAR_ROLES, WARP, Mapping, Schedule, choose_schedule, planned, substitute
+from .emit_cpu import CpuEmitter, extern_lines
 
 FULL_MASK = "0xFFFFFFFF"
 ARITHMETIC = ("+", "-", "*", "//", "%", "&", ">>", "<<")
@@ -49,6 +55,7 @@ class CudaEmitter(CpuEmitter):
                   "def blocks_for(work, threads, limit):",
                   '    """Blocks for `work` grid-stride iterations: at least 1, at most `limit`."""',
                   "    return max(1, min(limit, (work + threads - 1) // threads))", ""]
+        lines += extern_lines(module, "cuda")
         for fn in module.functions:
             schedule = (schedules or {}).get(fn.name) or choose_schedule(fn)
             lines += ["", *self.kernel(fn, schedule), "", "", *self.launcher(fn, schedule), ""]
@@ -127,8 +134,10 @@ class CudaEmitter(CpuEmitter):
         else:
             out += self.block([*pre, inner], depth)
         offset = w // 2
+        op = m.warp.body[-1].op
         while offset:
-            out.append(f"        {m.acc} += cuda.shfl_down_sync({FULL_MASK}, {m.acc}, {offset})")
+            shuffled = f"cuda.shfl_down_sync({FULL_MASK}, {m.acc}, {offset})"
+            out.append(f"        {m.acc} += {shuffled}" if op == "+" else f"        {m.acc} = {op}({m.acc}, {shuffled})")
             offset //= 2
         guard = "lane == 0" + (f" and {exists}" if exists else "")
         return out + [f"        if {guard}:"] + (self.block(post, depth + 1) or ["            pass"])
@@ -190,7 +199,10 @@ class CudaEmitter(CpuEmitter):
         if isinstance(s, ir.Store) and self._atomic:
             index = self.subscript(s.index)
             index = f"({index})" if len(s.index) > 1 else index
-            return [f"{pad}cuda.atomic.add({s.array}, {index}, {self.expr(s.value)})"]
+            atomic = ATOMIC.get(s.op) if s.accumulate else None
+            if atomic is None:  # pragma: no cover - cuda_schedule spreads only loops whose folds have atomics
+                raise UnsupportedOperation(f"no CUDA atomic folds with {s.op!r} into {s.array}")
+            return [f"{pad}cuda.atomic.{atomic}({s.array}, {index}, {self.expr(s.value)})"]
         if isinstance(s, ir.Return):
             return [f"{pad}result[0] = {self.expr(s.value)}"]
         if isinstance(s, ir.For) and s.parallel:  # threads come from the grid, not from prange
