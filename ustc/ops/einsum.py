@@ -10,7 +10,17 @@
 The subscripts become one index-notation statement ``out[...] = T0[...] * T1[...]``
 lowered like any other kernel; without ``->`` the output takes the indices that
 appear once, in alphabetical order (NumPy's rule). Dense-only calls go to
-``numpy.einsum``.
+``numpy.einsum`` (unless they name a semiring, prologs or an epilog).
+
+``semiring="min_plus"`` (a name, :class:`ustc.Semiring` or dict) multiplies the
+operands with its ⊗ and reduces with its ⊕, absent entries being its ``𝟘``
+(:mod:`ustc.codegen.semiring`); ``prologs={0: f}`` applies ``f`` to the stored
+values of operand 0 as they are read; ``epilog=h`` applies ``h`` to every
+element of the result (every stored entry of a sparse one):
+
+    >>> W = ustc.Tensor.from_dense(np.array([[0., 1, 5], [0, 0, 2], [0, 0, 0]]), "CSR")
+    >>> ustc.einsum("ij,jk->ik", W, W, semiring="min_plus", out_format="CSR").entries()[1].tolist()
+    [3.0]
 """
 
 from __future__ import annotations
@@ -22,7 +32,9 @@ import numpy as np
 from ..errors import KernelError, ShapeError, UnsupportedOperation
 from ..tensor import packages
 from ..tensor.tensor import Tensor
+from ..codegen import functions
 from ..codegen import notation as nt
+from ..codegen.semiring import as_semiring
 from . import runtime
 from .operands import dense_operand
 
@@ -54,28 +66,52 @@ def parse_subscripts(subscripts: str, count: int) -> tuple[list[str], str]:
     return terms, out
 
 
-def einsum(subscripts: str, *operands, out_format=None, target: str = "cpu"):
+def einsum(subscripts: str, *operands, out_format=None, target: str = "cpu", semiring=None, prologs=None,
+           epilog=None):
     """Evaluate ``subscripts`` over ``operands`` (ustc Tensors, NumPy arrays, CPU torch tensors).
 
     Returns a NumPy array, or a ustc Tensor in ``out_format`` when one is given. A Tensor
-    whose levels are all dense is a dense operand (its array).
+    whose levels are all dense is a dense operand (its array). ``semiring``: the (⊕, ⊗) to
+    reduce and multiply with (default plus-times); ``prologs``: ``{operand number: f}`` (or a
+    sequence with None for operands without one), each ``f`` applied to the stored values of
+    its operand; ``epilog``: applied to every element (entry) of the result. The functions
+    are Numba-compilable Python functions of one argument, inlined into the kernel.
     """
     terms, out = parse_subscripts(subscripts, len(operands))
+    sr = as_semiring(semiring)
+    loads = _prologs(prologs, len(operands))
+    post = None if epilog is None else functions.function(epilog, 1, "einsum epilog")
     operands = [dense_operand(op) for op in operands]     # all-dense Tensors are dense operands
     sparse = [isinstance(op, Tensor) for op in operands]
-    if not any(sparse) and out_format is None:
+    if not any(sparse) and out_format is None and sr.is_plus_times and not loads and post is None:
         return np.einsum(subscripts, *[packages.host_array(op) for op in operands])
     names = [f"T{k}" for k in range(len(operands))]
-    rhs: nt.Expr = nt.Access(names[0], tuple(terms[0]))
-    for name, term in zip(names[1:], terms[1:]):
-        rhs = nt.Mul(rhs, nt.Access(name, tuple(term)))
-    program = nt.Program((nt.Statement(nt.Access("out", tuple(out)), rhs),))
+    factors: list[nt.Expr] = [nt.Access(name, tuple(term)) for name, term in zip(names, terms)]
+    factors = [nt.Apply(loads[k], f) if k in loads else f for k, f in enumerate(factors)]
+    rhs = factors[0]
+    for factor in factors[1:]:
+        rhs = sr.multiply(rhs, factor)
+    program = nt.Program((nt.Statement(nt.Access("out", tuple(out)), rhs, semiring=sr, epilog=post),))
     bindings = dict(zip(names, operands))
     if out_format is None:
-        bindings["out"] = np.zeros(_shape(terms, out, operands), dtype=_dtype(operands))
+        bindings["out"] = np.zeros(_shape(terms, out, operands), dtype=sr.result_dtype(_dtype(operands)))
     else:
         bindings["out"] = out_format
     return runtime.execute(program, bindings, target)["out"]
+
+
+def _prologs(prologs, count: int) -> dict:
+    """``{operand number: Function}`` from a dict or a sequence (None: no prolog)."""
+    if prologs is None:
+        return {}
+    items = prologs.items() if isinstance(prologs, dict) else enumerate(prologs)
+    out = {}
+    for k, f in items:
+        if not isinstance(k, int) or not 0 <= k < count:
+            raise KernelError(f"einsum prologs: {k!r} is not an operand number (0..{count - 1})")
+        if f is not None:
+            out[k] = functions.function(f, 1, f"einsum prolog of operand {k}")
+    return out
 
 
 def _shape(terms, out, operands) -> tuple[int, ...]:

@@ -1,0 +1,44 @@
+# golden file: y[i] min= A[i, j] + x[j] [semiring min_plus]
+
+import numpy as np
+from numba import njit, prange
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def kernel_0(y, A_lvl0_size, A_lvl1_pos, A_lvl1_crd, A_lvl2_size, A_lvl3_size, A_vals, x, n_i, n_j):
+    """y[i] min= A[i, j] + x[j] [semiring min_plus]"""
+    for v_i_div2_u in prange(A_lvl0_size):
+        v_i_div2 = np.intp(v_i_div2_u)
+        for A_p1 in range(np.intp(A_lvl1_pos[np.uintp(v_i_div2)]), np.intp(A_lvl1_pos[np.uintp(v_i_div2 + 1)])):
+            v_j_div2 = np.intp(A_lvl1_crd[np.uintp(A_p1)])
+            for v_i_mod2 in range(max(0, -(2 * v_i_div2)), min(A_lvl2_size, n_i - 2 * v_i_div2)):
+                i = 2 * v_i_div2 + v_i_mod2
+                A_p2 = A_p1 * A_lvl2_size + v_i_mod2
+                acc = np.inf
+                for v_j_mod2 in range(max(0, -(2 * v_j_div2)), min(A_lvl3_size, n_j - 2 * v_j_div2)):
+                    j = 2 * v_j_div2 + v_j_mod2
+                    A_p3 = A_p2 * A_lvl3_size + v_j_mod2
+                    if A_vals[np.uintp(A_p3)] != 0:
+                        acc = min(acc, A_vals[np.uintp(A_p3)] + x[np.uintp(j)])
+                y[np.uintp(i)] = min(y[np.uintp(i)], acc)
+
+
+@njit(cache=True, nogil=True)
+def kernel_0_serial(y, A_lvl0_size, A_lvl1_pos, A_lvl1_crd, A_lvl2_size, A_lvl3_size, A_vals, x, n_i, n_j):
+    """y[i] min= A[i, j] + x[j] [semiring min_plus] (serial: for small operands)"""
+    for v_i_div2 in range(A_lvl0_size):
+        for A_p1 in range(np.intp(A_lvl1_pos[np.uintp(v_i_div2)]), np.intp(A_lvl1_pos[np.uintp(v_i_div2 + 1)])):
+            v_j_div2 = np.intp(A_lvl1_crd[np.uintp(A_p1)])
+            for v_i_mod2 in range(max(0, -(2 * v_i_div2)), min(A_lvl2_size, n_i - 2 * v_i_div2)):
+                i = 2 * v_i_div2 + v_i_mod2
+                A_p2 = A_p1 * A_lvl2_size + v_i_mod2
+                acc = np.inf
+                for v_j_mod2 in range(max(0, -(2 * v_j_div2)), min(A_lvl3_size, n_j - 2 * v_j_div2)):
+                    j = 2 * v_j_div2 + v_j_mod2
+                    A_p3 = A_p2 * A_lvl3_size + v_j_mod2
+                    if A_vals[np.uintp(A_p3)] != 0:
+                        acc = min(acc, A_vals[np.uintp(A_p3)] + x[np.uintp(j)])
+                y[np.uintp(i)] = min(y[np.uintp(i)], acc)
+
+
+PLAN = [{'function': 'kernel_0', 'params': [['array', 'y'], ['size', 'A', 0], ['pos', 'A', 1], ['crd', 'A', 1], ['size', 'A', 2], ['size', 'A', 3], ['vals', 'A'], ['array', 'x'], ['extent', 'i'], ['extent', 'j']], 'convert': {}, 'alias': {}, 'order': ['v_i_div2', 'v_j_div2', 'v_i_mod2', 'v_j_mod2'], 'sparse_output': False, 'rows': None, 'statement': 'y[i] min= A[i, j] + x[j] [semiring min_plus]', 'accumulate': True, 'overwrites': False, 'writer': 0, 'semiring': 'min_plus'}]
