@@ -157,50 +157,36 @@ def transpose_compressed(pos, crd, values, n_minor, pos_out, crd_out, values_out
     return zeros
 
 
-@njit_cached()
-def _bucket_order(major, minor, n):
-    """A stable counting sort on ``major`` (all in ``[0, n)``): ``(pos, order, keys)`` with
-    ``major[order]`` non-decreasing, ``keys = minor[order]`` and ``pos`` the n + 1 bucket starts."""
-    pos = np.zeros(n + 1, dtype=np.int64)
-    for k in major:
-        pos[U(k) + U(1)] += 1
-    for r in range(n):
-        pos[r + 1] += pos[r]
-    fill = pos[:-1].copy()
-    order = np.empty(major.size, dtype=np.int64)
-    keys = np.empty(major.size, dtype=minor.dtype)
-    for k in range(major.size):
-        r = U(major[k])
-        o = U(fill[r])
-        order[o] = k
-        keys[o] = minor[k]
-        fill[r] += 1
-    return pos, order, keys
+@njit_cached(inline="always")
+def _sort_segment(keys, other, lo, hi):
+    """``keys[lo:hi]`` sorted stably with ``other[lo:hi]`` alongside: insertion sort up to 32
+    entries (rows of a sparse matrix are mostly short), a merge sort above."""
+    if hi - lo <= 32:
+        for a in range(lo + 1, hi):
+            key, o = keys[a], other[a]
+            b = a - 1
+            while b >= lo and keys[b] > key:
+                keys[b + 1], other[b + 1] = keys[b], other[b]
+                b -= 1
+            keys[b + 1], other[b + 1] = key, o
+    else:
+        idx = np.argsort(keys[lo:hi], kind="mergesort")
+        keys[lo:hi] = keys[lo:hi][idx]
+        other[lo:hi] = other[lo:hi][idx]
 
 
 @njit_cached(parallel=True)
 def _sort_buckets(pos, order, keys):
-    """Each bucket of ``(keys, order)`` sorted by key, stably (insertion sort up to 32 entries,
-    a merge sort above); buckets are independent and contiguous, so they run in parallel."""
+    """Each bucket of ``(keys, order)`` sorted by key, stably; buckets are independent and
+    contiguous, so they run in parallel."""
     for r in prange(pos.size - 1):
-        lo, hi = pos[r], pos[r + 1]
-        if hi - lo <= 32:
-            for a in range(lo + 1, hi):
-                k, key = order[a], keys[a]
-                b = a - 1
-                while b >= lo and keys[b] > key:
-                    order[b + 1], keys[b + 1] = order[b], keys[b]
-                    b -= 1
-                order[b + 1], keys[b + 1] = k, key
-        else:
-            idx = np.argsort(keys[lo:hi], kind="mergesort")
-            order[lo:hi] = order[lo:hi][idx]
+        _sort_segment(keys, order, pos[r], pos[r + 1])
 
 
 def lexicographic_order(major, minor, n_major: int) -> np.ndarray:
     """The stable permutation sorting entries by ``(major, minor)``: a counting sort on
     ``major`` (O(n + n_major)) then each major bucket sorted by ``minor`` in parallel."""
-    pos, order, keys = _bucket_order(major, minor, n_major)
+    pos, keys, order, _ = coo_bucket(major, minor, np.arange(major.size), n_major, np.iinfo(np.int64).max)
     _sort_buckets(pos, order, keys)
     return order
 
@@ -235,18 +221,7 @@ def sort_sum_rows(pos, crd, vals, counts):
     summed and zero sums dropped, in place at the row's start; ``counts[r]`` = entries kept."""
     for r in prange(pos.size - 1):
         lo, hi = pos[r], pos[r + 1]
-        if hi - lo <= 32:
-            for a in range(lo + 1, hi):
-                c, v = crd[a], vals[a]
-                b = a - 1
-                while b >= lo and crd[b] > c:
-                    crd[b + 1], vals[b + 1] = crd[b], vals[b]
-                    b -= 1
-                crd[b + 1], vals[b + 1] = c, v
-        else:
-            idx = np.argsort(crd[lo:hi], kind="mergesort")
-            crd[lo:hi] = crd[lo:hi][idx]
-            vals[lo:hi] = vals[lo:hi][idx]
+        _sort_segment(crd, vals, lo, hi)
         out = lo
         a = lo
         while a < hi:
