@@ -16,6 +16,7 @@ from .ops.einsum import einsum
 from .ops.jit import jit
 from .ops.matmul import matmul
 from .ops.plan import Matmul
+from .codegen.semiring import Semiring
 from .ops.solve import SolveInfo, solve
 from .tensor import Tensor
 from .tensor.io import from_file, to_file
@@ -24,7 +25,7 @@ from .ops.linop import aslinearoperator
 from .tensor.construct import block, concatenate, diags, eye, hstack, kron, random, vstack
 from .ops.warm import warm_cache
 
-__all__ = ["__version__", "cache", "prune", "einsum", "jit", "matmul", "Matmul", "solve", "SolveInfo", "kernels", "formats", "Dimension", "LevelFormat", "LevelProperty", "TensorFormat", "parse", "Tensor", "sparsify", "sparse_relu", "from_file", "to_file",
+__all__ = ["__version__", "cache", "prune", "einsum", "jit", "matmul", "Matmul", "Semiring", "solve", "SolveInfo", "kernels", "formats", "Dimension", "LevelFormat", "LevelProperty", "TensorFormat", "parse", "Tensor", "sparsify", "sparse_relu", "from_file", "to_file",
            "aslinearoperator", "eye", "diags", "random", "kron", "vstack", "hstack", "block", "concatenate",
            "warm_cache",
            "UstcError", "FormatError", "FormatSyntaxError", "FormatSemanticError", "StorageError", "ShapeError",

@@ -29,7 +29,17 @@ matrices (``options={"out_format": ...}``, default ``a``'s format).
 Options: ``route`` (``"registered"``, ``"library"``, ``"generated"``: force
 one), ``out_format`` (sparse results), ``target`` (``"cpu"``, ``"cuda"``;
 default from the operands' device).
+
+Fusion (nvmath-python's ``plan`` arguments): ``plan(prologs={"a": f, "b": g},
+epilog=h, semiring="min_plus")`` computes ``c := h(c ⊕ ⊕_k f(a) ⊗ g(b))``:
+prologs apply to the stored values of ``a`` and ``b`` as they are read, the
+epilog to every element of a dense result (every entry of a sparse one) after
+the fold into ``c``; a semiring (a name, :class:`ustc.Semiring` or dict)
+replaces ``+`` and ``*`` (absent entries are its ``𝟘``, annihilating ⊗; without
+``c`` the result starts at ``𝟘``; ``alpha`` and ``beta`` must be 1). Any of them
+forces the generated route, which ``plan_info`` says.
 """
+
 
 from __future__ import annotations
 
@@ -39,11 +49,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import ShapeError, UstcError
+from ..errors import ShapeError, UnsupportedOperation, UstcError
 from ..tensor import packages
 from ..tensor.tensor import Tensor, as_format
 from . import operands as ops
-from .routes import Route, choose
+from ..codegen.functions import apply_inplace
+from ..codegen.lower import stores_padding
+from ..codegen.semiring import as_semiring
+from .routes import NO_FUSION, Fusion, Route, choose, fusion
 
 OPTIONS = ("route", "out_format", "target")
 ROUTES = (None, "registered", "library", "generated")
@@ -65,15 +78,17 @@ class Bound:
     out_format: object = None     # TensorFormat of a sparse result
     inplace: object = None        # c's array (host or CuPy view), updated in place by execute()
     result: object = None         # what execute() returns when c is updated: c as the caller gave it
+    swapped: bool = False         # x @ B was bound as B^T @ x (a is b transposed, b is a)
 
 
-def bind(a, b, c, alpha, beta, transpose_a: bool, transpose_b: bool, options: dict) -> Bound:
+def bind(a, b, c, alpha, beta, transpose_a: bool, transpose_b: bool, options: dict, semiring=None) -> Bound:
     """Check and normalise operands; raises ShapeError / DeviceError / UstcError naming the operand.
 
     ``beta=None`` means 1 when ``c`` is given, else 0. The result dtype is the operands'
     (``a``, ``b``, and ``c`` where it is read), never raised by a Python or NumPy scalar
-    except to complex for a complex scalar; a dense ``c`` is the result's storage, so the
-    result takes its dtype (refused where the operands' dtype cannot cast to it)."""
+    except to complex for a complex scalar (bool under an or / and ``semiring``); a dense
+    ``c`` is the result's storage, so the result takes its dtype (refused where the
+    operands' dtype cannot cast to it)."""
     unknown = sorted(set(options) - set(OPTIONS))
     if unknown:
         raise UstcError(f"matmul: unknown option {unknown[0]!r} (options: {', '.join(OPTIONS)})")
@@ -84,7 +99,8 @@ def bind(a, b, c, alpha, beta, transpose_a: bool, transpose_b: bool, options: di
     b1 = ops.transposed(ops.normalise(ops.dense_operand(b), "b"), bool(transpose_b), "b")
     c1 = ops.normalise(ops.dense_operand(c), "c")   # a view: all-dense levels permute
     pa, pb = ops.package_of(a), ops.package_of(b)
-    if not isinstance(a1, Tensor) and isinstance(b1, Tensor) and a1.ndim == 1 and b1.ndim == 2:
+    swapped = not isinstance(a1, Tensor) and isinstance(b1, Tensor) and a1.ndim == 1 and b1.ndim == 2
+    if swapped:
         a1, b1, pa, pb = ops.transposed(b1, True, "b"), a1, pb, pa   # x @ B is B^T @ x: a sparse-left SpMV
     sa, sb = ops.spec(a1, "a", pa), ops.spec(b1, "b", pb)
     sc = ops.spec(c1, "c", ops.package_of(c)) if c1 is not None else None
@@ -96,6 +112,8 @@ def bind(a, b, c, alpha, beta, transpose_a: bool, transpose_b: bool, options: di
     read_c = sc is not None and beta_kind != "zero"
     dtype = _result_type(tuple(ops.dtype_name(s.dtype) for s in (sa, sb) + ((sc,) if read_c else ())),
                          _scalar_class(alpha, beta))
+    if semiring is not None and semiring.logical:
+        dtype = np.dtype(np.bool_)
     inplace = c1 if sc is not None and not sc.sparse else None
     if inplace is not None:
         dtype = _inplace_dtype(dtype, inplace)
@@ -111,7 +129,7 @@ def bind(a, b, c, alpha, beta, transpose_a: bool, transpose_b: bool, options: di
     dense = [s for s in (sa, sb) if not s.sparse]
     package = dense[0].package if dense else sa.package
     return Bound(a1, b1, c1 if read_c else None, dtype.type(alpha), dtype.type(beta), problem, shape, dtype,
-                 package, out_format, inplace, c if inplace is not None else None)
+                 package, out_format, inplace, c if inplace is not None else None, swapped=swapped)
 
 
 def _scalar_class(*scalars) -> str:
@@ -153,13 +171,21 @@ class Matmul:
         self.options = dict(options or {})
         self._transposes = (bool(transpose_a), bool(transpose_b))
         self._raw = (a, b, c, alpha, beta)
-        self._bound: Bound | None = bind(a, b, c, alpha, beta, *self._transposes, self.options)
+        self._dtype_error: UstcError | None = None
+        try:
+            self._bound: Bound | None = bind(a, b, c, alpha, beta, *self._transposes, self.options)
+        except UstcError as exc:   # a bool c holds what an or / and semiring, named at plan(), computes
+            if not _bool_array(c):
+                raise
+            self._bound, self._dtype_error = bind(a, b, c, alpha, beta, *self._transposes, self.options,
+                                                  semiring=as_semiring("or_and")), exc
         self.problem = self._bound.problem
         self._route: Route | None = None
         self._out = None
         self._lock = threading.RLock()
         self.plan_info: str | None = None
         self.plans = 0
+        self._fusion: Fusion = NO_FUSION
 
     # -- life cycle ------------------------------------------------------------------------
     def __enter__(self) -> "Matmul":
@@ -168,10 +194,21 @@ class Matmul:
     def __exit__(self, *exc) -> None:
         self.release()
 
-    def plan(self) -> "Matmul":
-        """Choose the route, compile or load its kernel, allocate the output. Returns ``self``."""
+    def plan(self, *, prologs=None, epilog=None, semiring=None) -> "Matmul":
+        """Choose the route, compile or load its kernel, allocate the output. Returns ``self``.
+
+        ``prologs`` (``{"a": f, "b": g}``), ``epilog`` and ``semiring`` fuse into the product as
+        the module docstring says; a call naming none of them keeps what an earlier ``plan``
+        named. Raises UnsupportedOperation for what ustc does not fuse (a prolog on ``c``,
+        alpha or beta other than 1 with a semiring, a forced non-generated route)."""
+        if prologs is not None or epilog is not None or semiring is not None:
+            self._fusion = fusion(prologs, epilog, semiring)
+        if self._dtype_error is not None and not self._fusion.semiring.logical:
+            raise self._dtype_error
         bound = self._require()
-        route, why = choose(self.problem, bound.a, bound.b, bound.out_format)
+        self._check_fusion(bound)
+        fused = self._fusion.swap() if bound.swapped else self._fusion
+        route, why = choose(self.problem, bound.a, bound.b, bound.out_format, fused)
         out = None
         if not self.problem.out_format:
             out = bound.inplace if _direct(bound.inplace) else self._allocate(bound)
@@ -180,6 +217,19 @@ class Matmul:
         self._out = None if out is bound.inplace else out
         self.plan_info = f"{route.info} [why: {why}]"
         return self
+
+    def _check_fusion(self, bound: Bound) -> None:
+        sr = self._fusion.semiring
+        if sr.is_plus_times:
+            return
+        if bound.alpha != 1:
+            raise UnsupportedOperation(f"matmul: alpha = {bound.alpha} with the semiring {sr.name}; alpha scales "
+                                       f"plus-times products only (pass alpha=1)")
+        if bound.c is not None and bound.beta != 1:
+            raise UnsupportedOperation(f"matmul: beta = {bound.beta} with the semiring {sr.name}; c is folded in "
+                                       f"with its add as it is (pass beta=1)")
+        if isinstance(bound.c, Tensor) and not isinstance(bound.c, np.ndarray) and bound.inplace is None:
+            raise UnsupportedOperation(f"matmul: a sparse c with the semiring {sr.name}; pass c dense")
 
     def execute(self, *, out=None):
         """Compute and return the result; plans first if needed.
@@ -224,7 +274,7 @@ class Matmul:
         raw = tuple(old if new is None else new for old, new in zip(self._raw, (a, b, c, alpha, beta)))
         if raw[0] is None or raw[1] is None:
             raise UstcError("reset_operands: the operands were released; give a and b (and c if planned with one)")
-        new = bind(*raw, *self._transposes, self.options)
+        new = bind(*raw, *self._transposes, self.options, semiring=self._fusion.semiring)
         if new.problem != self.problem:
             raise UstcError("reset_operands: the new operands differ from the planned ones in format, shape, "
                             "dtype, device or scalar kind; plan a new Matmul for them")
@@ -269,7 +319,13 @@ class Matmul:
     def _require(self) -> Bound:
         if self._bound is None:
             raise UstcError("this Matmul was released (or its operands were dropped); create a new one")
-        return self._bound
+        bound = self._bound
+        want = self._fusion.semiring.result_dtype(bound.dtype)
+        if bound.inplace is None and bound.dtype != want:   # or / and semirings: bool results
+            bound.dtype = want
+            if getattr(bound, "result_dtype", None) is not None:
+                bound.result_dtype = want
+        return bound
 
     def _allocate(self, bound: Bound):
         if self.problem.target == "cuda" and self.problem.device == "cuda":
@@ -287,7 +343,8 @@ class Matmul:
 
     def _fill(self, target, bound: Bound) -> None:
         if bound.c is None:
-            target.fill(0)
+            sr = self._fusion.semiring
+            target.fill(0 if sr.add == "plus" else sr.identity(target.dtype))
             return
         c = bound.c.to_dense() if isinstance(bound.c, Tensor) else bound.c
         c = c if packages.is_cupy(c) else packages.host_array(c)
@@ -300,21 +357,40 @@ class Matmul:
                 target *= bound.beta
 
     def _sparse_result(self, bound: Bound, out):
-        """SpGEMM: a new Tensor, or added into a dense ``c`` (in place) or ``out``."""
+        """SpGEMM: a new Tensor, or written into a dense ``c`` (in place) or ``out``: added (folded
+        with the semiring's add) to ``c``, then the epilog over every element."""
         result = self._route.run(bound.a, bound.b, None, bound.alpha)
         target = self._checked_out(out, bound) if out is not None else bound.inplace
+        fused = self._fusion
         if target is None:
             if bound.c is None:
                 return result
+            if fused.active:
+                raise UnsupportedOperation(f"matmul: {fused.describe()} with a sparse c; pass c dense")
             return result + (bound.c * bound.beta if bound.beta != 1 else bound.c)
+        coords, values = result.entries()
+        sr = fused.semiring
+        if not sr.is_plus_times and stores_padding(result.format):   # stored zeros there are padding
+            keep = values != 0
+            coords, values = tuple(c[keep] for c in coords), values[keep]
+        if bound.c is None:  # the route applied the epilog to the entries (distinct): the rest is h(zero)
+            zero = 0 if sr.add == "plus" else sr.identity(target.dtype)
+            target.fill(fused.epilog.py(zero) if fused.epilog is not None else zero)
+            target[coords] = values
+            return bound.result if out is None else self._wrap(target, bound)
         if target is not bound.inplace:
             self._fill(target, bound)
-        elif bound.c is None:
-            target.fill(0)
         elif bound.beta != 1:
             target *= bound.beta
-        coords, values = result.entries()
-        np.add.at(target, coords, values)
+        if sr.is_plus_times:
+            np.add.at(target, coords, values)
+        elif sr.ufunc is not None:
+            sr.ufunc.at(target, coords, values.astype(target.dtype, copy=False))
+        else:
+            for k, at in enumerate(zip(*coords)):
+                target[at] = sr.combine(target[at], values[k])
+        if fused.epilog is not None:   # the route left it to after the fold into c
+            apply_inplace(fused.epilog, target)
         return bound.result if out is None else self._wrap(target, bound)
 
     def _wrap(self, target, bound: Bound):
@@ -326,6 +402,14 @@ class Matmul:
 def _direct(c) -> bool:
     """A dense ``c`` a kernel can write directly (C-contiguous, writable)."""
     return c is not None and bool(c.flags.c_contiguous) and (packages.is_cupy(c) or bool(c.flags.writeable))
+
+
+def _bool_array(c) -> bool:
+    """``c`` is a dense array of bools (of any package)."""
+    try:
+        return c is not None and np.dtype(ops.dtype_name(c.dtype)) == np.bool_
+    except (AttributeError, TypeError):
+        return False
 
 
 def _check_writable(c) -> None:

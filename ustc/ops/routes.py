@@ -11,22 +11,78 @@ A route for a dense result adds ``alpha * a @ b`` into an output that already
 holds ``beta * c``; a route for a sparse result (both operands sparse) returns
 ``alpha * a @ b`` as a Tensor. ``prepare`` compiles or loads everything a
 route needs; ``run`` only computes.
+
+A :class:`Fusion` (a semiring, prologs on ``a`` and ``b``, an epilog) forces the
+generated route: registered and library kernels compute plus-times products of
+the stored values only.
 """
 
 from __future__ import annotations
 
 import functools
 import time
+from dataclasses import dataclass
 
 import numpy as np
 
 from .. import cache
-from ..errors import UnsupportedOperation
+from ..errors import UnsupportedOperation, UstcError
 from ..kernels import registry
 from ..tensor.tensor import Tensor
+from ..codegen import functions
 from ..codegen import notation as nt
+from ..codegen.functions import Function
+from ..codegen.semiring import PLUS_TIMES, Semiring, as_semiring
 from . import runtime
 from .operands import Problem, indices
+
+
+@dataclass(frozen=True)
+class Fusion:
+    """What :meth:`ustc.Matmul.plan` fuses into the product: ``c := epilog(c ⊕ ⊕_k prolog_a(a) ⊗
+    prolog_b(b))``. Prologs see stored values only; the epilog sees every element of a dense
+    result (every entry of a sparse one). Hashable: part of the plan cache key."""
+
+    semiring: Semiring = PLUS_TIMES
+    prolog_a: Function | None = None
+    prolog_b: Function | None = None
+    epilog: Function | None = None
+    swapped: bool = False   # the product is bound as b^T @ a^T (x @ B as B^T @ x): ⊗ takes (b, a)
+
+    def swap(self) -> "Fusion":
+        """The fusion of the product with its operands exchanged (prologs follow their operand)."""
+        return Fusion(self.semiring, self.prolog_b, self.prolog_a, self.epilog, not self.swapped)
+
+    @property
+    def active(self) -> bool:
+        return not self.semiring.is_plus_times or any(f is not None for f in (self.prolog_a, self.prolog_b,
+                                                                                self.epilog))
+
+    def describe(self) -> str:
+        parts = [] if self.semiring.is_plus_times else [f"semiring {self.semiring.name}"]
+        parts += [f"prolog {k} {f.name}" for k, f in (("a", self.prolog_a), ("b", self.prolog_b)) if f]
+        parts += [f"epilog {self.epilog.name}"] if self.epilog else []
+        return ", ".join(parts)
+
+
+NO_FUSION = Fusion()
+
+
+def fusion(prologs=None, epilog=None, semiring=None) -> Fusion:
+    """A :class:`Fusion` from ``Matmul.plan``'s arguments (nvmath-python's names): ``prologs`` a
+    dict ``{"a": f, "b": g}`` of one-argument functions, ``epilog`` one, ``semiring`` a name,
+    :class:`ustc.Semiring` or dict. A prolog on ``c`` raises UnsupportedOperation."""
+    prologs = dict(prologs or {})
+    unknown = sorted(set(prologs) - {"a", "b", "c"})
+    if unknown:
+        raise UstcError(f"Matmul.plan(prologs=...): unknown operand {unknown[0]!r} (operands: a, b)")
+    if prologs.get("c") is not None:
+        raise UnsupportedOperation("Matmul.plan(prologs={'c': ...}): ustc applies prologs to a and b only; "
+                                   "transform c before planning")
+    made = {k: functions.function(prologs[k], 1, f"prolog of {k}") if prologs.get(k) is not None else None
+            for k in ("a", "b")}
+    post = functions.function(epilog, 1, "epilog") if epilog is not None else None
+    return Fusion(as_semiring(semiring), made["a"], made["b"], post)
 
 
 def op_name(p: Problem) -> str | None:
@@ -158,21 +214,32 @@ class DenseRoute(Route):
 
 
 class GeneratedRoute(Route):
-    """A kernel generated from ``C[..] += alpha * A[..] * B[..]`` (or ``=`` into a sparse format)."""
+    """A kernel generated from ``C[..] += alpha * A[..] * B[..]`` (or ``=`` into a sparse format);
+    with a :class:`Fusion`, ``C[..] ⊕= f(A[..]) ⊗ g(B[..])`` and its epilog (for a sparse result
+    with a dense ``c``, the caller folds the result into ``c`` and applies the epilog there)."""
 
     kind = "generated"
 
-    def __init__(self, p: Problem, target: str, out_format):
+    def __init__(self, p: Problem, target: str, out_format, fused: Fusion = NO_FUSION):
         ai, bi, oi = indices(p.a, p.b)
-        rhs: nt.Expr = nt.Mul(nt.Access("A", ai), nt.Access("B", bi))
+        a, b = nt.Access("A", ai), nt.Access("B", bi)
+        a = nt.Apply(fused.prolog_a, a) if fused.prolog_a is not None else a
+        b = nt.Apply(fused.prolog_b, b) if fused.prolog_b is not None else b
+        sr = fused.semiring
+        rhs: nt.Expr = sr.multiply(b, a) if fused.swapped else sr.multiply(a, b)
         self.scaled = p.alpha != "one"
         if self.scaled:
+            if not sr.is_plus_times:
+                raise UnsupportedOperation(f"matmul: alpha scales plus-times products; the semiring {sr.name} "
+                                           f"takes alpha = 1")
             rhs = nt.Mul(nt.Scalar("alpha"), rhs)
         self.sparse_out = out_format is not None
         # without c the kernel may overwrite the output (no zero-fill, no read-back) where it
         # stores every element once; with c it adds to beta * c
         accumulate = not self.sparse_out and p.c is not None
-        self.program = nt.Program((nt.Statement(nt.Access("C", oi), rhs, accumulate=accumulate),))
+        epilog = None if self.sparse_out and p.c is not None else fused.epilog
+        self.program = nt.Program((nt.Statement(nt.Access("C", oi), rhs, accumulate=accumulate, semiring=sr,
+                                                epilog=epilog),))
         self.target, self.out_format = target, out_format
         self._run = self._module = self._call = self._plan = None
         self._args, self._bound, self._fn = None, None, None
@@ -183,7 +250,7 @@ class GeneratedRoute(Route):
         if self.scaled:
             bindings["alpha"] = alpha
         self._run = runtime.prepare(self.program, bindings, self.target)
-        module, key = cache.load(self._run.fields, self._run.generate)
+        module, key = self._run.load()
         self._module, self._plan = module, module.PLAN[0]
         self.overwrites = bool(self._plan.get("overwrites"))
         # on a GPU the module's launch wrapper picks the grid; on the CPU the njit function runs
@@ -191,7 +258,8 @@ class GeneratedRoute(Route):
             getattr(module, self._plan["function"])
         converts = ", ".join(f"{n} to {f}" for n, f in self._plan["convert"].items())
         self.info = (f"generated: {self.target}, key {key[:12]}… ({self.program})"
-                     + (f"; converts {converts} at every execute" if converts else ""))
+                     + (f"; converts {converts} at every execute" if converts else "")
+                     + ("" if self._run.stable else "; compiled in memory (a user function has no stable key)"))
         if not self.sparse_out and self.target == "cpu":
             self._compile(key, self._cpu_function(a, b), self._arguments(a, b, out, alpha))
 
@@ -228,6 +296,7 @@ class GeneratedRoute(Route):
         if not self.sparse_out:
             args = self._arguments(a, b, out, alpha)
             self._fn(*args)
+            self._run.epilog(self._plan, out)
             return out
         call = self._cpu_function(a, b) if self.target == "cpu" else self._call
         tensors = self._run.tensors
@@ -249,10 +318,17 @@ class GeneratedRoute(Route):
         self._run = self._module = self._call = None
 
 
-def choose(p: Problem, a, b, out_format) -> tuple[Route, str]:
-    """The route for ``p`` and why it was chosen (``p.route`` forces one)."""
+def choose(p: Problem, a, b, out_format, fused: Fusion = NO_FUSION) -> tuple[Route, str]:
+    """The route for ``p`` and why it was chosen (``p.route`` forces one; a fusion forces the
+    generated route)."""
     op = op_name(p)
     forced = p.route
+    if fused.active:
+        if forced not in (None, "generated"):
+            raise UnsupportedOperation(f"matmul: route {forced!r} computes plus-times products of stored values; "
+                                       f"{fused.describe()} needs the generated route")
+        return GeneratedRoute(p, p.target, out_format, fused), \
+            f"{fused.describe()}: only generated kernels fuse them (library and registered kernels are plus-times)"
     if not p.a.sparse and not p.b.sparse:
         return DenseRoute(), "both operands are dense"
     tried = []
