@@ -120,3 +120,14 @@ def require(module: str, extra: str):
         raise MissingDependencyError(
             f"this feature needs the optional package '{module}': pip install 'ustc[{extra}]'"
         ) from exc
+
+
+class DistributedError(UstcError, RuntimeError):
+    """A distributed operation failed: a worker was lost or a block could not be reached.
+
+    Attribute ``lost_blocks``: the block indices whose workers are gone (may be empty).
+    """
+
+    def __init__(self, message: str, *, lost_blocks=()):
+        self.lost_blocks = tuple(lost_blocks)
+        super().__init__(message)
