@@ -64,8 +64,13 @@ class Function:
     def __str__(self) -> str:
         return f"{self.name}#{self.key[:12]}"
 
+    @property
+    def host(self):
+        """The function as Python calls it on the host (a Numba dispatcher's ``py_func``)."""
+        return getattr(self.py, "py_func", self.py)
+
     def __call__(self, *args):
-        return self.py(*args)
+        return self.host(*args)
 
 
 def function(fn, arity: int | None = None, what: str = "function") -> Function:
@@ -128,7 +133,7 @@ def resolve(key: str, target: str):
         import numba
         from numba.core.registry import CPUDispatcher
 
-        out = fn if isinstance(fn, CPUDispatcher) else numba.njit(nogil=True)(fn)
+        out = fn if isinstance(fn, CPUDispatcher) else numba.njit(nogil=True)(getattr(fn, "py_func", fn))
     with _LOCK:
         _RESOLVED[(key, target)] = out
     return out

@@ -455,3 +455,30 @@ def test_kernels_of_different_functions_never_share_a_cache_entry(tmp_path, monk
         assert len(ustc.cache.entries()) == 2
     finally:
         ustc.cache._forget()
+
+
+@pytest.mark.parametrize("out_format", [F.DCSR, F.COO(2), F.CSR])
+def test_min_plus_spgemm_inner_products_through_the_writer(out_format):
+    """C[i, j] = min_k A[i, k] + B[j, k]: the reduction is innermost, so a DCSR or COO output is
+    written by the kernel in its own format (the writer), CSR by the row kernel."""
+    g, h = _graph(6, 5, seed=10, density=0.4), _graph(7, 5, seed=11, density=0.4)
+    st = nt.Statement(_a("C", "i", "j"), MINPLUS.multiply(_a("A", "i", "k"), _a("B", "j", "k")), semiring=MINPLUS)
+    from ustc.ops import runtime
+
+    run = runtime.prepare(nt.Program((st,)), {"A": ustc.Tensor.from_package(g), "B": ustc.Tensor.from_package(h),
+                                              "C": out_format}, "cpu")
+    module, _ = run.load()
+    assert (module.PLAN[0]["writer"] > 0) == (out_format != F.CSR)
+    C = run.run()["C"]
+    got = np.full((6, 7), np.inf)
+    coords, values = C.entries()
+    got[coords] = values
+    np.testing.assert_array_equal(got, np.min(_inf(g)[:, None, :] + _inf(h)[None, :, :], axis=2))
+
+
+def test_cli_compiles_min_folds(capsys):
+    from ustc.cli.main import main
+
+    assert main(["compile", "--expr", "y[i] = min(y[i], A[i,j] + x[j])", "--format", "A=CSR"]) == 0
+    text = capsys.readouterr().out
+    assert "acc = np.inf" in text and "y[np.uintp(i)] = min(y[np.uintp(i)], acc)" in text

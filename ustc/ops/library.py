@@ -206,7 +206,8 @@ def parse_program(texts: Sequence[str] | str, filename: str = "<expr>") -> nt.Pr
                     indices.add(sub.id)
         elif isinstance(node, ast.Name):
             names[node.id] = None
-    scalars = [n for n in names if n not in tensors and n not in indices]
+    called = {node.func.id for node in ast.walk(tree) if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)}
+    scalars = [n for n in names if n not in tensors and n not in indices and n not in called]  # min / max
     params = list(tensors) + scalars
     header = ast.parse(f"def kernel({', '.join(params)}):\n    pass").body[0]
     header.body = tree.body

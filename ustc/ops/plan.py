@@ -375,7 +375,7 @@ class Matmul:
             coords, values = tuple(c[keep] for c in coords), values[keep]
         if bound.c is None:  # the route applied the epilog to the entries (distinct): the rest is h(zero)
             zero = 0 if sr.add == "plus" else sr.identity(target.dtype)
-            target.fill(fused.epilog.py(zero) if fused.epilog is not None else zero)
+            target.fill(fused.epilog(zero) if fused.epilog is not None else zero)
             target[coords] = values
             return bound.result if out is None else self._wrap(target, bound)
         if target is not bound.inplace:
