@@ -132,7 +132,11 @@ def binary(a: Tensor, other, op: str, reflected: bool = False):
         if op in "+-" and other == 0:
             return negative(a) if op == "-" and reflected else a.copy()
         b: nt.Expr = nt.Scalar("s")
-        bindings["s"] = other.item() if isinstance(other, np.ndarray) else other
+        value = other.item() if isinstance(other, np.ndarray) else other
+        # NumPy's rule: a Python scalar takes the tensor's dtype within its kind (float32 * 3 is
+        # float32); a NumPy scalar or 0-d array promotes like an array of its dtype
+        kind = np.result_type(a.dtype, other if isinstance(other, (np.ndarray, np.generic)) else value)
+        bindings["s"] = kind.type(value)
         dense_out = op != "*"
     else:
         if not isinstance(other, Tensor):

@@ -23,8 +23,8 @@ does not store as values, duplicates are summed first, ``axis`` is None, an int 
 * ``diagonal(k=0)``: a NumPy array. ``setdiag(values, k=0)``: in place; a scalar fills the
   diagonal, an array its first ``len(values)`` entries. New entries follow ``A[i, j] = v``
   (formats that grow by entries, and DIA formats, which take a whole new diagonal).
-* ``eliminate_zeros()`` and ``sum_duplicates()``: in place. CSR, CSC and COO filter their
-  buffers (O(nnz)); other formats are rebuilt in their own format from their entries, so the
+* ``eliminate_zeros()`` and ``sum_duplicates()``: in place. CSR, CSC and COO (any properties)
+  filter their buffers (O(nnz), duplicates kept); other formats are rebuilt in their own format from their entries, so the
   zeros the format must store (blocks, diagonals, n:m groups, delta padding) stay.
   ``sum_duplicates`` sorts, and drops explicit zeros too.
 * ``astype(dtype)``: a copy with cast values. ``tocsr()``, ``tocsc()``, ``tocoo()``: the tensor
@@ -44,7 +44,7 @@ import numpy as np
 
 from ..errors import ShapeError, UnsupportedOperation
 from ..format.levels.base import prefix_sum
-from ..tensor import fastpaths, packages
+from ..tensor import packages
 from ..tensor import indexing
 from ..tensor.tensor import Tensor, as_format
 from . import ufuncs
@@ -142,7 +142,7 @@ def mean(t: Tensor, axis=None):
     axes = _axes(axis, t.ndim)
     count = math.prod(t.shape[d] for d in axes)
     s = t.sum(axis if axis is None else axes)
-    dtype = np.float64 if t.dtype.kind in "biu" else t.dtype
+    dtype = np.dtype(np.float64) if t.dtype.kind in "biu" else t.dtype
     with np.errstate(invalid="ignore", divide="ignore"):
         out = np.asarray(s).astype(dtype) / dtype.type(count) if count else np.asarray(s).astype(dtype) * np.nan
     return out[()] if np.ndim(out) == 0 else out
@@ -205,25 +205,39 @@ def _compressed_filter(t: Tensor, keep: np.ndarray) -> Tensor:
 
 
 def _coo_filter(t: Tensor, keep: np.ndarray) -> Tensor:
+    """COO-like ``t`` (a compressed head, singletons below) without the entries where ``keep``
+    is False: every level's coordinates filtered, the order kept."""
     pos0 = t._buffers[(0, "pos")]
-    n = int(keep.sum())
-    buffers = {(0, "pos"): np.array([0, n], dtype=pos0.dtype),
-               (0, "crd"): t._buffers[(0, "crd")][:t.nse][keep],
-               (1, "crd"): t._buffers[(1, "crd")][:t.nse][keep]}
+    buffers = {(0, "pos"): np.array([0, int(keep.sum())], dtype=pos0.dtype)}
+    for k in range(t.format.nlevels):
+        buffers[(k, "crd")] = t._buffers[(k, "crd")][:t.nse][keep]
     return Tensor(t.format, t.shape, buffers, t._values[:t.nse][keep], device=t.device, package=t.package)
 
 
-def _cheap_filter(t: Tensor, keep_fn):
-    """A filtered copy for CSR, CSC and COO (None for other formats)."""
-    fam = fastpaths.family(t.format)
-    if fam is None:
+def _filter_kind(fmt) -> str | None:
+    """'rows' (a dense level, then a compressed one: CSR, CSC, with any properties) or 'coo'
+    (a compressed level, then singletons) over plain dimensions, else None."""
+    from ..format.levels import Compressed, Dense, Singleton
+
+    if not indexing.plain(fmt):
         return None
-    if fam.kind == "coo" and int(t._buffers[(0, "pos")][0]) != 0:
+    kinds = [type(lv.type) for lv in fmt.levels]
+    if kinds == [Dense, Compressed]:
+        return "rows"
+    if len(kinds) >= 2 and kinds[0] is Compressed and all(k is Singleton for k in kinds[1:]):
+        return "coo"
+    return None
+
+
+def _cheap_filter(t: Tensor, keep_fn):
+    """A filtered copy for CSR- and COO-like formats (None for other formats)."""
+    kind = _filter_kind(t.format)
+    if kind is None or (kind == "coo" and int(t._buffers[(0, "pos")][0]) != 0):
         return None
     keep = keep_fn(t._values[:t.nse])
     if keep.all():
         return t
-    return _compressed_filter(t, keep) if fam.kind == "csr" else _coo_filter(t, keep)
+    return _compressed_filter(t, keep) if kind == "rows" else _coo_filter(t, keep)
 
 
 def eliminate_zeros(t: Tensor, *, cheap_only: bool = False) -> None:
