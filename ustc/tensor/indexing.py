@@ -382,7 +382,11 @@ def locate(t: Tensor, coords) -> tuple[np.ndarray, list]:
         found: list = []
         if lt.locate:
             if type(lt).locate_position is LevelType.locate_position:
-                found = [(p * size + c - lo, p * size + c - lo + 1) for p in _each(runs)]
+                if len(runs) == 1 and runs[0][1] - runs[0][0] == 1:
+                    q = runs[0][0] * size + c - lo
+                    found = [(q, q + 1)]
+                else:
+                    found = [(p * size + c - lo, p * size + c - lo + 1) for p in _each(runs)]
             else:
                 for p in _each(runs):
                     q = int(evaluate(lt.locate_position(acc, ir.Const(p), ir.Const(c)), env))
@@ -390,12 +394,16 @@ def locate(t: Tensor, coords) -> tuple[np.ndarray, list]:
         elif lt.one_child:
             for a, b in runs:
                 found += _find(lt, acc, env, *_segment(lt, acc, env, a, b), c)
+        elif len(runs) == 1 and runs[0][1] - runs[0][0] == 1:
+            found = _find(lt, acc, env, *_segment(lt, acc, env, runs[0][0], None), c)
         else:
             for p in _each(runs):
                 found += _find(lt, acc, env, *_segment(lt, acc, env, p, None), c)
         runs = found
         if not runs:
             return values, []
+    if len(runs) == 1 and runs[0][1] - runs[0][0] == 1:
+        return values, [runs[0][0]]
     return values, list(_each(runs))
 
 
@@ -707,11 +715,37 @@ def _share(t: Tensor) -> Tensor:
     return Tensor(t.format, t.shape, t._buffers, t._values, device=t.device, package=t.package)
 
 
+@functools.lru_cache(maxsize=256)
+def _all_dense(fmt: TensorFormat) -> bool:
+    return fmt.all_dense
+
+
+def integer_key(key, shape) -> list | None:
+    """The coordinates of a key of one integer per dimension (the common ``A[i, j]``), checked
+    and wrapped, without the general parse; None for any other key."""
+    if type(key) is not tuple or len(key) != len(shape):
+        if len(shape) == 1 and type(key) is int:
+            return [_wrap(key, shape[0], 0)]
+        return None
+    out = []
+    for d, (k, n) in enumerate(zip(key, shape)):
+        if type(k) is not int:
+            if not isinstance(k, np.integer):
+                return None
+            k = int(k)
+        out.append(k + n if -n <= k < 0 else k if 0 <= k < n else _wrap(k, n, d))
+    return out
+
+
 def getitem(t: Tensor, key):
     """``t[key]`` (module docstring)."""
-    t._require_host()
-    if t.format.all_dense:
+    if t.device != "cpu":
+        t._require_host()
+    if _all_dense(t.format):
         return _dense_getitem(t, key)
+    coords = integer_key(key, t.shape)
+    if coords is not None:
+        return lookup(t, coords)
     idx = parse(key, t.shape)
     if idx.scalar:
         return lookup(t, [s.k for s in idx.specs])
@@ -856,22 +890,32 @@ def setitem(t: Tensor, key, value, *, diagonals: bool = False) -> None:
         parse(key, t.shape)
         _dense_view(t)[_numpy_key(key)] = v
         return
+    coords = integer_key(key, t.shape)
+    if coords is not None:
+        return _set_one(t, coords, v, diagonals)
     idx = parse(key, t.shape)
     if idx.scalar:
-        if v.size != 1:
-            raise ShapeError(f"cannot assign {v.size} values to the single entry {tuple(s.k for s in idx.specs)}")
-        x = v.reshape(()).astype(t.dtype)
-        values, positions = locate(t, [s.k for s in idx.specs])
-        if positions:
-            values[positions[0]] = x
-            if len(positions) > 1:
-                values[positions[1:]] = 0
-        elif x != 0:
-            coords = tuple(np.array([s.k]) for s in idx.specs)
-            if not (can_grow(t.format) or (diagonals and grows_by_diagonals(t.format))):
-                refuse_growth(t.format, coords, 1)
-            grow(t, coords, np.array([x]))
-        return
+        return _set_one(t, [s.k for s in idx.specs], v, diagonals)
+    _set_many(t, idx, v, diagonals)
+
+
+def _set_one(t: Tensor, coords, v: np.ndarray, diagonals: bool) -> None:
+    if v.size != 1:
+        raise ShapeError(f"cannot assign {v.size} values to the single entry {tuple(coords)}")
+    x = v.reshape(()).astype(t.dtype)
+    values, positions = locate(t, coords)
+    if positions:
+        values[positions[0]] = x
+        if len(positions) > 1:
+            values[positions[1:]] = 0
+    elif x != 0:
+        coords = tuple(np.array([c]) for c in coords)
+        if not (can_grow(t.format) or (diagonals and grows_by_diagonals(t.format))):
+            refuse_growth(t.format, coords, 1)
+        grow(t, coords, np.array([x]))
+
+
+def _set_many(t: Tensor, idx: Index, v: np.ndarray, diagonals: bool) -> None:
     try:
         target = np.broadcast_to(v, idx.shape)
     except ValueError:
