@@ -356,3 +356,14 @@ def test_scipy_operands():
             assert isinstance(got, Tensor)
             _close(got, want)
     _close(np.maximum(A, sp.csr_array(np.eye(4, 5))), np.maximum(a, np.eye(4, 5)))
+
+
+def test_arrays_doc_examples():
+    """docs/arrays.md is executable: every example prints what it shows."""
+    import doctest
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "docs" / "arrays.md"
+    result = doctest.testfile(str(path), module_relative=False,
+                              optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    assert result.attempted > 20 and result.failed == 0

@@ -346,4 +346,6 @@ def truth(t: Tensor) -> bool:
 
 def no_array(t: Tensor, dtype=None, copy=None):
     raise UnsupportedOperation("a ustc Tensor is not converted to a NumPy array implicitly (it could be "
-                               "huge); call A.toarray() or A.to_dense()")
+                               "huge); call A.toarray() or A.to_dense(). (SciPy asks for one in S * A, S @ A "
+                               "and S > A with a SciPy matrix S on the left: write A * S, A.T @ ..., or "
+                               "ustc.Tensor.from_package(S) * A)")

@@ -684,7 +684,10 @@ def candidates(t: Tensor, idx: Index) -> tuple[tuple, np.ndarray]:
         hits = np.flatnonzero((crd >= lo) & (crd < hi))
     else:
         hits = np.flatnonzero(np.isin(crd, spec.arr))
-    major = np.searchsorted(pos, hits, "right").astype(np.int64) - 1
+    if len(hits) * max(1, int(np.log2(len(pos) + 1))) < len(crd):   # few hits: search their rows
+        major = np.searchsorted(pos, hits, "right").astype(np.int64) - 1
+    else:                                                             # many: expand every row once
+        major = np.repeat(np.arange(len(pos) - 1, dtype=np.int64), np.diff(pos))[hits]
     minor_c = crd[hits].astype(np.int64)
     coords = (major, minor_c) if minor == 1 else (minor_c, major)
     return coords, t._values[hits]
@@ -756,7 +759,9 @@ def getitem(t: Tensor, key):
     coords, values = candidates(t, idx)
     out, sel = select(coords, idx, t.shape)
     fmt = result_format(source, len(idx.shape), idx.advanced)
-    result = Tensor.from_coo(out, values[sel], idx.shape, fmt)
+    from ..ops.runtime import assemble       # entries still in CSR / CSC order: counted, not sorted
+
+    result = assemble(out, values[sel], idx.shape, fmt)
     result._package = t.package
     return result
 
