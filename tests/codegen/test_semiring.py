@@ -482,3 +482,15 @@ def test_cli_compiles_min_folds(capsys):
     assert main(["compile", "--expr", "y[i] = min(y[i], A[i,j] + x[j])", "--format", "A=CSR"]) == 0
     text = capsys.readouterr().out
     assert "acc = np.inf" in text and "y[np.uintp(i)] = min(y[np.uintp(i)], acc)" in text
+
+
+@pytest.mark.parametrize("module", ["ustc.ops.jit", "ustc.ops.einsum"])
+def test_module_examples(module):
+    """The examples in the front ends' docstrings (a Bellman-Ford step, a min-plus SpGEMM) run."""
+    import doctest
+    import importlib
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ustc.ConversionWarning)
+        result = doctest.testmod(importlib.import_module(module))
+    assert result.attempted > 0 and result.failed == 0

@@ -22,9 +22,11 @@ and never written to the kernel cache.
 
 from __future__ import annotations
 
+import atexit
 import functools
 import hashlib
 import math
+import shutil
 import sys
 import tempfile
 import threading
@@ -581,7 +583,8 @@ _LOCAL_DIR: list = []
 
 def load_local(key: str, generate):
     """``(module, key)`` for a program whose user functions have no stable key: generated once per
-    process into a private temporary directory and imported from there; never in ``ustc.cache``."""
+    process into a private temporary directory (removed at exit) and imported from there; never
+    in ``ustc.cache``."""
     import importlib.util
 
     with _LOCAL_LOCK:
@@ -590,6 +593,7 @@ def load_local(key: str, generate):
             return module, key
         if not _LOCAL_DIR:
             _LOCAL_DIR.append(Path(tempfile.mkdtemp(prefix="ustc-local-kernels-")))
+            atexit.register(shutil.rmtree, _LOCAL_DIR[0], ignore_errors=True)
         name = f"ustc_local_kernel_{key[:24]}"
         path = _LOCAL_DIR[0] / f"{name}.py"
         path.write_text(generate(), encoding="utf-8")
