@@ -212,3 +212,36 @@ def test_release_operands_keeps_the_plan(rng):
     mm.free()
     with pytest.raises(ustc.UstcError, match="released"):
         mm.reset_operands(A, b, c)
+
+
+@pytest.mark.parametrize("fmt", named_2d())
+def test_float16_products_accumulate_in_float32(fmt, rng):
+    """float16 operands on the CPU: float16 results, computed in float32 (Numba has no CPU
+    float16), operands changed in place between executes are seen, c updated in place."""
+    A, a, b, c = _operands(rng, fmt, dtype=np.float16)
+    a32, b32 = a.astype(np.float32), b.astype(np.float32)
+    want = a32 @ b32
+    y = ustc.matmul(A, b)
+    assert y.dtype == np.float16
+    np.testing.assert_allclose(y.astype(np.float32), want, rtol=2e-3, atol=2e-3)
+    c0 = c.astype(np.float32)
+    assert ustc.matmul(A, b, c, alpha=2.0) is c and c.dtype == np.float16
+    np.testing.assert_allclose(c.astype(np.float32), 2 * want + c0, rtol=4e-3, atol=4e-3)
+    x = b[:, 0].copy()
+    with ustc.Matmul(A, x) as mm:
+        mm.execute()
+        x[:] = 1
+        np.testing.assert_allclose(mm.execute().astype(np.float32), a32 @ np.ones(a.shape[1], np.float32),
+                                   rtol=2e-3, atol=2e-3)
+    out = np.empty(a.shape[0], np.float16)
+    assert ustc.matmul(A, x, out=out) is out
+
+
+def test_float16_spgemm_and_torch(rng):
+    a, b = random_dense(rng, (6, 5), dtype=np.float16), random_dense(rng, (5, 4), dtype=np.float16)
+    S = ustc.matmul(ustc.Tensor.from_dense(a, "CSR"), ustc.Tensor.from_dense(b, "COO"))
+    assert S.dtype == np.float16
+    np.testing.assert_allclose(np.asarray(S.to_dense(), np.float32), a.astype(np.float32) @ b.astype(np.float32),
+                               rtol=2e-3, atol=2e-3)
+    y = ustc.matmul(ustc.Tensor.from_dense(a, "CSR"), torch.from_numpy(b))
+    assert isinstance(y, torch.Tensor) and y.dtype == torch.float16

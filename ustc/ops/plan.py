@@ -40,7 +40,6 @@ replaces ``+`` and ``*`` (absent entries are its ``𝟘``, annihilating ⊗; wit
 forces the generated route, which ``plan_info`` says.
 """
 
-
 from __future__ import annotations
 
 import functools
@@ -52,6 +51,7 @@ import numpy as np
 from ..errors import ShapeError, UnsupportedOperation, UstcError
 from ..tensor import packages
 from ..tensor.tensor import Tensor, as_format
+from . import narrow
 from . import operands as ops
 from ..codegen.functions import apply_inplace
 from ..codegen.lower import stores_padding
@@ -78,6 +78,8 @@ class Bound:
     out_format: object = None     # TensorFormat of a sparse result
     inplace: object = None        # c's array (host or CuPy view), updated in place by execute()
     result: object = None         # what execute() returns when c is updated: c as the caller gave it
+    result_dtype: np.dtype = None  # the caller's dtype: ``dtype`` unless float16 runs in float32
+    refresh: tuple = ()           # (float16 source, float32 twin) pairs copied before each execute
     swapped: bool = False         # x @ B was bound as B^T @ x (a is b transposed, b is a)
 
 
@@ -121,15 +123,23 @@ def bind(a, b, c, alpha, beta, transpose_a: bool, transpose_b: bool, options: di
     if sa.sparse and sb.sparse and len(shape) == 2:
         out_format = as_format(options.get("out_format") or _default_out_format(a1))
     target = options.get("target") or ("cuda" if device == "cuda" else "cpu")
+    result_dtype, refresh = dtype, ()
+    if target == "cpu" and any(narrow.is_narrow(x) for x in (a1, b1, c1)):
+        (a1, pa_), (b1, pb_), (c1, pc_) = (narrow.widen(x) for x in (a1, b1, c1))
+        refresh = tuple(p for p in (pa_, pb_, pc_) if p is not None)
+        sa, sb = ops.spec(a1, "a", sa.package), ops.spec(b1, "b", sb.package)
+        sc = ops.spec(c1, "c", sc.package) if sc is not None else None
+        dtype = narrow.compute_dtype(dtype)
     alpha_kind = alpha_kind if alpha_kind == "one" else dtype.name
     beta_kind = beta_kind if beta_kind == "zero" else dtype.name
     problem = ops.Problem(sa, sb, sc if read_c else None, bool(transpose_a), bool(transpose_b),
                           alpha_kind, beta_kind, out_format.signature if out_format else None, options.get("route"),
-                          target, dtype.name)
+                          target, result_dtype.name)
     dense = [s for s in (sa, sb) if not s.sparse]
     package = dense[0].package if dense else sa.package
     return Bound(a1, b1, c1 if read_c else None, dtype.type(alpha), dtype.type(beta), problem, shape, dtype,
-                 package, out_format, inplace, c if inplace is not None else None, swapped=swapped)
+                 package, out_format, inplace, c if inplace is not None else None, result_dtype, refresh,
+                 swapped=swapped)
 
 
 def _scalar_class(*scalars) -> str:
@@ -211,7 +221,7 @@ class Matmul:
         route, why = choose(self.problem, bound.a, bound.b, bound.out_format, fused)
         out = None
         if not self.problem.out_format:
-            out = bound.inplace if _direct(bound.inplace) else self._allocate(bound)
+            out = bound.inplace if _direct(bound.inplace, bound.dtype) else self._allocate(bound)
         route.prepare(bound.a, bound.b, out, bound.alpha)
         self._route, self.plans = route, self.plans + 1
         self._out = None if out is bound.inplace else out
@@ -242,23 +252,31 @@ class Matmul:
             bound = self._require()
             if out is None and bound.inplace is not None:
                 _check_writable(bound.inplace)
+            narrow.refresh(bound.refresh)
             if self._route is None:
                 self.plan()
             if self.problem.out_format:
                 return self._sparse_result(bound, out)
-            if out is not None:
-                target = self._checked_out(out, bound)
-            elif _direct(bound.inplace):
+            user_out = None if out is None else self._checked_out(out, bound)
+            if user_out is not None and user_out.dtype == bound.dtype:
+                target = user_out
+            elif out is None and _direct(bound.inplace, bound.dtype):
                 target = bound.inplace
             else:
                 if self._out is None:              # after a one-shot call's detach: a fresh buffer
                     self._out = self._allocate(bound)
                 target = self._out
             self._compute(target, bound)
-            if out is None and bound.inplace is not None:
+            if user_out is not None:
+                if target is not user_out:
+                    user_out[...] = target            # computed in float32 for a float16 out
+                return self._wrap(user_out, bound)
+            if bound.inplace is not None:
                 if target is not bound.inplace:
-                    bound.inplace[...] = target       # c not C-contiguous: computed aside, copied in
+                    bound.inplace[...] = target       # c not C-contiguous, or float16: computed aside
                 return bound.result
+            if bound.result_dtype != bound.dtype:
+                target = target.astype(bound.result_dtype)
             return self._wrap(target, bound)
 
     def _compute(self, target, bound: Bound) -> None:
@@ -323,8 +341,7 @@ class Matmul:
         want = self._fusion.semiring.result_dtype(bound.dtype)
         if bound.inplace is None and bound.dtype != want:   # or / and semirings: bool results
             bound.dtype = want
-            if getattr(bound, "result_dtype", None) is not None:
-                bound.result_dtype = want
+            bound.result_dtype = want
         return bound
 
     def _allocate(self, bound: Bound):
@@ -336,9 +353,9 @@ class Matmul:
 
     def _checked_out(self, out, bound: Bound):
         arr = out if packages.is_cupy(out) else packages.host_array(out)
-        if arr.shape != bound.shape or arr.dtype != bound.dtype:
+        if arr.shape != bound.shape or arr.dtype != bound.result_dtype:
             raise ShapeError(f"matmul: out has shape {tuple(arr.shape)} and dtype {arr.dtype}, "
-                             f"expected {bound.shape} and {bound.dtype}")
+                             f"expected {bound.shape} and {bound.result_dtype}")
         return arr
 
     def _fill(self, target, bound: Bound) -> None:
@@ -363,11 +380,21 @@ class Matmul:
         target = self._checked_out(out, bound) if out is not None else bound.inplace
         fused = self._fusion
         if target is None:
-            if bound.c is None:
-                return result
-            if fused.active:
-                raise UnsupportedOperation(f"matmul: {fused.describe()} with a sparse c; pass c dense")
-            return result + (bound.c * bound.beta if bound.beta != 1 else bound.c)
+            if bound.c is not None:
+                if fused.active:
+                    raise UnsupportedOperation(f"matmul: {fused.describe()} with a sparse c; pass c dense")
+                result = result + (bound.c * bound.beta if bound.beta != 1 else bound.c)
+            return result if bound.result_dtype == bound.dtype else narrow.narrowed(result, bound.result_dtype)
+        work = target if target.dtype == bound.dtype else np.empty(bound.shape, bound.dtype)  # float16: aside
+        self._fold_sparse(result, work, bound, into_c=target is bound.inplace and work is target)
+        if work is not target:
+            target[...] = work
+        return bound.result if out is None else self._wrap(target, bound)
+
+    def _fold_sparse(self, result: Tensor, target, bound: Bound, into_c: bool) -> None:
+        """``target := epilog(c ⊕ result)`` (``c`` scaled by beta; the semiring's 𝟘 without ``c``);
+        ``into_c``: ``target`` already holds ``c``."""
+        fused = self._fusion
         coords, values = result.entries()
         sr = fused.semiring
         if not sr.is_plus_times and stores_padding(result.format):   # stored zeros there are padding
@@ -377,8 +404,8 @@ class Matmul:
             zero = 0 if sr.add == "plus" else sr.identity(target.dtype)
             target.fill(fused.epilog(zero) if fused.epilog is not None else zero)
             target[coords] = values
-            return bound.result if out is None else self._wrap(target, bound)
-        if target is not bound.inplace:
+            return
+        if not into_c:
             self._fill(target, bound)
         elif bound.beta != 1:
             target *= bound.beta
@@ -391,7 +418,6 @@ class Matmul:
                 target[at] = sr.combine(target[at], values[k])
         if fused.epilog is not None:   # the route left it to after the fold into c
             apply_inplace(fused.epilog, target)
-        return bound.result if out is None else self._wrap(target, bound)
 
     def _wrap(self, target, bound: Bound):
         if target.ndim == 0 and bound.package != packages.TORCH:
@@ -399,9 +425,10 @@ class Matmul:
         return packages.wrap(target, bound.package)
 
 
-def _direct(c) -> bool:
-    """A dense ``c`` a kernel can write directly (C-contiguous, writable)."""
-    return c is not None and bool(c.flags.c_contiguous) and (packages.is_cupy(c) or bool(c.flags.writeable))
+def _direct(c, dtype) -> bool:
+    """A dense ``c`` a kernel can write directly (C-contiguous, writable, of the compute dtype)."""
+    return c is not None and c.dtype == dtype and bool(c.flags.c_contiguous) \
+        and (packages.is_cupy(c) or bool(c.flags.writeable))
 
 
 def _bool_array(c) -> bool:
