@@ -1,0 +1,200 @@
+"""The Communicator interface of the SPMD block workers, and its transports.
+
+A communicator connects the ``size`` block workers of one partition; each knows
+its ``rank``. Three operations, all coroutines so that one SPMD code runs over
+any transport:
+
+* ``await send(dst, tag, data)`` — deliver ``data`` (a NumPy array or a small
+  Python object) to rank ``dst`` under ``tag``;
+* ``await recv(src, tag)`` — the data rank ``src`` sent under ``tag`` (messages
+  that arrive early are kept until asked for);
+* ``await allreduce(values)`` — the sum over ranks of a 1-D array of scalars,
+  bitwise identical on every rank (contributions are added in rank order, so
+  every rank branches the same way).
+
+:class:`ActorCommunicator` is the default transport: peer-to-peer calls between
+Dask actors (one RPC per message, no scheduler involvement).
+:class:`MPICommunicator` wraps an mpi4py communicator for runs under
+``mpiexec``; it needs the ``mpi`` extra (mpi4py and an MPI library).
+
+Each communicator counts what it sent (``messages``, ``bytes``) and how many
+collective synchronisations it joined (``syncs``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+
+from ..errors import DistributedError, MissingDependencyError
+
+
+def _nbytes(data) -> int:
+    if isinstance(data, np.ndarray):
+        return int(data.nbytes)
+    if isinstance(data, (tuple, list)):
+        return sum(_nbytes(d) for d in data)
+    return 8
+
+
+class Communicator:
+    """Abstract transport: ``rank``, ``size``, ``send``, ``recv``, ``allreduce`` (coroutines)."""
+
+    rank: int
+    size: int
+
+    def __init__(self, rank: int, size: int):
+        self.rank, self.size = int(rank), int(size)
+        self.messages = 0
+        self.bytes = 0
+        self.syncs = 0
+        self._seq = 0
+
+    def next_tag(self, kind: str):
+        """A fresh tag; SPMD code calls this in the same order on every rank, so tags agree."""
+        self._seq += 1
+        return (kind, self._seq)
+
+    def reset_counters(self) -> None:
+        self.messages = self.bytes = self.syncs = 0
+
+    async def send(self, dst: int, tag, data) -> None:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    async def recv(self, src: int, tag):  # pragma: no cover - interface
+        raise NotImplementedError
+
+    async def allreduce(self, values):
+        """Sum of ``values`` (1-D array) over ranks: every rank sends its part to every other and
+        adds the parts in rank order (one synchronisation, ``size - 1`` messages per rank)."""
+        values = np.asarray(values)
+        self.syncs += 1
+        if self.size == 1:
+            return values.copy()
+        tag = self.next_tag("allreduce")
+        sends = [self.send(dst, tag, values) for dst in range(self.size) if dst != self.rank]
+        recvs = [self.recv(src, tag) for src in range(self.size) if src != self.rank]
+        results = await asyncio.gather(*sends, *recvs)
+        parts = results[len(sends):]
+        total = None
+        k = 0
+        for src in range(self.size):
+            part = values if src == self.rank else parts[k]
+            if src != self.rank:
+                k += 1
+            total = np.array(part, copy=True) if total is None else total + part
+        return total
+
+
+class ActorCommunicator(Communicator):
+    """Peer-to-peer messages between Dask actors: ``send`` calls the peer actor's ``put``
+    method (a direct worker-to-worker RPC), ``recv`` waits for what ``put`` delivered.
+    ``abort(reason)`` fails every pending and later ``recv`` with :class:`ustc.DistributedError`;
+    a ``recv`` waiting longer than ``timeout`` seconds fails the same way."""
+
+    def __init__(self, rank: int, peers, timeout: float = 120.0):
+        super().__init__(rank, len(peers))
+        self.peers = list(peers)
+        self.timeout = float(timeout)
+        self._box: dict = {}
+        self._aborted: str | None = None
+
+    def _slot(self, key):
+        fut = self._box.get(key)
+        if fut is None:
+            fut = asyncio.get_running_loop().create_future()
+            self._box[key] = fut
+        return fut
+
+    def deliver(self, tag, src, data) -> None:
+        """Called by the actor's ``put``: keep ``data`` until ``recv(src, tag)``."""
+        fut = self._slot((tuple(tag) if isinstance(tag, list) else tag, int(src)))
+        if not fut.done():
+            fut.set_result(data)
+
+    def abort(self, reason: str) -> None:
+        self._aborted = reason
+        for fut in self._box.values():
+            if not fut.done():
+                fut.set_exception(DistributedError(reason))
+
+    async def send(self, dst: int, tag, data) -> None:
+        if self._aborted:
+            raise DistributedError(self._aborted)
+        self.messages += 1
+        self.bytes += _nbytes(data)
+        try:
+            await self.peers[dst].put(tag, self.rank, data)
+        except DistributedError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a lost peer surfaces as OSError / CommClosedError
+            raise DistributedError(f"block {self.rank} could not reach block {dst}: {exc}",
+                                   lost_blocks=(dst,)) from exc
+
+    async def recv(self, src: int, tag):
+        if self._aborted:
+            raise DistributedError(self._aborted)
+        key = (tag, int(src))
+        fut = self._slot(key)
+        try:
+            return await asyncio.wait_for(fut, self.timeout)
+        except asyncio.TimeoutError:
+            raise DistributedError(f"block {self.rank} waited {self.timeout:g} s for block {src}",
+                                   lost_blocks=(src,)) from None
+        finally:
+            self._box.pop(key, None)
+
+
+def mpi():
+    """``mpi4py.MPI``, or :class:`ustc.MissingDependencyError` naming the ``mpi`` extra."""
+    try:
+        from mpi4py import MPI
+    except Exception as exc:  # noqa: BLE001 - ImportError, or mpi4py present without an MPI library
+        raise MissingDependencyError(
+            "the mpi transport needs mpi4py and an MPI library (libmpi): pip install 'ustc[mpi]' "
+            f"and an MPI implementation such as Open MPI or MPICH ({exc})") from exc
+    return MPI
+
+
+class MPICommunicator(Communicator):
+    """The same interface over an mpi4py communicator (``COMM_WORLD`` by default), for SPMD
+    code started with ``mpiexec``. Point-to-point messages use ``isend`` / ``recv`` of
+    pickled objects (NumPy arrays travel as buffers), ``allreduce`` uses MPI's own
+    (rank-ordered for identical results: ``gather`` to every rank then a rank-order sum)."""
+
+    def __init__(self, comm=None):
+        MPI = mpi()
+        self.comm = comm if comm is not None else MPI.COMM_WORLD
+        super().__init__(self.comm.Get_rank(), self.comm.Get_size())
+        self._tags: dict = {}
+        self._pending: list = []
+
+    def _mpi_tag(self, tag) -> int:
+        return self._tags.setdefault(tag, len(self._tags) % 32000)
+
+    async def send(self, dst: int, tag, data) -> None:
+        self.messages += 1
+        self.bytes += _nbytes(data)
+        self._pending.append(self.comm.isend(data, dest=dst, tag=self._mpi_tag(tag)))
+
+    async def recv(self, src: int, tag):
+        data = self.comm.recv(source=src, tag=self._mpi_tag(tag))
+        self.flush()
+        return data
+
+    def flush(self) -> None:
+        """Wait for this rank's outstanding sends."""
+        pending, self._pending = self._pending, []
+        for request in pending:
+            request.wait()
+
+    async def allreduce(self, values):
+        values = np.asarray(values)
+        self.syncs += 1
+        self.flush()
+        parts = self.comm.allgather(values)
+        total = np.array(parts[0], copy=True)
+        for part in parts[1:]:
+            total = total + part
+        return total

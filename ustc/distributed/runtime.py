@@ -1,0 +1,194 @@
+"""The runtime: a Dask client, started on first use or attached to a given one.
+
+``runtime()`` returns the process-wide :class:`Runtime`. The first call without a
+prior :func:`connect` starts a ``LocalCluster`` on 127.0.0.1: one worker process
+per core, one thread each (Numba and OpenMP limited to one thread in the
+workers), no dashboard unless ``dashboard=True``; it is closed at interpreter
+exit or by :func:`shutdown`. ``connect(client_or_address)`` attaches to an
+existing ``distributed.Client`` or scheduler address instead (never closed by
+ustc).
+
+A runtime keeps one group of block actors per partition size ``P`` (rank ``b``
+on worker ``b mod workers``), connected peer to peer; every distributed matrix
+and vector of that size lives in that group.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import itertools
+import os
+import threading
+
+from ..errors import DistributedError, require
+
+_LOCK = threading.RLock()
+_RUNTIME = None
+WORKER_ENV = {"NUMBA_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
+              "MKL_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE"}
+
+
+class Runtime:
+    """A Dask client plus the block actors ustc placed on its workers."""
+
+    def __init__(self, client=None, *, address=None, n_workers=None, dashboard=False, timeout=120.0):
+        require("distributed", "distributed")
+        from distributed import Client, LocalCluster
+
+        self.cluster = None
+        self.owned = client is None and address is None       # the cluster is ours
+        self.owns_client = client is None
+        if client is not None:
+            self.client = client
+        elif address is not None:
+            self.client = Client(address)
+        else:
+            n = n_workers or os.cpu_count() or 1
+            self.cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, host="127.0.0.1",
+                                        dashboard_address="127.0.0.1:0" if dashboard else None,
+                                        scheduler_kwargs={"dashboard_address": "127.0.0.1:0"},
+                                        env=dict(WORKER_ENV), silence_logs=40, worker_dashboard_address=None)
+            self.client = Client(self.cluster)
+        self.timeout = float(timeout)
+        self.groups: dict = {}
+        self._names = itertools.count()
+
+    # -- workers and actors ---------------------------------------------------------------
+    @property
+    def workers(self) -> list:
+        """Worker addresses, sorted."""
+        return sorted(self.client.scheduler_info(n_workers=-1)["workers"])
+
+    def name(self, kind: str) -> str:
+        return f"{kind}-{next(self._names)}"
+
+    def group(self, size: int):
+        """The ``size`` block actors (created and connected on first use)."""
+        from .worker import BlockWorker
+
+        group = self.groups.get(size)
+        if group is not None:
+            return group
+        workers = self.workers
+        futures = [self.client.submit(BlockWorker, rank, size, self.timeout, actor=True,
+                                      workers=[workers[rank % len(workers)]], allow_other_workers=False,
+                                      pure=False, key=f"ustc-block-{size}-{rank}-{os.urandom(4).hex()}")
+                   for rank in range(size)]
+        actors = [f.result() for f in futures]
+        group = _Group(self, size, actors, futures, [workers[r % len(workers)] for r in range(size)])
+        group.call("connect", [(actors,)] * size)
+        self.groups[size] = group
+        return group
+
+    def scheduler_transitions(self) -> int:
+        """The scheduler's transition counter: tasks created or moved since it started."""
+        return self.client.run_on_scheduler(lambda dask_scheduler: dask_scheduler.transition_counter)
+
+    def close(self) -> None:
+        """Close the client and, when this runtime started it, the cluster."""
+        for group in self.groups.values():
+            group.futures.clear()
+        self.groups.clear()
+        if self.owns_client:
+            try:
+                self.client.close()
+            finally:
+                if self.cluster is not None:
+                    self.cluster.close()
+
+
+class _Group:
+    """The block actors of one partition size and the driver's way of calling them all."""
+
+    def __init__(self, runtime, size, actors, futures, workers):
+        self.runtime, self.size, self.actors, self.futures, self.workers = runtime, size, actors, futures, workers
+
+    def call(self, method: str, args=None, kwargs=None, ranks=None):
+        """Call ``method`` on every rank (``args[r]`` a tuple per rank) concurrently, SPMD; the
+        results in rank order. When one rank fails because its worker is gone, the others are
+        aborted and :class:`ustc.DistributedError` names the lost blocks."""
+        ranks = list(range(self.size)) if ranks is None else list(ranks)
+        args = args if args is not None else [()] * self.size
+        return self.runtime.client.sync(self._call, method, ranks, args, kwargs or {})
+
+    async def _call(self, method, ranks, args, kwargs):
+        async def one(rank):
+            return await getattr(self.actors[rank], method)(*args[rank], **kwargs)
+
+        tasks = {asyncio.ensure_future(one(r)): r for r in ranks}
+        done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+        failed = [t for t in done if t.exception() is not None]
+        if not failed:
+            results = {tasks[t]: t.result() for t in done}
+            return [results[r] for r in ranks]
+        lost = await self._lost(ranks)
+        if pending:
+            reason = (f"blocks {lost} were lost" if lost else
+                      f"block {tasks[failed[0]]} failed: {failed[0].exception()!r}")
+            await asyncio.gather(*(self._abort(r, reason) for r in ranks if r not in lost),
+                                 return_exceptions=True)
+            await asyncio.wait(pending, timeout=5)
+        for t in done | pending:
+            if t.done() and not t.cancelled():
+                t.exception()
+            else:
+                t.cancel()
+        if lost:
+            raise DistributedError(f"{method}: the workers holding blocks {lost} of {self.size} were lost "
+                                   f"({', '.join(sorted({self.workers[b] for b in lost}))})",
+                                   lost_blocks=lost)
+        exc = failed[0].exception()
+        raise exc
+
+    async def _abort(self, rank, reason):
+        await asyncio.wait_for(self.actors[rank].abort(reason), 2)
+
+    async def _lost(self, ranks):
+        """The ranks whose actors do not answer a ping within 2 s."""
+        async def alive(rank):
+            try:
+                await asyncio.wait_for(self.actors[rank].ping(), 2)
+                return True
+            except Exception:  # noqa: BLE001 - any failure to answer means lost
+                return False
+
+        answers = await asyncio.gather(*(alive(r) for r in ranks))
+        return [r for r, ok in zip(ranks, answers) if not ok]
+
+
+def runtime(**options) -> Runtime:
+    """The process-wide runtime, started on first use (``options`` go to :class:`Runtime`:
+    ``n_workers``, ``dashboard``, ``timeout``)."""
+    global _RUNTIME
+    with _LOCK:
+        if _RUNTIME is None:
+            _RUNTIME = Runtime(**options)
+        return _RUNTIME
+
+
+def connect(client_or_address=None, **options) -> Runtime:
+    """Use an existing ``distributed.Client`` (or a scheduler address) from now on; with no
+    argument, start a LocalCluster with ``options``. A runtime started before is shut down."""
+    global _RUNTIME
+    with _LOCK:
+        shutdown()
+        if client_or_address is None:
+            _RUNTIME = Runtime(**options)
+        elif isinstance(client_or_address, str):
+            _RUNTIME = Runtime(address=client_or_address, **options)
+        else:
+            _RUNTIME = Runtime(client_or_address, **options)
+        return _RUNTIME
+
+
+def shutdown() -> None:
+    """Close the process-wide runtime (and its LocalCluster, if ustc started it)."""
+    global _RUNTIME
+    with _LOCK:
+        if _RUNTIME is not None:
+            rt, _RUNTIME = _RUNTIME, None
+            rt.close()
+
+
+atexit.register(shutdown)

@@ -1,0 +1,431 @@
+"""The block worker: a Dask actor holding the blocks of one partition's rank.
+
+One :class:`BlockWorker` per block index lives on a Dask worker. It keeps that
+rank's matrix blocks (local part and compressed ghost columns, each a ustc
+Tensor with planned :class:`ustc.Matmul` objects), its slices of distributed
+vectors, and an :class:`~ustc.distributed.comm.ActorCommunicator` to its peers.
+Every public method is a coroutine: it runs on the worker's event loop, so many
+blocks on one worker interleave, and heavy work (products, solves) runs in the
+block's own thread, which reaches the communicator through the loop. A Krylov
+solve is one call per block: the iteration is SPMD, the blocks exchange halo
+values and all-reduce their inner products among themselves, and the scheduler
+sees nothing until the solve returns.
+
+The Krylov methods are :mod:`ustc.ops.krylov`'s own (CG, BiCGSTAB; GMRES here,
+with the restart length taken from the global size) over a vector backend
+whose reductions are all-reduces (:class:`BlockVectors`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+from concurrent.futures import ThreadPoolExecutor
+from types import SimpleNamespace
+
+import numpy as np
+
+from ..errors import DistributedError, SolveError
+from ..ops import krylov
+from ..ops.vectors import HostVectors
+from .comm import ActorCommunicator
+
+
+def _as_coo(block, nrows: int, ncols: int):
+    """``(rows, cols, values)`` of a loader's block: a ustc Tensor, a SciPy sparse matrix,
+    a dense array or a ``(rows, cols, values)`` triple, rows local to the block."""
+    from ..tensor.tensor import Tensor
+
+    if isinstance(block, tuple) and len(block) == 3:
+        r, c, v = (np.asarray(b) for b in block)
+        return r.astype(np.int64), c.astype(np.int64), v
+    if not isinstance(block, Tensor):
+        if isinstance(block, np.ndarray):
+            block = Tensor.from_dense(block, "CSR")
+        else:
+            block = Tensor.from_package(block)
+    if tuple(block.shape) != (nrows, ncols):
+        raise DistributedError(f"a loader returned a block of shape {tuple(block.shape)}, expected "
+                               f"({nrows}, {ncols})")
+    (r, c), v = block.entries()
+    return np.asarray(r, np.int64), np.asarray(c, np.int64), np.asarray(v)
+
+
+def _format_for(fmt, rank, shape):
+    return fmt(rank, shape) if callable(fmt) else fmt
+
+
+class _Block:
+    """One rank's part of a distributed matrix (PETSc MPIAIJ layout): ``local`` holds the
+    columns this rank owns, ``ghost`` the other columns it touches, compressed to
+    ``garray`` (their global indices, ascending); ``send[dst]`` are the owned column offsets
+    rank ``dst`` needs, ``recv[src] = (lo, hi)`` where ``src``'s values land in the ghost
+    buffer."""
+
+    def __init__(self, rows, cols, local, ghost, garray, dtype, diag):
+        self.rows, self.cols = rows, cols
+        self.local, self.ghost, self.garray = local, ghost, garray
+        self.dtype = dtype
+        self.diag = diag
+        self.send: dict = {}
+        self.recv: dict = {}
+        self.products: dict = {}
+
+    @property
+    def nrows(self):
+        return self.rows[1] - self.rows[0]
+
+    @property
+    def ncols(self):
+        return self.cols[1] - self.cols[0]
+
+    def nbytes(self) -> int:
+        return sum(t.nbytes for t in (self.local, self.ghost) if t is not None) + self.garray.nbytes
+
+
+class BlockVectors(HostVectors):
+    """:class:`ustc.ops.vectors.HostVectors` on one block's slices: every reduction is the
+    local part followed by an all-reduce over the blocks (one synchronisation; ``cg_step``'s
+    two sums travel together)."""
+
+    name = "block"
+
+    def __init__(self, worker: "BlockWorker"):
+        super().__init__()
+        self.worker = worker
+
+    def _sum(self, *values):
+        return self.worker._wait(self.worker.comm.allreduce(np.array(values)))
+
+    def dot(self, a, b):
+        return self._sum(super().dot(a, b))[0]
+
+    def norm2(self, a) -> float:
+        local = float(np.real(self._k(a).dot(a, a))) if a.size else 0.0
+        return math.sqrt(max(float(np.real(self._sum(local)[0])), 0.0))
+
+    def cg_step(self, x, r, z, p, q, dinv, alpha, jacobi: bool):
+        rr, rz = super().cg_step(x, r, z, p, q, dinv, alpha, jacobi)
+        total = self._sum(rr, rz)
+        return float(np.real(total[0])), r.dtype.type(total[1])
+
+    def residual(self, r, b, ax) -> float:
+        return float(np.real(self._sum(super().residual(r, b, ax))[0]))
+
+    def axpy_norm(self, out, x, alpha, y) -> float:
+        return float(np.real(self._sum(super().axpy_norm(out, x, alpha, y))[0]))
+
+    def orthogonalize(self, V, k1: int, w):
+        """Classical Gram-Schmidt twice as on the host, each pass's coefficients all-reduced
+        (three synchronisations per GMRES step)."""
+        if not k1:
+            return np.zeros(0, dtype=w.dtype), self.norm2(w)
+        comm = self.worker.comm
+        if w.size == 0:
+            zeros = np.zeros(k1, dtype=w.dtype)
+            h = self.worker._wait(comm.allreduce(zeros))
+            again = self.worker._wait(comm.allreduce(zeros))
+            return h + again, math.sqrt(max(float(np.real(self._sum(0.0)[0])), 0.0))
+        k = self._k(w)
+        chunks = -(-w.size // self.parallel.GS_CHUNK)
+        partial = np.empty((chunks, k1), dtype=w.dtype)
+        norms = np.empty(chunks)
+        k.gs_coefficients(V.data, k1, w, partial)
+        h = self.worker._wait(comm.allreduce(partial.sum(axis=0)))
+        k.gs_subtract(V.data, k1, h, w, partial, norms, True)
+        again = self.worker._wait(comm.allreduce(partial.sum(axis=0)))
+        k.gs_subtract(V.data, k1, again, w, partial, norms, False)
+        return h + again, math.sqrt(max(float(np.real(self._sum(float(norms.sum()))[0])), 0.0))
+
+
+class _Operator:
+    """The solvers' ``op``: ``apply(v, out)`` is the distributed product of this rank's rows."""
+
+    def __init__(self, worker, block, dtype):
+        self.worker, self.block = worker, block
+        self.vec = BlockVectors(worker)
+        self.v = np.zeros(block.ncols, dtype=dtype)
+        self.applications = 0
+        self.matmul = SimpleNamespace(plan_info=worker._plan_info(block, dtype, ()))
+
+    def apply(self, v, out):
+        self.applications += 1
+        self.worker._apply(self.block, v, out)
+        return out
+
+
+def gmres(op, b, x, dinv, rtol, atol, maxiter, restart: int, nglobal: int):
+    """:func:`ustc.ops.krylov.gmres` with the restart length bounded by the global size."""
+    vec = op.vec
+    n, m, dt = b.size, max(1, min(restart, nglobal)), b.dtype
+    stop = max(rtol * vec.norm2(b), atol)
+    r, w, z = vec.empty(n, dt), vec.empty(n, dt), vec.empty(n, dt)
+    V = vec.basis(m + 1, n, dt)
+    done = 0
+    while True:
+        beta = math.sqrt(vec.residual(r, b, op.apply(x, w)))
+        krylov.check_finite("gmres", done, stop, beta)
+        if beta <= stop or done >= maxiter:
+            return x, done, beta, beta <= stop
+        H = np.zeros((m + 1, m), dtype=dt)
+        cs, sn = np.zeros(m, dtype=dt), np.zeros(m, dtype=dt)
+        g = np.zeros(m + 1, dtype=dt)
+        g[0] = beta
+        vec.set_row(V, 0, r, beta)
+        k = 0
+        while k < m and done < maxiter:
+            krylov._precondition(vec, z, dinv, V.rows[k])
+            op.apply(z, w)
+            done += 1
+            h, h_next = vec.orthogonalize(V, k + 1, w)
+            H[:k + 1, k] = h
+            H[k + 1, k] = h_next
+            if h_next != 0:
+                vec.set_row(V, k + 1, w, h_next)
+            krylov._givens(H, cs, sn, g, k)
+            krylov.check_finite("gmres", done, h_next, g[k + 1])
+            k += 1
+            if abs(g[k]) <= stop or h_next == 0:
+                break
+        y = np.linalg.solve(np.triu(H[:k, :k]), g[:k]) if k else np.zeros(0, dtype=dt)
+        krylov.check_finite("gmres", done, *y)
+        vec.combine(w, V, y)
+        krylov._precondition(vec, z, dinv, w)
+        vec.axpy(x, dt.type(1), z)
+
+
+class BlockWorker:
+    """The Dask actor of one block index (rank) of a partition."""
+
+    def __init__(self, rank: int, size: int, timeout: float = 120.0):
+        self.rank, self.size, self.timeout = int(rank), int(size), float(timeout)
+        self.blocks: dict = {}
+        self.vecs: dict = {}
+        self.comm = None
+        self.loop = None
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix=f"ustc-block-{rank}")
+
+    # -- plumbing -------------------------------------------------------------------------
+    async def connect(self, peers) -> int:
+        """Learn the peer actors (one per rank, this one included); returns the process id."""
+        from distributed import get_worker
+
+        self.loop = asyncio.get_running_loop()
+        worker = get_worker()
+        for peer in peers:          # bound here: the block thread's calls run outside the worker's context
+            peer._worker = worker
+        self.comm = ActorCommunicator(self.rank, peers, self.timeout)
+        return os.getpid()
+
+    async def put(self, tag, src, data) -> None:
+        self.comm.deliver(tag, src, data)
+
+    async def abort(self, reason: str) -> None:
+        self.comm.abort(reason)
+
+    async def ping(self) -> int:
+        return self.rank
+
+    async def _run(self, fn, *args):
+        return await self.loop.run_in_executor(self._pool, fn, *args)
+
+    def _wait(self, coro):
+        """Run ``coro`` on the event loop from the block's thread and wait for it."""
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+
+    async def memory(self) -> dict:
+        return {"blocks": sum(b.nbytes() for b in self.blocks.values()),
+                "vectors": sum(v.nbytes for v in self.vecs.values()),
+                "pid": os.getpid()}
+
+    async def counters(self) -> dict:
+        c = self.comm
+        return {"messages": c.messages, "bytes": c.bytes, "syncs": c.syncs}
+
+    # -- matrices -------------------------------------------------------------------------
+    async def set_block(self, key, rows, cols, coo, fmt, ghost_fmt):
+        return await self._run(self._set_block, key, rows, cols, coo, fmt, ghost_fmt)
+
+    async def load_block(self, key, rows, cols, ncols, loader, fmt, ghost_fmt):
+        def load():
+            coo = _as_coo(loader(rows[0], rows[1]), rows[1] - rows[0], ncols)
+            return self._set_block(key, rows, cols, coo, fmt, ghost_fmt)
+        return await self._run(load)
+
+    def _set_block(self, key, rows, cols, coo, fmt, ghost_fmt):
+        from ..tensor.tensor import Tensor
+
+        r, c, v = coo
+        r, c, v = np.asarray(r, np.int64), np.asarray(c, np.int64), np.asarray(v)
+        nrows, c0, c1 = rows[1] - rows[0], cols[0], cols[1]
+        own = (c >= c0) & (c < c1)
+        garray = np.unique(c[~own])
+        fmt = _format_for(fmt, self.rank, (nrows, c1 - c0))
+        ghost_fmt = _format_for(ghost_fmt, self.rank, (nrows, len(garray))) if ghost_fmt is not None else fmt
+        local = ghost = None
+        if own.any():
+            local = Tensor.from_coo((r[own], c[own] - c0), v[own], (nrows, c1 - c0), fmt)
+        if len(garray):
+            ghost = Tensor.from_coo((r[~own], np.searchsorted(garray, c[~own])), v[~own],
+                                    (nrows, len(garray)), ghost_fmt)
+        diag = np.zeros(nrows, dtype=v.dtype)
+        on = own & (r + rows[0] == c)
+        np.add.at(diag, r[on], v[on])
+        self.blocks[key] = _Block(tuple(rows), tuple(cols), local, ghost, garray, v.dtype, diag)
+        return {"garray": garray, "nse_local": int(own.sum()), "nse_ghost": int((~own).sum()),
+                "format": str(local.format) if local is not None else str(fmt)}
+
+    async def set_halo(self, key, send, recv) -> None:
+        block = self.blocks[key]
+        block.send = {int(d): np.asarray(i, np.int64) for d, i in send.items()}
+        block.recv = {int(s): (int(lo), int(hi)) for s, (lo, hi) in recv.items()}
+
+    async def drop(self, *keys) -> None:
+        for key in keys:
+            self.blocks.pop(key, None)
+            self.vecs.pop(key, None)
+
+    async def gather_block(self, key):
+        """``(rows, cols, values)`` of this rank's rows, global column indices."""
+        block = self.blocks[key]
+        parts = []
+        if block.local is not None:
+            (r, c), v = block.local.entries()
+            parts.append((r, c + block.cols[0], v))
+        if block.ghost is not None:
+            (r, c), v = block.ghost.entries()
+            parts.append((r, block.garray[c], v))
+        if not parts:
+            return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, block.dtype)
+        return tuple(np.concatenate(p) for p in zip(*parts))
+
+    # -- products -------------------------------------------------------------------------
+    def _product(self, block, dtype, tail):
+        """The planned products of ``block`` for operands of dtype ``dtype`` and trailing shape
+        ``tail`` (() for SpMV, (k,) for SpMM): buffers and ustc.Matmul objects, made once."""
+        from ..ops.plan import Matmul
+
+        key = (np.dtype(dtype).str, tuple(tail))
+        prod = block.products.get(key)
+        if prod is not None:
+            return prod
+        xbuf = np.zeros((block.ncols,) + tuple(tail), dtype=dtype)
+        gbuf = np.zeros((len(block.garray),) + tuple(tail), dtype=dtype)
+        ybuf = np.zeros((block.nrows,) + tuple(tail), dtype=dtype)
+        mm_local = mm_ghost = None
+        info = []
+        if block.local is not None and block.nrows:
+            mm_local = Matmul(block.local, xbuf)
+            mm_local.plan()
+            info.append(f"local: {mm_local.plan_info}")
+        if block.ghost is not None and block.nrows:
+            mm_ghost = Matmul(block.ghost, gbuf, ybuf, beta=1)
+            mm_ghost.plan()
+            info.append(f"ghost: {mm_ghost.plan_info}")
+        prod = SimpleNamespace(xbuf=xbuf, gbuf=gbuf, ybuf=ybuf, local=mm_local, ghost=mm_ghost,
+                               info="; ".join(info) or "empty block")
+        block.products[key] = prod
+        return prod
+
+    def _plan_info(self, block, dtype, tail):
+        return self._product(block, dtype, tail).info
+
+    async def plan(self, key, dtype, tail) -> str:
+        block = self.blocks[key]
+        return await self._run(self._plan_info, block, np.dtype(dtype), tuple(tail))
+
+    async def _halo(self, sends, recv, tag, gbuf):
+        comm = self.comm
+
+        async def take(src, lo, hi):
+            gbuf[lo:hi] = await comm.recv(src, tag)
+
+        await asyncio.gather(*(comm.send(dst, tag, data) for dst, data in sends),
+                             *(take(src, lo, hi) for src, (lo, hi) in recv.items()))
+
+    def _apply(self, block, x, out) -> None:
+        """``out = (A x)[this rank's rows]`` from this rank's slice ``x``: the halo values go out
+        first, the local product runs while they travel, the ghost product adds the received."""
+        prod = self._product(block, out.dtype, x.shape[1:])
+        comm = self.comm
+        tag = comm.next_tag("halo")
+        comm.syncs += 1
+        sends = [(dst, np.ascontiguousarray(x[idx])) for dst, idx in block.send.items()]
+        pending = asyncio.run_coroutine_threadsafe(self._halo(sends, block.recv, tag, prod.gbuf), self.loop)
+        if prod.local is not None:
+            if x is not prod.xbuf:
+                prod.xbuf[...] = x
+            prod.local.execute(out=prod.ybuf)
+        else:
+            prod.ybuf.fill(0)
+        pending.result()
+        if prod.ghost is not None:
+            prod.ghost.execute()
+        if out is not prod.ybuf:
+            out[...] = prod.ybuf
+
+    async def set_vec(self, name, data) -> None:
+        self.vecs[name] = np.ascontiguousarray(data)
+
+    async def get_vec(self, name):
+        return self.vecs[name]
+
+    async def fill_vec(self, name, shape, dtype, value) -> None:
+        self.vecs[name] = np.full(shape, value, dtype=dtype)
+
+    async def matmul(self, key, xname, yname, dtype, alpha=1, beta=0, cname=None) -> None:
+        """``vecs[yname] = alpha * A[key] @ vecs[xname] + beta * vecs[cname]`` (SPMD: every rank
+        calls it together)."""
+        def run():
+            block = self.blocks[key]
+            x = self.vecs[xname].astype(dtype, copy=False)
+            y = np.empty((block.nrows,) + x.shape[1:], dtype=dtype)
+            self._apply(block, x, y)
+            if alpha != 1:
+                y *= alpha
+            if cname is not None and beta != 0:
+                y += beta * self.vecs[cname]
+            self.vecs[yname] = y
+        await self._run(run)
+
+    # -- solves ---------------------------------------------------------------------------
+    async def solve(self, key, bname, xname, x0name, method, dtype, rtol, atol, maxiter, restart,
+                    jacobi, nglobal, checkpoint_every=None):
+        return await self._run(self._solve, key, bname, xname, x0name, method, np.dtype(dtype), rtol,
+                               atol, maxiter, restart, jacobi, nglobal)
+
+    def _solve(self, key, bname, xname, x0name, method, dtype, rtol, atol, maxiter, restart, jacobi, nglobal):
+        block = self.blocks[key]
+        comm = self.comm
+        op = _Operator(self, block, dtype)
+        vec = op.vec
+        b = np.ascontiguousarray(self.vecs[bname], dtype=dtype)
+        x = (np.array(self.vecs[x0name], dtype=dtype) if x0name is not None
+             else np.zeros(block.nrows, dtype=dtype))
+        dinv = None
+        if jacobi:
+            zero = float(np.count_nonzero(block.diag == 0))
+            if self._wait(comm.allreduce(np.array([zero])))[0]:
+                raise SolveError("solve: the Jacobi preconditioner needs a nonzero diagonal; "
+                                 "some block has a zero or missing diagonal entry")
+            dinv = (1 / block.diag).astype(dtype)
+        comm.reset_counters()
+        if method == "gmres":
+            x, it, _, _ = gmres(op, b, x, dinv, rtol, atol, maxiter, restart, nglobal)
+        else:
+            x, it, _, _ = krylov.SOLVERS[method](op, b, x, dinv, rtol, atol, maxiter)
+        loop_counters = {"messages": comm.messages, "bytes": comm.bytes, "syncs": comm.syncs,
+                         "applications": op.applications}
+        r = np.empty_like(b)
+        op.apply(x, r)
+        np.subtract(b, r, out=r)
+        wide = krylov.wide_dtype(dtype)
+        sums = self._wait(comm.allreduce(np.array([
+            float(np.vdot(r.astype(wide), r.astype(wide)).real),
+            float(np.vdot(b.astype(wide), b.astype(wide)).real)])))
+        res, bn = math.sqrt(max(sums[0], 0)), math.sqrt(max(sums[1], 0))
+        krylov.check_finite(method, it, res)
+        self.vecs[xname] = x
+        return {"iterations": int(it), "residual": res, "bnorm": bn, "plan_info": op.matmul.plan_info,
+                **loop_counters}
