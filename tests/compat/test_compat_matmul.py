@@ -100,12 +100,27 @@ def test_options_execution_and_logger(caplog):
         Matmul(A, B, C.copy(), options={"no_such_option": 1})
 
 
-def test_prologs_epilogs_and_semirings_are_unsupported():
+def test_prologs_epilogs_and_semirings_are_forwarded():
+    """nvmath's fusion arguments reach ustc.Matmul.plan: compile_matmul_* results carry the
+    Python function, which ustc compiles into the generated kernel."""
+    a, c0 = A.toarray(), C.copy()
     prolog = ust.compile_matmul_prolog(lambda v: 2 * v, operand_label="a", dtype="float64")
-    with Matmul(A, B, C.copy(), beta=1.0) as mm:
-        with pytest.raises(ustc.UnsupportedOperation, match="prologs"):
-            mm.plan(prologs={"a": prolog})
-        with pytest.raises(ustc.UnsupportedOperation, match="semiring"):
-            mm.plan(semiring={"mul": ust.compile_matmul_mul(max, dtype="float64")})
-    with pytest.raises(ustc.UnsupportedOperation, match="prologs"):
-        matmul(A, B, C.copy(), prologs={"a": prolog})
+    epilog = ust.compile_matmul_epilog(lambda v: max(v, 0.0), dtype="float64")
+    c = C.copy()
+    with Matmul(A, B, c, beta=1.0) as mm:
+        mm.plan(prologs={"a": prolog}, epilog=epilog)
+        assert mm.execute() is c
+    np.testing.assert_allclose(c, np.maximum(2 * a @ B + c0, 0))
+    c = C.copy()
+    plus = ust.compile_matmul_mul(lambda x, y: x + y, dtype="float64")
+    r = matmul(A, B, c, semiring={"mul": plus})     # plus-plus: sum over A's stored entries of a + b
+    rows, cols = A.nonzero()
+    want = c0.copy()
+    np.add.at(want, rows, a[rows, cols][:, None] + B[cols])
+    np.testing.assert_allclose(r, want)
+    with pytest.raises(ustc.UnsupportedOperation, match="prolog"):
+        matmul(A, B, C.copy(), prologs={"c": prolog})
+    with pytest.raises(ustc.UnsupportedOperation, match="not both"):
+        Matmul(A, B, C.copy()).plan(epilog=epilog, epilogs=epilog)
+
+

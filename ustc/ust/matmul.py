@@ -17,8 +17,10 @@
   accepted and have nothing to act on.
 * ``execution``: ``ExecutionCPU`` / ``"cpu"`` or ``ExecutionCUDA`` / ``"cuda"`` picks
   ustc's target. ``stream`` is accepted everywhere and unused.
-* ``plan(prologs=..., epilog=..., semiring=...)``: ustc has no fused prologs, epilogs or
-  semirings yet, so any of them raises :class:`ustc.UnsupportedOperation`.
+* ``plan(prologs=..., epilog=..., semiring=...)``: forwarded to :meth:`ustc.Matmul.plan`, which
+  compiles the Python functions into the generated kernel (``compile_matmul_*`` results carry
+  the function; ustc needs no LTO-IR). A prolog on ``c`` raises
+  :class:`ustc.UnsupportedOperation`.
 """
 
 from __future__ import annotations
@@ -91,13 +93,19 @@ class MatmulOptions:
 
 @dataclasses.dataclass(frozen=True)
 class CompiledOperation:
-    """What a ``compile_matmul_*`` helper returns: the Python function and what it is for.
-    ustc cannot run these yet (``Matmul.plan`` says so)."""
+    """What a ``compile_matmul_*`` helper returns: the Python function and what it is for
+    (``Matmul.plan`` hands the function to ustc, which compiles it into the kernel)."""
 
     kind: str
     function: object
     dtype: str | None = None
     operand_label: str | None = None
+
+
+def _function(op):
+    """The Python function behind a ``compile_matmul_*`` result (ustc compiles it itself); other
+    values pass through."""
+    return op.function if isinstance(op, CompiledOperation) else op
 
 
 def compile_matmul_prolog(prolog, *, operand_label, dtype, compute_capability=None):
@@ -242,10 +250,12 @@ class Matmul:
 
     def plan(self, *, prologs=None, epilog=None, epilogs=None, semiring=None, compute_capability=None,
              stream=None) -> None:
-        for what, value in (("prologs", prologs), ("epilog", epilog or epilogs), ("semiring", semiring)):
-            if value:
-                raise UnsupportedOperation(f"Matmul.plan({what}=...): ustc does not fuse {what} into matmul yet")
-        self._mm.plan()
+        if epilog is not None and epilogs is not None:
+            raise UnsupportedOperation("Matmul.plan: give epilog= or epilogs=, not both")
+        self._mm.plan(prologs=None if prologs is None else {k: _function(f) for k, f in prologs.items()},
+                      epilog=_function(epilog if epilog is not None else epilogs),
+                      semiring=None if semiring is None else
+                      {k: _function(f) for k, f in semiring.items()} if isinstance(semiring, dict) else semiring)
         self.logger.info("ustc matmul plan: %s", self._mm.plan_info)
 
     def execute(self, *, release_workspace=False, stream=None):
