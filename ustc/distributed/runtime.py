@@ -117,44 +117,68 @@ class _Group:
             return await getattr(self.actors[rank], method)(*args[rank], **kwargs)
 
         tasks = {asyncio.ensure_future(one(r)): r for r in ranks}
-        done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
-        failed = [t for t in done if t.exception() is not None]
-        if not failed:
-            results = {tasks[t]: t.result() for t in done}
-            return [results[r] for r in ranks]
-        lost = await self._lost(ranks)
+        watch = asyncio.ensure_future(self._watch(ranks))
+        lost, failed = [], None
+        waiting = set(tasks)
+        while waiting:
+            done, _ = await asyncio.wait(waiting | {watch}, return_when=asyncio.FIRST_COMPLETED)
+            if watch in done:
+                lost = watch.result()
+                break
+            waiting -= done
+            failed = next((t for t in done if t.exception() is not None), None)
+            if failed is not None:
+                lost = await self._lost(ranks)
+                break
+        watch.cancel()
+        if not lost and failed is None:
+            return [t.result() for t in sorted(tasks, key=tasks.get)]
+        survivors = [r for r in ranks if r not in lost]
+        reason = (f"blocks {lost} were lost" if lost else
+                  f"block {tasks[failed]} failed: {failed.exception()!r}")
+        await asyncio.gather(*(self._abort(r, reason) for r in survivors), return_exceptions=True)
+        pending = [t for t in tasks if not t.done()]
         if pending:
-            reason = (f"blocks {lost} were lost" if lost else
-                      f"block {tasks[failed[0]]} failed: {failed[0].exception()!r}")
-            await asyncio.gather(*(self._abort(r, reason) for r in ranks if r not in lost),
-                                 return_exceptions=True)
-            await asyncio.wait(pending, timeout=5)
-        for t in done | pending:
-            if t.done() and not t.cancelled():
-                t.exception()
+            await asyncio.wait(pending, timeout=3)
+        for t in tasks:
+            if t.done():
+                t.exception()          # retrieved: no "never retrieved" warning
             else:
                 t.cancel()
         if lost:
+            self.runtime.groups.pop(self.size, None)      # a later call makes a fresh group
             raise DistributedError(f"{method}: the workers holding blocks {lost} of {self.size} were lost "
                                    f"({', '.join(sorted({self.workers[b] for b in lost}))})",
                                    lost_blocks=lost)
-        exc = failed[0].exception()
-        raise exc
+        raise failed.exception()
 
     async def _abort(self, rank, reason):
         await asyncio.wait_for(self.actors[rank].abort(reason), 2)
 
-    async def _lost(self, ranks):
-        """The ranks whose actors do not answer a ping within 2 s."""
-        async def alive(rank):
-            try:
-                await asyncio.wait_for(self.actors[rank].ping(), 2)
-                return True
-            except Exception:  # noqa: BLE001 - any failure to answer means lost
-                return False
+    async def _alive_workers(self):
+        info = await self.runtime.client.scheduler.identity(n_workers=-1)
+        return set(info["workers"])
 
-        answers = await asyncio.gather(*(alive(r) for r in ranks))
-        return [r for r, ok in zip(ranks, answers) if not ok]
+    async def _watch(self, ranks, interval=0.25):
+        """Returns the ranks whose worker left the cluster (polls the scheduler, no tasks)."""
+        while True:
+            await asyncio.sleep(interval)
+            alive = await self._alive_workers()
+            lost = [r for r in ranks if self.workers[r] not in alive]
+            if lost:
+                return lost
+
+    async def _lost(self, ranks, wait=3.0):
+        """After a failure: the ranks whose worker the scheduler no longer lists (waits up to
+        ``wait`` seconds for the scheduler to notice a death)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait
+        while True:
+            alive = await self._alive_workers()
+            lost = [r for r in ranks if self.workers[r] not in alive]
+            if lost or loop.time() > deadline:
+                return lost
+            await asyncio.sleep(0.2)
 
 
 def runtime(**options) -> Runtime:
