@@ -81,3 +81,26 @@ def test_chunk_bounds_split_work_evenly(chunks, rng):
     per_chunk = work[bounds[1:]] - work[bounds[:-1]]
     # each chunk holds at most its share plus one row's work
     assert per_chunk.max() <= work[-1] / chunks + np.diff(work).max()
+
+
+UNORDERED = "(i, j) -> (i : dense, j : compressed(nonordered))"
+
+
+@pytest.mark.parametrize("shape", [(40, 30, 50), (1, 9, 1), (0, 4, 3), (60, 60, 60)], ids=str)
+def test_unordered_output_skips_the_row_sort(shape, rng):
+    """out_format CSR with a nonordered column level: the same entries as SciPy, rows in the
+    order the product reached the columns (not sorted), a valid tensor other operations take."""
+    m, k, n = shape
+    a = sp.random_array((m, k), density=0.3, rng=rng, format="csr")
+    b = sp.random_array((k, n), density=0.3, rng=rng, format="csr")
+    C = ustc.matmul(ustc.Tensor.from_package(a), ustc.Tensor.from_package(b), options={"out_format": UNORDERED})
+    assert C.format == ustc.TensorFormat.parse(UNORDERED)
+    C.validate()
+    np.testing.assert_allclose(C.to_dense(), (a @ b).toarray(), atol=1e-12)
+    x = rng.standard_normal(n)
+    np.testing.assert_allclose(ustc.matmul(C, x), (a @ b) @ x, atol=1e-12)
+    if m == 60:
+        rows = np.diff(C.pos(1))
+        crd = np.asarray(C.crd(1))
+        unsorted = any((np.diff(crd[s:s + r]) < 0).any() for s, r in zip(np.asarray(C.pos(1))[:-1], rows))
+        assert unsorted             # a dense-ish product: some row comes out of order

@@ -5,7 +5,9 @@ few long rows do not leave one thread with all of it). Each chunk owns a
 marker array and a dense accumulator spanning only the columns its rows can
 reach, so no two threads share state and a banded matrix does not pay for
 ``n_cols`` entries per chunk. Column indices of each output row are sorted,
-so the result is a canonical CSR (ordered, unique), as the format promises.
+so the result is a canonical CSR (ordered, unique), as the format promises —
+unless the caller asks for CSR with a nonordered column level, which skips the
+per-row sort (SciPy's SpGEMM does not sort either).
 
 Subscripts are cast to ``np.uintp``: Numba then drops its negative-index
 wraparound branch from every access, which halved the time of both passes.
@@ -96,8 +98,9 @@ def _sort_small(a, lo, hi):
 
 
 @njit_cached(nogil=True, parallel=True)
-def spgemm_fill(apos, acrd, avals, bpos, bcrd, bvals, pos, crd, vals, bounds, spans):
-    """Columns (sorted) and values of every output row at ``pos[i]``."""
+def spgemm_fill(apos, acrd, avals, bpos, bcrd, bvals, pos, crd, vals, bounds, spans, ordered):
+    """Columns and values of every output row at ``pos[i]``; columns sorted when ``ordered``, else
+    in the order the row first reached them."""
     for ch in prange(len(bounds) - 1):
         lo, hi = bounds[ch], bounds[ch + 1]
         first, last = spans[ch, 0], spans[ch, 1]
@@ -118,10 +121,11 @@ def spgemm_fill(apos, acrd, avals, bpos, bcrd, bvals, pos, crd, vals, bounds, sp
                         crd[U(top)] = j
                         top += 1
                     acc[j] += av * bvals[U(pb)]
-            if top - start < 64:
-                _sort_small(crd, start, top)
-            else:
-                crd[start:top].sort()
+            if ordered:
+                if top - start < 64:
+                    _sort_small(crd, start, top)
+                else:
+                    crd[start:top].sort()
             for p in range(start, top):
                 j = U(crd[U(p)])
                 vals[U(p)] = acc[j]

@@ -98,6 +98,10 @@ delta_spmv.supports = _numeric
 
 
 # -- SpGEMM ----------------------------------------------------------------------------------
+#: CSR whose rows are not sorted: asking for it as the out_format skips the per-row sort
+CSR_UNORDERED = TensorFormat.parse("(i, j) -> (i : dense, j : compressed(nonordered))")
+
+
 def _is_csr(fmt: TensorFormat) -> bool:
     from ..formats import CSR
 
@@ -106,7 +110,8 @@ def _is_csr(fmt: TensorFormat) -> bool:
 
 @register("spgemm", _is_csr, "cpu", name="csr_spgemm", builtin=True)
 def csr_spgemm(a, b, out_format):
-    """``a @ b`` for CSR ``a`` and ``b`` (Gustavson, parallel over chunks of equal work), in ``out_format``.
+    """``a @ b`` for CSR ``a`` and ``b`` (Gustavson, parallel over chunks of equal work), in ``out_format``
+    (rows left unsorted when that is :data:`CSR_UNORDERED`).
     (No ``compile`` hook: the output's size is only known after the counting pass.)"""
     import numba
 
@@ -124,9 +129,10 @@ def csr_spgemm(a, b, out_format):
     index = np.int32 if max(int(pos[-1]), n_cols) < 2**31 else np.int64
     crd = np.empty(int(pos[-1]), dtype=index)
     vals = np.empty(int(pos[-1]), dtype=np.result_type(a.dtype, b.dtype))
-    spgemm_fill(apos, acrd, a._values, bpos, bcrd, b._values, pos, crd, vals, bounds, spans)
-    c = Tensor(CSR, (n_rows, n_cols), {(1, "pos"): pos.astype(index), (1, "crd"): crd}, vals)
-    return c if out_format == CSR else c.convert(out_format)
+    fmt = CSR_UNORDERED if _plain(out_format) == CSR_UNORDERED else CSR
+    spgemm_fill(apos, acrd, a._values, bpos, bcrd, b._values, pos, crd, vals, bounds, spans, fmt == CSR)
+    c = Tensor(fmt, (n_rows, n_cols), {(1, "pos"): pos.astype(index), (1, "crd"): crd}, vals)
+    return c if out_format == fmt else c.convert(out_format)
 
 
 def _spgemm_supports(a, b) -> bool:
