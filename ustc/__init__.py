@@ -8,8 +8,9 @@ from . import _threads  # noqa: F401  (first: idle OpenMP workers must sleep; se
 from . import cache, formats, kernels
 from . import prune  # noqa: E402  (ustc.prune: n:m and magnitude pruning)
 from ._version import __version__
-from .errors import (ConversionWarning, DeviceError, FileFormatError, FormatError, FormatSemanticError, FormatSyntaxError,
-                     IndexingError, KernelError, MissingDependencyError, ShapeError, SolveError, StorageError,
+from .errors import (ConversionWarning, DeviceError, DistributedError, FileFormatError, FormatError,
+                     FormatSemanticError, FormatSyntaxError, IndexingError, KernelError, MissingDependencyError,
+                     ShapeError, SolveError, StorageError,
                      UnsupportedOperation, UstcError)
 from .format import Dimension, LevelFormat, LevelProperty, TensorFormat, parse
 from .ops.einsum import einsum
@@ -29,5 +30,5 @@ __all__ = ["__version__", "cache", "prune", "einsum", "jit", "matmul", "Matmul",
            "aslinearoperator", "eye", "diags", "random", "kron", "vstack", "hstack", "block", "concatenate",
            "warm_cache",
            "UstcError", "FormatError", "FormatSyntaxError", "FormatSemanticError", "StorageError", "ShapeError",
-           "DeviceError", "IndexingError", "KernelError", "UnsupportedOperation", "FileFormatError", "SolveError",
+           "DeviceError", "IndexingError", "KernelError", "UnsupportedOperation", "FileFormatError", "SolveError", "DistributedError",
            "MissingDependencyError", "ConversionWarning"]
