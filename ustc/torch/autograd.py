@@ -24,7 +24,7 @@ from ..errors import UnsupportedOperation
 from ..tensor.tensor import Tensor
 from .matmul import is_sparse, matmul2d
 from .pattern import pattern_coords, slot_count
-from .subclass import TorchUST, wrap_like
+from .subclass import TorchUST, dense_of, wrap_like
 
 _CHUNK = 1 << 22  # gathered elements per SDDMM chunk
 
@@ -60,7 +60,7 @@ def sample(pattern: Tensor, dense) -> TorchUST:
 
 
 def _dense(x):
-    return to_dense_tensor(x.ust) if is_sparse(x) else x
+    return dense_of(x) if is_sparse(x) else x
 
 
 class MatmulFn(torch.autograd.Function):
@@ -115,7 +115,7 @@ class ToDense(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x):
         ctx.pattern = x.ust
-        return to_dense_tensor(x.ust)
+        return dense_of(x)
 
     @staticmethod
     def backward(ctx, g):
@@ -138,11 +138,3 @@ class WithValues(torch.autograd.Function):
         if not is_sparse(g):
             g = sample(ctx.pattern, g)
         return None, g.stored_values().reshape(-1)
-
-
-def to_dense_tensor(ust: Tensor):
-    """The dense torch tensor of a ustc Tensor (a fresh tensor; no autograd)."""
-    from .subclass import to_torch
-
-    dense = ust.to_dense()
-    return to_torch(dense).clone() if dense is ust._values else to_torch(dense)

@@ -67,7 +67,7 @@ def operand(x) -> Tensor:
 
     ``ustc.matmul`` sees host arrays whatever package the buffers came from.
     """
-    ust = x.ust
+    ust = x.numeric_ust()
     if ust.package != packages.TORCH:
         return ust
     alias = copy.copy(ust)
@@ -119,7 +119,7 @@ def batch_slice(x, index: int):
     buffers = {(k - 1, name): buf[index] for (k, name), buf in ust._buffers.items()}
     sliced = Tensor(_unbatched(fmt), ust.shape[1:], buffers, ust._values[index], device=ust.device,
                     package=ust.package)
-    return TorchUST(sliced)
+    return TorchUST(sliced, dtype=x.dtype)
 
 
 def dtype_scalar(value, dtype: "torch.dtype"):

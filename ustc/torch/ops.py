@@ -17,7 +17,7 @@ from . import pointwise  # noqa: F401  (registers the element-wise handlers)
 from .autograd import MatmulFn
 from .matmul import batch_slice, is_sparse, matmul2d
 from .pattern import same_pattern, share
-from .subclass import DISPATCH, FUNCTIONS, TorchUST, numpy_dtype
+from .subclass import DISPATCH, FUNCTIONS, TorchUST, torch_parts, with_values
 
 aten = torch.ops.aten
 
@@ -93,7 +93,7 @@ def linear(x, weight, bias, mm):
 def _transposed_weight(weight):
     """``weight.t()``; for a TorchUST that autograd need not track, the zero-copy view made directly."""
     if is_sparse(weight) and not (weight.requires_grad and torch.is_grad_enabled()):
-        return TorchUST(weight.ust.T)
+        return TorchUST(share(weight.ust, weight.ust.T, same_coords=False), dtype=weight.dtype)
     return weight.t()
 
 
@@ -140,7 +140,9 @@ def _transpose_2d(x, perm, name):
         raise UnsupportedOperation(f"ustc.torch: aten.{name} of a {x.dim()}-D TorchUST is not supported "
                                    f"(2-D only); call .to_dense() first")
     perm = tuple(p % 2 for p in perm)
-    return TorchUST(share(x.ust, x.ust.T, same_coords=False)) if perm == (1, 0) else TorchUST(x.ust)
+    if perm != (1, 0):
+        return TorchUST(x.ust, dtype=x.dtype)
+    return TorchUST(share(x.ust, x.ust.T, same_coords=False), dtype=x.dtype)
 
 
 def _to_copy(x, dtype=None, device=None, **_):
@@ -148,11 +150,11 @@ def _to_copy(x, dtype=None, device=None, **_):
     if device is not None and torch.device(device).type != x.device.type:
         ust = ust.to(torch.device(device).type)
     if dtype is not None and dtype != x.dtype:
-        values = ust._values.astype(numpy_dtype(dtype))
-        ust = Tensor(ust.format, ust.shape, ust._buffers, values, device=ust.device, package=ust.package)
+        values = torch_parts(ust, x.dtype)[0] if ust is not x.ust else x.stored_values()
+        ust = with_values(ust, values.to(dtype))
     elif ust is x.ust:
         ust = ust.copy()
-    return TorchUST(share(x.ust, ust))
+    return TorchUST(share(x.ust, ust), dtype=dtype if dtype is not None else x.dtype)
 
 
 def _dense_like(func, args, kwargs):
@@ -183,9 +185,9 @@ def _aten_views():
     DISPATCH[aten.transpose] = _view(lambda f, args, kw: _transpose_2d(
         args[0], (1, 0) if args[1] % 2 != args[2] % 2 else (0, 1), "transpose"))
     DISPATCH[aten.permute] = _view(lambda f, args, kw: _transpose_2d(args[0], tuple(args[1]), "permute"))
-    DISPATCH[aten.detach] = _view(lambda f, args, kw: TorchUST(args[0].ust))
-    DISPATCH[aten.alias] = _view(lambda f, args, kw: TorchUST(args[0].ust))
-    DISPATCH[aten.clone] = lambda f, args, kw: TorchUST(share(args[0].ust, args[0].ust.copy()))
+    DISPATCH[aten.detach] = _view(lambda f, args, kw: TorchUST(args[0]))
+    DISPATCH[aten.alias] = _view(lambda f, args, kw: TorchUST(args[0]))
+    DISPATCH[aten.clone] = lambda f, args, kw: TorchUST(share(args[0].ust, args[0].ust.copy()), dtype=args[0].dtype)
     DISPATCH[aten._to_copy] = lambda f, args, kw: _to_copy(args[0], **kw)
     for name in ("empty_like", "zeros_like", "ones_like", "full_like", "rand_like", "randn_like", "randint_like",
                  "new_empty", "new_empty_strided", "new_zeros", "new_ones", "new_full"):

@@ -36,11 +36,17 @@ def keep_mask(ust: Tensor):
     return _KEEP.get(ust)
 
 
-def freeze_zeros(ust: Tensor) -> None:
-    """Freeze the slots of ``ust`` that hold 0 now: they leave the pattern (see the module docstring)."""
-    host_ust = ust if ust.device == "cpu" else ust.to("cpu")
-    values = np.asarray(host_ust._flatten()[1]).reshape(-1)
-    keep = values != 0
+def freeze_zeros(ust: Tensor, values=None) -> None:
+    """Freeze the slots of ``ust`` that hold 0 now: they leave the pattern (see the module docstring).
+
+    ``values``: ``ust``'s values as a torch tensor (needed for bfloat16, whose
+    uint16 bits hold -0.0 as a nonzero pattern).
+    """
+    if values is not None and not ust.format.batch_levels:
+        keep = (values.detach().reshape(-1) != 0).cpu().numpy()
+    else:
+        host_ust = ust if ust.device == "cpu" else ust.to("cpu")
+        keep = np.asarray(host_ust._flatten()[1]).reshape(-1) != 0
     previous = _KEEP.get(ust)
     _KEEP[ust] = keep if previous is None else keep & previous
     _COORDS.pop(ust, None)

@@ -36,7 +36,7 @@ import torch
 from torch.utils._pytree import tree_flatten, tree_map
 
 from .pattern import pattern_coords, pattern_slots, same_pattern
-from .subclass import HANDLERS, TorchUST, fallback, wrap_like
+from .subclass import HANDLERS, TorchUST, dense_of, fallback, wrap_like
 
 aten = torch.ops.aten
 _ALSO = {aten.copy_, aten.zero_, aten.fill_}
@@ -48,9 +48,7 @@ def _sparse(x) -> bool:
 
 
 def _densified(tree):
-    from .autograd import to_dense_tensor
-
-    return tree_map(lambda a: to_dense_tensor(a.ust) if _sparse(a) else a, tree)
+    return tree_map(lambda a: dense_of(a) if _sparse(a) else a, tree)
 
 
 def _is_pointwise(func) -> bool:

@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import warnings
+import weakref
 
 import numpy as np
 import torch
@@ -43,23 +44,43 @@ aten = torch.ops.aten
 FUNCTIONS: dict = {}  # torch-level function -> implementation (filled by ustc.torch.ops)
 DISPATCH: dict = {}  # aten overload packet -> implementation(func, args, kwargs)
 HANDLERS: list = []  # handler(func, args, kwargs) -> result or NotImplemented, tried after DISPATCH
+COMPILED: dict = {}  # "torch_function": the matmul family while Dynamo traces (filled by ustc.torch.compiled)
 _FALLBACK = {"on": False, "warned": set()}
+_FAKE = torch._C._TorchDispatchModeKey.FAKE
+
+
+_TORCH_DTYPES: dict = {}
+_NUMPY_DTYPES: dict = {}
 
 
 def torch_dtype(dtype) -> "torch.dtype":
     """The torch dtype of a NumPy dtype (TypeError where torch has none)."""
-    try:
-        return torch.from_numpy(np.empty(0, dtype=dtype)).dtype
-    except TypeError:
-        raise TypeError(f"torch has no dtype for NumPy {np.dtype(dtype)}") from None
+    dtype = np.dtype(dtype)
+    found = _TORCH_DTYPES.get(dtype)
+    if found is None:
+        try:
+            found = _TORCH_DTYPES[dtype] = torch.from_numpy(np.empty(0, dtype=dtype)).dtype
+        except TypeError:
+            raise TypeError(f"torch has no dtype for NumPy {dtype}") from None
+    return found
 
 
 def numpy_dtype(dtype: "torch.dtype") -> np.dtype:
-    return torch.empty(0, dtype=dtype).numpy().dtype
+    """The NumPy dtype of a torch dtype; bfloat16 (which NumPy lacks) is stored as its uint16 bits."""
+    found = _NUMPY_DTYPES.get(dtype)
+    if found is None:
+        found = _NUMPY_DTYPES[dtype] = np.dtype(np.uint16) if dtype == torch.bfloat16 else \
+            torch.empty(0, dtype=dtype).numpy().dtype
+    return found
 
 
 def host(x):
-    """A dense torch tensor as the array ustc computes on (NumPy view on the CPU, CuPy on CUDA)."""
+    """A dense torch tensor as the array ustc computes on (NumPy view on the CPU, CuPy on CUDA).
+
+    bfloat16 has no NumPy dtype: its array is the uint16 bit pattern (see :func:`bits`).
+    """
+    if x.dtype == torch.bfloat16:
+        x = x.view(torch.uint16) if x.device.type == "cpu" else x
     if x.device.type == "cpu":
         return packages.host_array(x)
     import cupy
@@ -71,9 +92,44 @@ def to_torch(a, device=None):
     """A NumPy / CuPy result as a torch tensor sharing its memory (torch tensors pass through)."""
     if isinstance(a, torch.Tensor):
         return a
-    if isinstance(a, np.ndarray) or np.isscalar(a):
+    if isinstance(a, np.ndarray):
+        if not a.flags.writeable:  # read-only views: torch warns and shares anyway
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", UserWarning)
+                return torch.from_numpy(a)
+        return torch.from_numpy(a)
+    if np.isscalar(a):
         return torch.from_numpy(np.asarray(a))
     return torch.from_dlpack(a)
+
+
+_PARTS: "weakref.WeakKeyDictionary[Tensor, tuple]" = weakref.WeakKeyDictionary()
+
+
+def torch_parts(ust: Tensor, dtype: "torch.dtype") -> tuple:
+    """``(values, ((key, buffer), ...))``: ``ust``'s buffers as torch tensors sharing their memory.
+
+    Cached per ustc Tensor, so every TorchUST of one storage (``detach``, tied
+    weights, a state_dict) hands torch the same tensors: ``torch.save`` writes
+    shared storage once. bfloat16 values are the uint16 buffer viewed as bfloat16.
+    """
+    cached = _PARTS.get(ust)
+    if cached is None or cached[0].dtype != dtype:
+        values = to_torch(ust._values)
+        if dtype == torch.bfloat16:
+            values = values.view(torch.bfloat16)
+        cached = (values, tuple((key, to_torch(buf)) for key, buf in sorted(ust._buffers.items())))
+        _PARTS[ust] = cached
+    return cached
+
+
+_INNER = 32  # buffers a TorchUST can expose to torch.compile / torch.export by name
+
+
+def _inner(k: int) -> str:
+    """The attribute holding buffer ``k`` (in ``(level, name)`` order); fixed names, declared on the class,
+    since torch.export learns a subclass's inner-tensor attributes from its first instance."""
+    return f"_i{k}"
 
 
 class TorchUST(torch.Tensor):
@@ -82,36 +138,99 @@ class TorchUST(torch.Tensor):
     ``TorchUST(t)`` wraps a ``ustc.Tensor`` ``t`` without copying;
     ``TorchUST.from_torch(x)`` views a dense or sparse torch tensor. Gradients
     of a TorchUST that requires grad are TorchUSTs with the same stored pattern.
+    ``dtype=torch.bfloat16`` wraps a ustc Tensor whose values are the uint16
+    bits of bfloat16 numbers (NumPy has no bfloat16; see ``docs/torch.md``).
     """
 
     @staticmethod
-    def __new__(cls, tensor, *, requires_grad: bool = False):
+    def __new__(cls, tensor, *, requires_grad: bool = False, dtype=None):
         if isinstance(tensor, TorchUST):
+            dtype = tensor.dtype if dtype is None else dtype
             tensor = tensor.ust
         if not isinstance(tensor, Tensor):
             raise TypeError(f"TorchUST wraps a ustc.Tensor, got {type(tensor).__name__}; "
                             f"use TorchUST.from_torch for torch tensors")
+        dtype = torch_dtype(tensor.dtype) if dtype is None else dtype
+        if dtype == torch.bfloat16 and tensor.dtype != np.uint16:
+            raise TypeError(f"a bfloat16 TorchUST holds the uint16 bits of its values, got {tensor.dtype} values")
         device = torch.device("cuda" if tensor.device == "cuda" else "cpu")
-        self = torch.Tensor._make_wrapper_subclass(cls, tensor.shape, dtype=torch_dtype(tensor.dtype),
-                                                   device=device, requires_grad=requires_grad)
-        self._ust = tensor
+        self = torch.Tensor._make_wrapper_subclass(cls, tensor.shape, dtype=dtype, device=device,
+                                                   requires_grad=requires_grad)
+        self._set_ust(tensor, dtype)
+        if requires_grad:
+            install_grad_hook(self)
         return self
 
-    def __init__(self, tensor, *, requires_grad: bool = False):
+    def __init__(self, tensor, *, requires_grad: bool = False, dtype=None):
         super().__init__()
+
+    def _set_ust(self, tensor: Tensor, dtype=None) -> None:
+        """Hold ``tensor`` (same shape and dtype); its buffers become the torch attributes torch.compile sees."""
+        self._ust = tensor
+        with torch._C.DisableTorchFunctionSubclass():
+            dtype = self.dtype if dtype is None else dtype
+        values, buffers = torch_parts(tensor, dtype)
+        self._v = values
+        self._keys = tuple(key for key, _ in buffers)
+        for k, (_, buf) in enumerate(buffers):
+            setattr(self, _inner(k), buf)
+        self._sig = tensor.format.signature
+        self._numeric = None
+
+    # -- torch.compile / AOTAutograd: a traceable wrapper subclass over its buffers --------
+    def __tensor_flatten__(self):
+        return ["_v", *(_inner(k) for k in range(len(self._keys)))], (self.signature, self._keys)
+
+    @staticmethod
+    def __tensor_unflatten__(inner, meta, outer_size, outer_stride):
+        signature, keys = meta
+        values = inner["_v"]
+        self = torch.Tensor._make_wrapper_subclass(TorchUST, outer_size, dtype=values.dtype,
+                                                   device=values.device, requires_grad=False)
+        self._ust, self._v, self._keys, self._sig, self._numeric = None, values, keys, signature, None
+        for k in range(len(keys)):
+            setattr(self, _inner(k), inner[_inner(k)])
+        return self
+
+    def _stable_hash_for_caching(self) -> str:
+        """What AOTAutograd's cache keys a TorchUST by: format, keys, shape, dtype, device and buffer metadata."""
+        import hashlib
+
+        with torch._C.DisableTorchFunctionSubclass():
+            inner = [(tuple(t.shape), str(t.dtype)) for t in (self._v, *self.buffer_tensors)]
+            text = repr(("TorchUST", self._sig, self._keys, tuple(self.shape), str(self.dtype),
+                         str(self.device), inner))
+        return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
+
+    @property
+    def signature(self) -> str:
+        """The canonical text of the format (what checkpoints and compiled graphs record)."""
+        if self._sig is None:
+            self._sig = self.ust.format.signature
+        return self._sig
+
+    @property
+    def buffer_tensors(self) -> tuple:
+        """The pos / crd buffers as torch tensors, in ``(level, name)`` order (shared memory)."""
+        return tuple(getattr(self, _inner(k)) for k in range(len(self._keys)))
 
     @classmethod
     def from_torch(cls, x, tensor_format=None) -> "TorchUST":
         """View a dense or sparse (COO, CSR, CSC, BSR, BSC) torch tensor; convert when ``tensor_format`` is given.
 
         Without ``tensor_format`` the buffers are the torch buffers (zero-copy).
-        The result is a new leaf: it does not track ``x``'s gradient.
+        The result is a new leaf: it does not track ``x``'s gradient. float16
+        and bfloat16 values stay narrow (bfloat16 as its uint16 bits).
         """
         if isinstance(x, TorchUST):
-            return x if tensor_format is None else cls(x.ust.convert(tensor_format))
+            return x if tensor_format is None else cls(convert(x, tensor_format), dtype=x.dtype)
         if not isinstance(x, torch.Tensor):
             raise TypeError(f"from_torch takes a torch.Tensor, got {type(x).__name__}")
-        ust = Tensor.from_package(x.detach())
+        x = x.detach()
+        if x.dtype == torch.bfloat16:
+            view = cls(Tensor.from_package(_bits(x)), dtype=torch.bfloat16)
+            return view if tensor_format is None else cls(convert(view, tensor_format), dtype=torch.bfloat16)
+        ust = Tensor.from_package(x)
         if tensor_format is not None:
             ust = ust.convert(tensor_format)
         return cls(ust)
@@ -119,26 +238,41 @@ class TorchUST(torch.Tensor):
     # -- the stored tensor -----------------------------------------------------------
     @property
     def ust(self) -> Tensor:
-        """The ustc Tensor holding the data."""
+        """The ustc Tensor holding the data (bfloat16 values as their uint16 bits)."""
+        if self._ust is None:  # made by __tensor_unflatten__: build it from the torch buffers
+            from ..format.ir import TensorFormat
+
+            buffers = {key: host(getattr(self, _inner(k))) for k, key in enumerate(self._keys)}
+            device = "cuda" if self._v.device.type == "cuda" else "cpu"
+            self._ust = Tensor(TensorFormat.parse(self._sig), tuple(self.shape), buffers, host(self._v),
+                               device=device, package=packages.TORCH)
         return self._ust
+
+    def numeric_ust(self) -> Tensor:
+        """The ustc Tensor to compute with: ``ust``, or for bfloat16 a float32 twin (same index buffers,
+        values widened now; ustc's NumPy side has no bfloat16)."""
+        if self.dtype != torch.bfloat16:
+            return self.ust
+        ust = self.ust
+        wide = host(self._v.float())
+        return Tensor(ust.format, ust.shape, ust._buffers, wide, device=ust.device, package=ust.package)
 
     @property
     def tensor_format(self):
-        return self._ust.format
+        return self.ust.format
 
     @property
     def nse(self) -> int:
-        return self._ust.nse
+        return self.ust.nse
 
     @property
     def storage_bytes(self) -> int:
         """Bytes of the index buffers and stored values."""
-        return self._ust.nbytes
+        return self.ust.nbytes
 
     def stored_values(self):
         """The values buffer as a torch tensor (shares memory; padding entries included)."""
-        values = self._ust._values
-        return to_torch(values) if not isinstance(values, torch.Tensor) else values
+        return self._v
 
     def to_dense(self, dtype=None, *, masked_grad=None):
         """The dense torch tensor (differentiable: the gradient keeps this tensor's pattern)."""
@@ -156,14 +290,14 @@ class TorchUST(torch.Tensor):
         """
         from .pattern import freeze_zeros
 
-        freeze_zeros(self._ust)
+        freeze_zeros(self.ust, self._v)
         return self
 
     def pattern_mask(self):
         """A dense bool tensor of this shape: True where an entry is in the pattern (stored, not frozen)."""
         from .pattern import dense_mask
 
-        return dense_mask(self._ust, self.device)
+        return dense_mask(self.ust, self.device)
 
     def with_values(self, values) -> "TorchUST":
         """A TorchUST with this pattern and ``values`` (1-D, one per stored position; differentiable)."""
@@ -171,23 +305,62 @@ class TorchUST(torch.Tensor):
 
         return WithValues.apply(self, values)
 
+    def requires_grad_(self, requires_grad: bool = True):
+        out = super().requires_grad_(requires_grad)
+        if requires_grad:
+            install_grad_hook(self)
+        return out
+
+    def __reduce_ex__(self, protocol):
+        from .checkpoint import reduce_torch_ust
+
+        return reduce_torch_ust(self)
+
+    def __deepcopy__(self, memo):
+        if id(self) in memo:
+            return memo[id(self)]
+        from .pattern import share
+
+        copied = TorchUST(share(self.ust, self.ust.copy()), dtype=self.dtype)
+        if getattr(self, "_is_param", False):
+            copied = torch.nn.Parameter(copied, requires_grad=self.requires_grad)
+        elif self.requires_grad:
+            copied.requires_grad_()
+        memo[id(self)] = copied
+        return copied
+
     def __repr__(self, *, tensor_contents=None) -> str:
-        grad = ", requires_grad=True" if self.requires_grad else ""
-        return (f"TorchUST(shape={tuple(self.shape)}, dtype={self.dtype}, device={self.device}, "
-                f"format={format_label(self._ust.format)}, nse={self._ust.nse}{grad})")
+        with torch._C.DisableTorchFunctionSubclass():
+            head = f"TorchUST(shape={tuple(self.shape)}, dtype={self.dtype}, device={self.device}, "
+            grad = ", requires_grad=True" if self.requires_grad else ""
+        if self._ust is None or _is_fake(self._v):  # traced by torch.compile: no storage to look at
+            from ..format.ir import TensorFormat
+
+            return f"{head}format={format_label(TensorFormat.parse(self._sig))}{grad})"
+        return f"{head}format={format_label(self._ust.format)}, nse={self._ust.nse}{grad})"
 
     # -- interception ------------------------------------------------------------------
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):
+        if torch.compiler.is_compiling() or torch._C._get_dispatch_mode(_FAKE) is not None:
+            return COMPILED["torch_function"](func, args, kwargs or {})  # Dynamo, torch.export, fake tensors
+        if torch._C._get_tracing_state() is not None:
+            jit_trace_refused(func)
         impl = FUNCTIONS.get(func)
         if impl is not None:
             return impl(*args, **(kwargs or {}))
         with torch._C.DisableTorchFunctionSubclass():
+            for a in args:
+                if type(a) is TorchUST and "_grad_hook" not in a.__dict__ and a.requires_grad:
+                    install_grad_hook(a)
             return func(*args, **(kwargs or {}))
 
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        for a in args:
+            if type(a) is TorchUST and (a._ust is None or _is_fake(a._v)):
+                return _traced(func, args, kwargs)
         impl = DISPATCH.get(func.overloadpacket)
         for handler in ([impl] if impl is not None else []) + HANDLERS:
             result = handler(func, args, kwargs)
@@ -196,16 +369,104 @@ class TorchUST(torch.Tensor):
         return fallback(func, args, kwargs)
 
 
+def _is_fake(t) -> bool:
+    from torch._subclasses.fake_tensor import is_fake
+
+    return is_fake(t)
+
+
+def _traced(func, args, kwargs):
+    """An aten op on a TorchUST of fake tensors (torch.compile tracing): views that only share the
+    storage (``detach``, ``alias``) are made; everything else is refused with a clear error."""
+    x = args[0]
+    if func.overloadpacket in (aten.detach, aten.alias) and type(x) is TorchUST:
+        inner, meta = x.__tensor_flatten__()
+        return TorchUST.__tensor_unflatten__({name: getattr(x, name) for name in inner}, meta, x.shape, None)
+    name = f"aten.{func.overloadpacket.__name__}"
+    raise UnsupportedOperation(COMPILED["refused"].format(op=name))
+
+
+for _k in range(_INNER):
+    setattr(TorchUST, _inner(_k), None)
+
+
+def jit_trace_refused(func):
+    name = getattr(func, "__name__", str(func))
+    raise UnsupportedOperation(
+        f"ustc.torch: torch.jit.trace cannot record {name} on a TorchUST: the sparse products run in ustc "
+        f"(NumPy / Numba), which a trace would freeze into constants. Use torch.compile or torch.export, "
+        f"torch.jit.script (inference and training), or trace the dense model (TorchUST.to_dense())")
+
+
+def install_grad_hook(t: TorchUST) -> None:
+    """On a leaf TorchUST that requires grad: gradients reaching it from any route (dense ones from
+    torch's own backward formulas: ``W.sum()``, ``W[i]``, a TorchScript module) are sampled at its
+    pattern before they accumulate, so ``t.grad`` is always a TorchUST of ``t``'s pattern."""
+    with torch._C.DisableTorchFunctionSubclass():
+        if t.__dict__.get("_grad_hook") or not t.is_leaf or not t.requires_grad:
+            return
+    t._grad_hook = True
+    ref = weakref.ref(t)
+
+    def restrict(grad):
+        owner = ref()
+        if owner is None or grad is None:
+            return None
+        from .pattern import same_pattern
+
+        if isinstance(grad, TorchUST) and same_pattern(grad.ust, owner.ust) and grad.dtype == owner.dtype:
+            return None
+        from .autograd import sample
+
+        dense = dense_of(grad) if isinstance(grad, TorchUST) else grad
+        return sample(owner.ust, dense.to(owner.dtype))
+
+    with torch._C.DisableTorchFunctionSubclass():
+        t.register_hook(restrict)
+
+
+def dense_of(x: TorchUST):
+    """The dense torch tensor of a TorchUST (a fresh tensor; no autograd)."""
+    ust = x.numeric_ust()
+    dense = ust.to_dense()
+    out = to_torch(dense).clone() if dense is ust._values else to_torch(dense)
+    return out if out.dtype == x.dtype else out.to(x.dtype)
+
+
+def convert(x: TorchUST, tensor_format) -> Tensor:
+    """``x``'s storage converted to ``tensor_format`` (bfloat16: converted in float32, stored as bits)."""
+    if x.dtype != torch.bfloat16:
+        return x.ust.convert(tensor_format)
+    wide = x.numeric_ust().convert(tensor_format)
+    return with_values(wide, to_torch(wide._values).to(torch.bfloat16))
+
+
+def with_values(pattern: Tensor, values) -> Tensor:
+    """A ustc Tensor with ``pattern``'s format and index buffers and ``values`` (torch, any dtype)."""
+    flat = values.detach().reshape(pattern._values.shape)
+    return Tensor(pattern.format, pattern.shape, pattern._buffers, host(flat), device=pattern.device,
+                  package=pattern.package)
+
+
+def _bits(x):
+    """A bfloat16 torch tensor (strided or sparse) with its values viewed as uint16 (same memory)."""
+    if x.layout == torch.strided:
+        return x.view(torch.uint16)
+    if x.layout == torch.sparse_coo:
+        x = x if x.is_coalesced() else x.coalesce()
+        return torch.sparse_coo_tensor(x._indices(), x._values().view(torch.uint16), x.shape,
+                                       is_coalesced=True)
+    compressed = {torch.sparse_csr: ("crow_indices", "col_indices"), torch.sparse_bsr: ("crow_indices", "col_indices"),
+                  torch.sparse_csc: ("ccol_indices", "row_indices"), torch.sparse_bsc: ("ccol_indices", "row_indices")}
+    outer, inner = (getattr(x, name)() for name in compressed[x.layout])
+    return torch.sparse_compressed_tensor(outer, inner, x.values().view(torch.uint16), x.shape, layout=x.layout)
+
 
 def wrap_like(pattern: Tensor, values, *, requires_grad: bool = False) -> TorchUST:
     """A TorchUST with ``pattern``'s format and index buffers and the given values (a torch tensor)."""
     from .pattern import share
 
-    flat = values.detach().reshape(pattern._values.shape)
-    array = host(flat)
-    ust = Tensor(pattern.format, pattern.shape, pattern._buffers, array, device=pattern.device,
-                 package=pattern.package)
-    return TorchUST(share(pattern, ust), requires_grad=requires_grad)
+    return TorchUST(share(pattern, with_values(pattern, values)), requires_grad=requires_grad, dtype=values.dtype)
 
 
 # -- dense fallback ------------------------------------------------------------------------
@@ -251,7 +512,7 @@ def _named_2d():
 
 
 def _describe(args) -> str:
-    fmts = [format_label(a._ust.format) for a in _flat(args) if isinstance(a, TorchUST)]
+    fmts = [format_label(a.ust.format) for a in _flat(args) if isinstance(a, TorchUST)]
     return ", ".join(dict.fromkeys(fmts))
 
 
@@ -277,5 +538,5 @@ def fallback(func, args, kwargs, why: str = ""):
         _FALLBACK["warned"].add(name)
         warnings.warn(f"ustc.torch: aten.{name} has no TorchUST implementation; computing it on dense "
                       f"copies (dense fallback is on)", UserWarning, stacklevel=3)
-    dense = lambda a: to_torch(a._ust.to_dense()) if isinstance(a, TorchUST) else a  # noqa: E731
+    dense = lambda a: dense_of(a) if isinstance(a, TorchUST) else a  # noqa: E731
     return func(*tree_map(dense, args), **tree_map(dense, kwargs))

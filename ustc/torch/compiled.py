@@ -1,0 +1,205 @@
+"""TorchUST under ``torch.compile``: the sparse products as ``torch.library`` custom ops.
+
+A TorchUST is a traceable wrapper subclass (``__tensor_flatten__``: the values
+and the pos / crd buffers as torch tensors, the format's canonical text as
+metadata). While Dynamo traces, ``TorchUST.__torch_function__`` sends the
+matmul family here, and each product becomes one call of
+
+* ``ustc::sparse_mm(signature, shape, buffers, values, other, sparse_left)``:
+  ``W @ other`` (``sparse_left``) or ``other @ W`` for the 2-D sparse ``W``
+  described by the format text, shape, buffers and values, ``other`` 1-D or 2-D;
+* ``ustc::sddmm(signature, shape, buffers, values, keep, left, right)``: the
+  gradient of the values, ``left @ right`` at the stored pattern (0 at padding
+  and at the slots ``keep`` leaves out).
+
+Both are differentiable in ``other`` and ``values`` (``register_autograd``),
+so a frozen sparse weight under trainable dense layers (adapters) compiles for
+training too. Training the TorchUST weights themselves under compile is
+refused with :class:`ustc.UnsupportedOperation` (:data:`REFUSED`), as is any
+other op on a TorchUST: compile for inference (``torch.no_grad()``,
+``torch.inference_mode()``, or frozen weights) and train them eagerly.
+
+Each has a fake (meta) implementation giving the result's shape and dtype, so
+a model of sparse ``nn.Linear`` layers compiles into one graph with no graph
+break per layer (``torch.compile(model, fullgraph=True)``). At run time the op
+rebuilds the ustc Tensor over the same buffers (cached per values tensor) and
+runs the eager product (``ustc.matmul`` through the plan cache).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch.utils.weak import WeakIdKeyDictionary
+
+from ..errors import ShapeError, UnsupportedOperation
+from ..format.ir import TensorFormat
+from ..tensor import packages
+from ..tensor.tensor import Tensor
+from .subclass import COMPILED, TorchUST, host
+
+_WEIGHTS = WeakIdKeyDictionary()  # values tensor -> (key, TorchUST over the same buffers)
+
+
+def _weight(signature: str, shape, buffers, values, keep=None) -> TorchUST:
+    """The TorchUST described by the op's arguments (zero-copy; cached while ``values`` lives)."""
+    key = (signature, tuple(shape), tuple((b.data_ptr(), b.shape, b.dtype) for b in buffers),
+           values.data_ptr(), values.shape, values.dtype)
+    hit = _WEIGHTS.get(values)
+    if hit is not None and hit[0] == key:
+        return hit[1]
+    fmt = TensorFormat.parse(signature)
+    arrays = {k: host(b) for k, b in zip(sorted(fmt.buffers), buffers)}
+    device = "cuda" if values.device.type == "cuda" else "cpu"
+    ust = Tensor(fmt, tuple(int(n) for n in shape), arrays, host(values), device=device, package=packages.TORCH)
+    weight = TorchUST(ust, dtype=values.dtype)
+    _WEIGHTS[values] = (key, weight)
+    return weight
+
+
+def _product_shape(shape, other, sparse_left: bool):
+    m, n = shape
+    if sparse_left:
+        if other.shape[0] != n:
+            raise ShapeError(f"ustc::sparse_mm: shapes {tuple(shape)} and {tuple(other.shape)} do not multiply")
+        return (m,) if other.dim() == 1 else (m, other.shape[1])
+    if other.shape[-1] != m:
+        raise ShapeError(f"ustc::sparse_mm: shapes {tuple(other.shape)} and {tuple(shape)} do not multiply")
+    return (n,) if other.dim() == 1 else (other.shape[0], n)
+
+
+@torch.library.custom_op("ustc::sparse_mm", mutates_args=())
+def sparse_mm(signature: str, shape: list[int], buffers: list[torch.Tensor], values: torch.Tensor,
+              other: torch.Tensor, sparse_left: bool) -> torch.Tensor:
+    """``W @ other`` (``sparse_left``) or ``other @ W``; ``W`` the 2-D sparse matrix of the arguments."""
+    from .matmul import matmul2d
+
+    weight = _weight(signature, shape, buffers, values)
+    out = matmul2d(weight, other) if sparse_left else matmul2d(other, weight)
+    return out.contiguous() if out._base is not None or not out.is_contiguous() else out
+
+
+@sparse_mm.register_fake
+def _sparse_mm_fake(signature, shape, buffers, values, other, sparse_left):
+    return other.new_empty(_product_shape(shape, other, sparse_left),
+                           dtype=torch.promote_types(values.dtype, other.dtype))
+
+
+@torch.library.custom_op("ustc::sddmm", mutates_args=())
+def sddmm_values(signature: str, shape: list[int], buffers: list[torch.Tensor], values: torch.Tensor,
+                 keep: torch.Tensor | None, left: torch.Tensor, right: torch.Tensor) -> torch.Tensor:
+    """``left @ right`` at the pattern of the sparse matrix of the arguments, as its values (0 off the pattern)."""
+    from .autograd import sddmm
+    from .pattern import _KEEP
+
+    weight = _weight(signature, shape, buffers, values)
+    if keep is not None:
+        weight = TorchUST(Tensor(weight.ust.format, weight.ust.shape, weight.ust._buffers, weight.ust._values,
+                                 device=weight.ust.device, package=weight.ust.package), dtype=weight.dtype)
+        _KEEP[weight.ust] = keep.cpu().numpy().reshape(-1)
+    return sddmm(weight, left, right).stored_values().to(values.dtype).reshape(values.shape).clone()
+
+
+@sddmm_values.register_fake
+def _sddmm_fake(signature, shape, buffers, values, keep, left, right):
+    return torch.empty_like(values)
+
+
+def _sparse_mm_setup(ctx, inputs, output):
+    signature, shape, buffers, values, other, sparse_left = inputs
+    ctx.spec = (signature, shape, sparse_left)
+    ctx.save_for_backward(values, other, *buffers)
+
+
+def _sparse_mm_backward(ctx, grad):
+    signature, shape, sparse_left = ctx.spec
+    values, other, *buffers = ctx.saved_tensors
+    g2 = grad if grad.dim() == 2 else (grad.unsqueeze(1) if sparse_left else grad.unsqueeze(0))
+    o2 = other if other.dim() == 2 else (other.unsqueeze(1) if sparse_left else other.unsqueeze(0))
+    grad_other = grad_values = None
+    if ctx.needs_input_grad[4]:
+        # W @ X: dX = Wᵀ g = (gᵀ W)ᵀ;  X @ W: dX = g Wᵀ = (W gᵀ)ᵀ
+        grad_other = sparse_mm(signature, shape, buffers, values, g2.t(), not sparse_left).t()
+        grad_other = grad_other.reshape(other.shape).to(other.dtype)
+    if ctx.needs_input_grad[3]:
+        left, right = (g2, o2.t()) if sparse_left else (o2.t(), g2)
+        grad_values = sddmm_values(signature, shape, buffers, values, None, left, right)
+    return None, None, [None] * len(buffers), grad_values, grad_other, None
+
+
+sparse_mm.register_autograd(_sparse_mm_backward, setup_context=_sparse_mm_setup)
+
+
+# -- the matmul family while Dynamo traces --------------------------------------------------
+def _mm(a, b):
+    """``a @ b`` (1-D / 2-D), one of them a TorchUST: one ``ustc::sparse_mm`` call."""
+    if isinstance(a, TorchUST) and isinstance(b, TorchUST):
+        raise UnsupportedOperation("ustc.torch: a product of two TorchUSTs is not supported under torch.compile; "
+                                   "call .to_dense() on one of them")
+    sparse_left = isinstance(a, TorchUST)
+    weight, other = (a, b) if sparse_left else (b, a)
+    if weight.dim() != 2:
+        raise UnsupportedOperation(f"ustc.torch: under torch.compile the sparse operand of a product must be "
+                                   f"2-D, got shape {tuple(weight.shape)}")
+    return sparse_mm(weight.signature, list(weight.shape), list(weight.buffer_tensors), weight._v, other,
+                     sparse_left)
+
+
+def _matmul(a, b):
+    if a.dim() <= 2 and b.dim() <= 2:
+        return _mm(a, b)
+    if isinstance(b, TorchUST) and not isinstance(a, TorchUST):  # (..., n, k) @ (k, m)
+        return _mm(a.reshape(-1, a.shape[-1]), b).reshape(*a.shape[:-1], b.shape[-1])
+    if isinstance(a, TorchUST) and not isinstance(b, TorchUST):  # (m, k) @ (..., k, n)
+        k, n = b.shape[-2], b.shape[-1]
+        out = _mm(a, b.movedim(-2, 0).reshape(k, -1)).reshape(a.shape[0], *b.shape[:-2], n)
+        return out.movedim(0, -2)
+    raise UnsupportedOperation(f"ustc.torch: matmul of shapes {tuple(a.shape)} and {tuple(b.shape)} with a TorchUST "
+                               f"is not supported under torch.compile")
+
+
+def _linear(x, weight, bias=None):
+    if isinstance(x, TorchUST) or not isinstance(weight, TorchUST):
+        raise UnsupportedOperation("ustc.torch: under torch.compile, linear takes a dense input and a TorchUST weight")
+    flat = x.reshape(-1, x.shape[-1]) if x.dim() != 2 else x
+    out = _mm(weight, flat.t()).t()
+    out = out.reshape(*x.shape[:-1], weight.shape[0]) if x.dim() != 2 else out
+    return out if bias is None else out + bias
+
+
+def _addmm(inp, a, b, *, beta=1, alpha=1):
+    out = _mm(a, b)
+    out = out if alpha == 1 else out * alpha
+    return out if beta == 0 else out + (inp if beta == 1 else beta * inp)
+
+
+REFUSED = ("ustc.torch: {op} on a TorchUST cannot be compiled. Under torch.compile, products with TorchUST "
+           "weights (F.linear / nn.Linear, matmul, @, mm, mv, addmm) compile for inference: run the compiled "
+           "model under torch.no_grad() or torch.inference_mode(), or freeze the TorchUST weights "
+           "(requires_grad_(False); dense layers around them may train). Train TorchUST weights eagerly, "
+           "and call other ops eagerly or on .to_dense()")
+
+_TABLE = {
+    F.linear: _linear,
+    torch.matmul: _matmul, torch.Tensor.matmul: _matmul, torch.Tensor.__matmul__: _matmul,
+    torch.Tensor.__rmatmul__: lambda b, a: _matmul(a, b),
+    torch.mm: _mm, torch.Tensor.mm: _mm, torch.mv: _mm, torch.Tensor.mv: _mm,
+    torch.addmm: _addmm, torch.Tensor.addmm: _addmm, torch.addmv: _addmm, torch.Tensor.addmv: _addmm,
+}
+
+
+def torch_function(func, args, kwargs):
+    """``TorchUST.__torch_function__`` while Dynamo traces: products become custom ops; every other op
+    runs as usual (and reaches ``__torch_dispatch__`` with fake tensors, where it is refused: :data:`REFUSED`)."""
+    impl = _TABLE.get(func)
+    if impl is not None:
+        if torch.is_grad_enabled() and not torch.compiler.is_exporting() and \
+                any(isinstance(a, TorchUST) and a.requires_grad for a in args):
+            raise UnsupportedOperation(REFUSED.format(op=getattr(func, "__name__", func)))
+        return impl(*args, **kwargs)
+    with torch._C.DisableTorchFunctionSubclass():
+        return func(*args, **kwargs)
+
+
+COMPILED["torch_function"] = torch_function
+COMPILED["refused"] = REFUSED
