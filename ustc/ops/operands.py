@@ -16,6 +16,7 @@ import numpy as np
 
 from ..errors import DeviceError, ShapeError, UstcError
 from ..tensor import packages
+from ..tensor.safety import ensure_safe
 from ..tensor.tensor import Tensor
 
 
@@ -73,7 +74,9 @@ def normalise(x, name: str):
     if x is None:
         return None
     if sparse_like(x):
-        return x if isinstance(x, Tensor) else Tensor.from_package(x)
+        t = x if isinstance(x, Tensor) else Tensor.from_package(x)
+        ensure_safe(t)                 # index buffers in bounds before any kernel reads them (cached)
+        return t
     if packages.is_cupy(x) or (packages.is_torch(x) and x.device.type != "cpu"):
         return x
     if isinstance(x, numbers.Number):

@@ -44,6 +44,7 @@ from ..format.ir import TensorFormat
 from ..tensor import packages
 from ..tensor.dtypes import index_dtype
 from ..tensor.storage import Layout
+from ..tensor.safety import ensure_safe
 from ..tensor.tensor import Tensor, as_format
 from ..codegen import functions as user_functions
 from ..codegen import notation as nt
@@ -111,6 +112,7 @@ def _bind(name: str, value, is_output: bool, target: str = "cpu") -> Bound:
     if isinstance(value, Tensor):
         if value.device != "cpu" and target != "cuda":
             raise DeviceError(f"tensor '{name}' is on {value.device}; the cpu target needs host tensors")
+        ensure_safe(value)             # index buffers in bounds before the kernel reads them (cached)
         return Bound(name, value, value.format, value.shape, np.dtype(value.dtype))
     if isinstance(value, (str, TensorFormat)):
         if not is_output:

@@ -19,7 +19,7 @@ import numpy as np
 
 from ..errors import DeviceError, FormatError, StorageError
 from ..format.ir import TensorFormat
-from . import batch, fastpaths, packages, storage
+from . import batch, fastpaths, packages, safety, storage
 from .dtypes import narrow
 from .storage import Layout
 
@@ -253,6 +253,7 @@ class Tensor:
         fmt = as_format(tensor_format)
         if fmt.ndim != self.ndim:
             raise FormatError(f"cannot convert a {self.ndim}-D tensor to the {fmt.ndim}-D format {fmt}")
+        safety.ensure_safe(self)       # the conversion kernels index through the buffers
         perm = _dense_permutation(fmt)
         if perm is not None:
             return Tensor.from_dense(packages.wrap(self.to_dense(), self._package), fmt)

@@ -295,6 +295,13 @@ class LevelType:
     def check_buffers(self, nparents: int, extent: int, lo: int, buffers: dict) -> None:
         """Default: nothing beyond what ``unpack`` needs."""
 
+    def check_safe(self, nparents: int, extent: int, lo: int, buffers: dict) -> None:
+        """What a kernel needs to stay inside every buffer: positions that do not decrease and
+        stay within the next buffer, coordinates within ``[lo, lo + extent)``; order and
+        uniqueness are not looked at (that is :meth:`check_buffers`). Raises StorageError naming
+        the buffer and index. Default: :meth:`check_buffers` (the full check is always safe)."""
+        self.check_buffers(nparents, extent, lo, buffers)
+
     # -- batched layout (one batch's buffers; ustc.tensor.batch) ------------------------
     def pos_length(self, nparents: int) -> int:
         """Entries of ``pos`` for ``nparents`` parents (levels with a pos buffer)."""
@@ -531,15 +538,15 @@ def split_spec(args: Sequence[object]) -> tuple[list[object], list[LevelProperty
     return params, props
 
 
-def check_range(name: str, crd: np.ndarray, lo: int, extent: int) -> None:
-    """Every coordinate lies in ``[lo, lo + extent)``, else StorageError at the first bad index."""
-    if len(crd) == 0:
+def check_range(name: str, crd: np.ndarray, lo: int, extent: int, first: int = 0) -> None:
+    """Every coordinate lies in ``[lo, lo + extent)``, else StorageError at the first bad index
+    (``crd`` may be a slice starting at index ``first`` of the named buffer). The common case,
+    all in range, costs a min and a max (no temporary)."""
+    if len(crd) == 0 or (int(crd.min()) >= lo and int(crd.max()) < lo + extent):
         return
-    bad = (crd < lo) | (crd >= lo + extent) if lo < 0 or np.issubdtype(crd.dtype, np.signedinteger) \
-        else crd >= lo + extent
-    if bad.any():
-        q = int(np.argmax(bad))
-        raise StorageError(f"{name}[{q}] = {crd[q]} is outside [{lo}, {lo + extent})")
+    bad = (crd < lo) | (crd >= lo + extent)
+    q = int(np.argmax(bad))
+    raise StorageError(f"{name}[{q + first}] = {crd[q]} is outside [{lo}, {lo + extent})")
 
 
 def check_segments(crd: np.ndarray, parent: np.ndarray, ordered: bool, unique: bool) -> None:
