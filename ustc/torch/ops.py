@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from ..errors import ShapeError, UnsupportedOperation
 from ..tensor.tensor import Tensor
 from . import pointwise  # noqa: F401  (registers the element-wise handlers)
+from . import dense_results  # noqa: F401  (reductions and indexing: dense results)
 from .autograd import MatmulFn
 from .matmul import batch_slice, is_sparse, matmul2d
 from .pattern import same_pattern, share

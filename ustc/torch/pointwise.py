@@ -16,14 +16,15 @@ op tagged ``pointwise`` (plus ``copy_``, ``zero_``, ``fill_``):
 * **out of place**, all tensor operands TorchUSTs of one pattern or 0-dim:
   computed on the stored values, returned as a TorchUST of that pattern, when
   ``f(0, ...) == 0`` for the given scalars (``abs``, ``sqrt``, ``mul``,
-  ``add`` of two TorchUSTs); otherwise (``T + 1``, ``exp``, a dense or
-  differently stored operand) the result would not fit the pattern and the op
-  is refused (:class:`ustc.UnsupportedOperation` naming it), or computed
-  densely under dense fallback.
+  ``add`` of two TorchUSTs);
+* **out of place otherwise** (``W + 1``, ``exp(W)``, ``W + dense``,
+  ``W * dense``, TorchUSTs of different patterns): the result is dense, and it
+  is computed densely and returned as a dense tensor (as torch's backward
+  formulas need: ``var``'s gradient computes ``W - W.mean()``).
 
 ``_foreach_*`` ops are run as one element-wise op per list entry, and
 ``linalg_vector_norm`` of a whole TorchUST (``ord >= 0``) is the norm of its
-values, so every ``torch.optim`` optimizer (``foreach`` or not) and
+values (along dimensions: dense), so every ``torch.optim`` optimizer (``foreach`` or not) and
 ``clip_grad_norm_`` work unchanged on TorchUST parameters.
 """
 
@@ -36,7 +37,7 @@ import torch
 from torch.utils._pytree import tree_flatten, tree_map
 
 from .pattern import pattern_coords, pattern_slots, same_pattern
-from .subclass import HANDLERS, TorchUST, dense_of, fallback, wrap_like
+from .subclass import HANDLERS, TorchUST, dense_of, wrap_like
 
 aten = torch.ops.aten
 _ALSO = {aten.copy_, aten.zero_, aten.fill_}
@@ -116,14 +117,13 @@ def update_values(func, target: TorchUST, rest, kwargs) -> TorchUST:
 def _out_of_place(func, args, kwargs):
     tensors = [a for a in tree_flatten((args, kwargs))[0] if isinstance(a, torch.Tensor)]
     pattern = next(a for a in tensors if _sparse(a)).ust
+    dense = lambda: func(*_densified(args), **_densified(kwargs))  # noqa: E731  (the result is dense)
     for a in tensors:
-        if _sparse(a) and not same_pattern(a.ust, pattern):
-            return fallback(func, args, kwargs, "needs TorchUSTs of one stored pattern")
-        if not _sparse(a) and a.dim() > 0:
-            return fallback(func, args, kwargs, "with a dense operand the result is not stored in the pattern")
+        if (_sparse(a) and not same_pattern(a.ust, pattern)) or (not _sparse(a) and a.dim() > 0):
+            return dense()  # TorchUSTs of other patterns, or a dense operand
     probe = func(*tree_map(_zero, args), **tree_map(_zero, kwargs))
     if not isinstance(probe, torch.Tensor) or probe.dim() != 0 or bool(probe != 0):
-        return fallback(func, args, kwargs, "the result would be nonzero outside the stored pattern")
+        return dense()  # nonzero outside the pattern: W + 1, exp(W)
     values = lambda a: a.stored_values() if _sparse(a) else a  # noqa: E731
     return wrap_like(pattern, func(*tree_map(values, args), **tree_map(values, kwargs)))
 
@@ -174,7 +174,7 @@ def vector_norm(func, args, kwargs):
     dim = args[2] if len(args) > 2 else kwargs.get("dim")
     keepdim = args[3] if len(args) > 3 else kwargs.get("keepdim", False)
     if dim not in (None, []) or keepdim or not isinstance(ord_, numbers.Real) or ord_ < 0 or math.isnan(ord_):
-        return fallback(func, args, kwargs, "only the norm of a whole TorchUST with ord >= 0 is supported")
+        return func(*_densified(args), **_densified(kwargs))  # along dimensions, or ord < 0: dense
     _, index = pattern_coords(x.ust, x.device)
     values = x.stored_values().reshape(-1)[index]
     if values.numel() == 0:
