@@ -41,14 +41,15 @@ def sddmm(pattern, left, right) -> TorchUST:
         raise UnsupportedOperation(f"sddmm: expected a 2-D pattern and 2-D factors, got {ust.shape}, "
                                    f"{tuple(left.shape)} and {tuple(right.shape)}")
     (rows, cols), index = pattern_coords(ust, left.device)
-    lhs, rhs = left.contiguous(), right.t().contiguous()  # rows of both factors are contiguous
     dtype = torch.promote_types(left.dtype, right.dtype)
-    values = torch.zeros(slot_count(ust), dtype=dtype, device=left.device)
+    wide = torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype  # accumulate narrow in float32
+    lhs, rhs = left.to(wide).contiguous(), right.t().to(wide).contiguous()  # rows of both factors contiguous
+    values = torch.zeros(slot_count(ust), dtype=wide, device=left.device)
     step = max(1, _CHUNK // max(1, lhs.shape[1]))
     for start in range(0, len(index), step):
         r, c = rows[start:start + step], cols[start:start + step]
         values[index[start:start + step]] = (lhs[r] * rhs[c]).sum(1)
-    return wrap_like(ust, values)
+    return wrap_like(ust, values.to(dtype))
 
 
 def sample(pattern: Tensor, dense) -> TorchUST:

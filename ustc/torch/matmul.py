@@ -83,11 +83,18 @@ def _result(out, dtype: "torch.dtype"):
 
 
 def matmul2d(a, b, name: str = "matmul"):
-    """``a @ b`` for 1-D / 2-D operands, at least one a TorchUST (dense pairs go to torch)."""
+    """``a @ b`` for 1-D / 2-D operands, at least one a TorchUST (dense pairs go to torch).
+
+    bfloat16 (no NumPy dtype) runs in float32: a TorchUST through its float32
+    twin (:meth:`TorchUST.numeric_ust`), a dense operand converted; the result
+    is rounded back to bfloat16. float16 runs in float32 inside ``ustc.matmul``.
+    """
     _check(a, b, name)
     dtype = torch.promote_types(a.dtype, b.dtype)
     if not is_sparse(a) and not is_sparse(b):
         return torch.matmul(a, b)
+    if dtype == torch.bfloat16:
+        a, b = (x.float() if not is_sparse(x) and x.dtype == torch.bfloat16 else x for x in (a, b))
     if not is_sparse(a) and a.dim() == 2 and a.shape[0] == 1 and b.dim() == 2:  # one row: an SpMV
         return matmul2d(a.reshape(-1), b, name).reshape(1, -1)
     if not is_sparse(b) and b.dim() == 2 and b.shape[1] == 1 and a.dim() == 2:  # one column: an SpMV

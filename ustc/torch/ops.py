@@ -113,10 +113,33 @@ def _register_functions():
     }
     for name, impl in table.items():
         for owner in (torch, torch.Tensor):
-            FUNCTIONS[getattr(owner, name)] = impl
-    FUNCTIONS[torch.Tensor.__matmul__] = table["matmul"]
-    FUNCTIONS[torch.Tensor.__rmatmul__] = lambda b, a: matmul_nd(a, b, ad)
-    FUNCTIONS[F.linear] = lambda x, w, bias=None: linear(x, w, bias, ad)
+            FUNCTIONS[getattr(owner, name)] = autocast(name, impl)
+    FUNCTIONS[torch.Tensor.__matmul__] = autocast("matmul", table["matmul"])
+    FUNCTIONS[torch.Tensor.__rmatmul__] = autocast("matmul", lambda b, a: matmul_nd(a, b, ad))
+    FUNCTIONS[F.linear] = autocast("linear", lambda x, w, bias=None: linear(x, w, bias, ad))
+
+
+# the products torch's autocast runs in the lower precision (CPU; CUDA adds mv, dot, addmv)
+_AUTOCAST = {"cpu": {"mm", "matmul", "addmm", "linear", "bmm", "baddbmm"}}
+_AUTOCAST["cuda"] = _AUTOCAST["cpu"] | {"mv", "dot", "addmv"}
+
+
+def autocast(name: str, impl):
+    """``impl`` under ``torch.autocast``: floating operands (TorchUSTs included, through ``.to``, which
+    autograd records) cast to the autocast dtype, as torch's autocast does for the dense op, and the
+    product run with autocast off. TorchUST products are taken before torch's autocast would see them
+    (``__torch_function__``), so without this they would stay in the weights' dtype."""
+    def run(*args, **kwargs):
+        device = next((a.device.type for a in args if isinstance(a, torch.Tensor)), "cpu")
+        if device not in _AUTOCAST or name not in _AUTOCAST[device] or not torch.is_autocast_enabled(device):
+            return impl(*args, **kwargs)
+        dtype = torch.get_autocast_dtype(device)
+        cast = lambda a: a.to(dtype) if isinstance(a, torch.Tensor) and a.is_floating_point() and \
+            a.dtype != dtype else a  # noqa: E731
+        args, kwargs = tuple(cast(a) for a in args), {k: cast(v) for k, v in kwargs.items()}
+        with torch.autocast(device, enabled=False):
+            return impl(*args, **kwargs)
+    return run
 
 
 def _bad(name, a, b):
@@ -190,6 +213,7 @@ def _aten_views():
     DISPATCH[aten.alias] = _view(lambda f, args, kw: TorchUST(args[0]))
     DISPATCH[aten.clone] = lambda f, args, kw: TorchUST(share(args[0].ust, args[0].ust.copy()), dtype=args[0].dtype)
     DISPATCH[aten._to_copy] = lambda f, args, kw: _to_copy(args[0], **kw)
+    DISPATCH[aten.to] = lambda f, args, kw: f.decompose(*args, **kw)  # reached unexpanded under autocast
     for name in ("empty_like", "zeros_like", "ones_like", "full_like", "rand_like", "randn_like", "randint_like",
                  "new_empty", "new_empty_strided", "new_zeros", "new_ones", "new_full"):
         DISPATCH[getattr(aten, name)] = _dense_like

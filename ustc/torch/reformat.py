@@ -26,7 +26,7 @@ from ..formats import CSR, Structured
 from ..format.ir import TensorFormat
 from ..tensor.tensor import Tensor
 from .pruning import fold_torch_pruning
-from .subclass import TorchUST, format_label
+from .subclass import TorchUST, format_label, to_torch, with_values
 
 
 @dataclass(frozen=True)
@@ -117,6 +117,10 @@ def default_reformat(weight, *, min_zeros: float = 0.5):
         fmt = with_widths(CSR, crd_width=16) if cols <= 1 << 16 else CSR
     else:
         return None
+    if w.dtype == torch.bfloat16:  # NumPy has no bfloat16: stored from float32, values narrowed to bits
+        wide = Tensor.from_dense(w.cpu().float(), fmt)
+        narrow = with_values(wide, to_torch(wide._values).to(torch.bfloat16))
+        return TorchUST(narrow.to(w.device.type), dtype=torch.bfloat16)
     return TorchUST(Tensor.from_dense(w.cpu(), fmt).to(w.device.type))
 
 

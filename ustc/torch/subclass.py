@@ -455,11 +455,12 @@ def _bits(x):
     if x.layout == torch.sparse_coo:
         x = x if x.is_coalesced() else x.coalesce()
         return torch.sparse_coo_tensor(x._indices(), x._values().view(torch.uint16), x.shape,
-                                       is_coalesced=True)
+                                       is_coalesced=True, check_invariants=False)
     compressed = {torch.sparse_csr: ("crow_indices", "col_indices"), torch.sparse_bsr: ("crow_indices", "col_indices"),
                   torch.sparse_csc: ("ccol_indices", "row_indices"), torch.sparse_bsc: ("ccol_indices", "row_indices")}
     outer, inner = (getattr(x, name)() for name in compressed[x.layout])
-    return torch.sparse_compressed_tensor(outer, inner, x.values().view(torch.uint16), x.shape, layout=x.layout)
+    return torch.sparse_compressed_tensor(outer, inner, x.values().view(torch.uint16), x.shape, layout=x.layout,
+                                          check_invariants=False)
 
 
 def wrap_like(pattern: Tensor, values, *, requires_grad: bool = False) -> TorchUST:
