@@ -11,14 +11,21 @@ rows; ``lower=None`` detects the side, ``unit_diagonal=True`` ignores the
 stored diagonal), ``"cg"`` (symmetric / Hermitian positive definite),
 ``"bicgstab"`` and ``"gmres"`` (restarted, ``restart=30``), the Krylov ones
 with a preconditioner optional: ``preconditioner="jacobi"`` (``1 / diag(a)``),
-or any ``M`` approximating ``A^-1``: a callable ``M(r) -> z``, a
+``"ilu0"``, ``"ic0"`` or ``"ssor"`` (with ``omega=``; factored once per call
+from ``a``'s entries, see :mod:`ustc.ops.precond`, whose ``ilu0(a)`` /
+``ic0(a)`` / ``ssor(a)`` objects are also accepted, to factor once for many
+solves), or any ``M`` approximating ``A^-1``: a callable ``M(r) -> z``, a
 ``scipy.sparse.linalg.LinearOperator`` (pyamg's ``ml.aspreconditioner()``), a
 ustc Tensor, SciPy sparse or NumPy matrix (applied as ``M @ r``). ``M``
 receives a copy of the residual (a NumPy vector; CuPy on the device) and
 returns ``n`` numbers; GMRES and BiCGSTAB apply it on the right, CG as
-``z = M r`` (``M`` symmetric positive definite); the substitution ignores it.
+``z = M r`` (``M`` symmetric positive definite: CG refuses ILU(0)); the
+substitution and the direct solve ignore it. ``"direct"``: SciPy's SuperLU
+(``splu``) on a CSC copy, factored once for all columns of ``b`` (a vector or
+(n, k) matrix); a singular matrix raises :class:`ustc.SolveError`; on 'cuda'
+it needs cuDSS through nvmath-python, else :class:`ustc.UnsupportedOperation`.
 ``method=None`` picks from the structure: triangular → substitution;
-symmetric → CG; otherwise GMRES. Every
+symmetric → CG (GMRES with ``"ilu0"``); otherwise GMRES. Every
 Krylov method plans one :class:`~ustc.Matmul` and reuses it each iteration.
 Convergence: ``||b - A x|| <= max(rtol ||b||, atol)`` for the true residual,
 recomputed from ``x`` at the end (float64 for float32 / complex64 systems, see
@@ -68,7 +75,10 @@ from ..tensor.tensor import Tensor
 from . import operands as ops
 from . import trisolve
 
-METHODS = ("triangular", "cg", "bicgstab", "gmres")
+METHODS = ("triangular", "cg", "bicgstab", "gmres", "direct")
+KRYLOV = ("cg", "bicgstab", "gmres")
+#: the preconditioners named by a string: Jacobi's diagonal and the factored ones of :mod:`ustc.ops.precond`
+PRECONDITIONERS = ("jacobi", "ilu0", "ic0", "ssor")
 TARGETS = ("cpu", "cuda")
 
 
@@ -77,9 +87,10 @@ class SolveInfo:
     """What a solve did: method, convergence, iterations (matrix products for Krylov methods),
     the true residual norm ``||b - A x||`` recomputed from the returned ``x`` (float64 for a
     float32 / complex64 system) and relative to ``||b||``, the route (the Matmul's, or the
-    substitution's), and for a triangular solve on the ``cuda`` target its
-    :class:`~ustc.ops.trisolve.LevelSchedule` (reusable for the same pattern). ``converged``
-    follows from that residual (a substitution: it is finite)."""
+    substitution's, or the direct solver's), and for a triangular solve on the ``cuda`` target
+    its :class:`~ustc.ops.trisolve.LevelSchedule` (reusable for the same pattern). ``converged``
+    follows from that residual (a substitution or a direct solve: it is finite).
+    ``preconditioner`` says which preconditioner a Krylov solve applied (None without one)."""
 
     method: str
     converged: bool
@@ -88,10 +99,11 @@ class SolveInfo:
     relative_residual: float
     plan_info: str
     levels: trisolve.LevelSchedule | None = field(default=None, repr=False, compare=False)
+    preconditioner: str | None = None
 
 
 def solve(a, b, method: str | None = None, *, x0=None, rtol: float = 1e-8, atol: float = 0.0,
-          maxiter: int | None = None, restart: int = 30, preconditioner: str | None = None,
+          maxiter: int | None = None, restart: int = 30, preconditioner=None, omega: float = 1.0,
           lower: bool | None = None, unit_diagonal: bool = False, check: bool = True,
           return_info: bool = False, target: str | None = None):
     a = ops.normalise(a, "a")
@@ -115,15 +127,22 @@ def solve(a, b, method: str | None = None, *, x0=None, rtol: float = 1e-8, atol:
     host = _OnHost(a)
     side = lower if lower is not None else _triangular_side(host()) if method in (None, "triangular") else None
     if method is None:
-        method = "triangular" if side is not None else "cg" if _symmetric(host()) else "gmres"
-    if method == "triangular":
+        method = "triangular" if side is not None else \
+            "cg" if _symmetric(host()) and _symmetric_preconditioner(preconditioner) else "gmres"
+    if method == "cg" and not _symmetric_preconditioner(preconditioner):
+        raise UstcError("solve: cg needs a symmetric positive definite preconditioner and ILU(0)'s L U is not "
+                        "symmetric; use preconditioner='ic0' or 'ssor' with cg, or method 'bicgstab' / 'gmres' "
+                        "with 'ilu0'")
+    if method == "direct":
+        x, info = _direct(a, rhs.astype(dtype, copy=False), target)
+    elif method == "triangular":
         if side is None:
             raise SolveError("solve: method 'triangular' needs a triangular matrix (entries on both sides of "
                              "the diagonal were found); pass lower= to use one side only")
         run = _triangular_cuda if target == "cuda" else _triangular
         x, info = run(a, rhs.astype(dtype, copy=False), side, unit_diagonal)
     else:
-        x, info = _krylov(a, rhs, dtype, method, x0, rtol, atol, maxiter, restart, preconditioner, target)
+        x, info = _krylov(a, rhs, dtype, method, x0, rtol, atol, maxiter, restart, preconditioner, omega, target)
     if check and not info.converged:
         raise SolveError(f"solve: {info.method} did not converge in {info.iterations} iterations: residual "
                          f"{info.residual_norm:.3e} (relative {info.relative_residual:.3e}, asked for "
@@ -257,16 +276,85 @@ def _triangular_cuda(a: Tensor, b, lower: bool, unit: bool):
 
 
 def _triangular_info(a: Tensor, x, b, route: str, schedule=None) -> SolveInfo:
-    """The info of a substitution: the true residual (:func:`ustc.ops.krylov.true_residual`),
-    converged when it is finite."""
+    """The info of a substitution (:func:`_exact_info`)."""
+    return _exact_info("triangular", a, x, b, route, schedule)
+
+
+def _exact_info(method: str, a: Tensor, x, b, route: str, schedule=None) -> SolveInfo:
+    """The info of a substitution or a direct solve: the true residual
+    (:func:`ustc.ops.krylov.true_residual`), converged when it is finite."""
     from . import krylov
     from .matmul import matmul
 
     res, bn = krylov.true_residual(a, b, x, lambda v: matmul(a, v))
-    return SolveInfo("triangular", bool(np.isfinite(res)), 1, res, res / (bn or 1.0), route, schedule)
+    return SolveInfo(method, bool(np.isfinite(res)), 1, res, res / (bn or 1.0), route, schedule)
 
 
-def _krylov(a: Tensor, rhs, dtype, method, x0, rtol, atol, maxiter, restart, preconditioner, target):
+def _direct(a: Tensor, b, target: str):
+    """``method="direct"``: SciPy's SuperLU (``scipy.sparse.linalg.splu``, COLAMD ordering) on a CSC
+    copy of ``a``'s entries (duplicates summed) in ``b``'s dtype, factored once and solved for
+    every column of ``b``; on ``cuda`` :func:`_direct_cuda`. SolveError for a singular matrix
+    (SuperLU's exact zero pivot, or a solution that is not finite)."""
+    if target == "cuda" or a.device != "cpu":
+        return _direct_cuda(a, b)
+    import scipy.sparse as sp
+    import scipy.sparse.linalg as sla
+
+    n = a.shape[0]
+    if n == 0:
+        x = np.zeros(b.shape, dtype=b.dtype)
+        return x, SolveInfo("direct", True, 1, 0.0, 0.0, "scipy: SuperLU (splu), empty matrix")
+    (rows, cols), vals = a.entries()
+    csc = sp.csc_array((np.asarray(vals, dtype=b.dtype), (rows, cols)), shape=a.shape)
+    try:
+        lu = sla.splu(csc)
+    except RuntimeError as exc:          # "Factor is exactly singular", "... structurally singular"
+        raise SolveError(f"solve: method 'direct': a is singular (SuperLU: {exc})") from None
+    x = lu.solve(np.asarray(b))
+    if not np.isfinite(x).all():
+        raise SolveError("solve: method 'direct': the solution is not finite; a is singular to working precision")
+    route = f"scipy: SuperLU (splu) on CSC, COLAMD ordering, {lu.L.nnz + lu.U.nnz - n} entries in L + U"
+    return x, _exact_info("direct", a, x, b, route)
+
+
+def _direct_cuda(a: Tensor, b):
+    """The direct solve on the GPU: cuDSS through nvmath-python (``nvmath.sparse.advanced
+    .direct_solver`` on a CuPy CSR copy of ``a``), else UnsupportedOperation naming what to
+    install or how to solve on the host."""
+    from ..errors import UnsupportedOperation
+
+    try:
+        from nvmath.sparse.advanced import direct_solver
+    except ImportError:
+        raise UnsupportedOperation(
+            "solve: method 'direct' on cuda needs NVIDIA cuDSS through nvmath-python, which is not installed "
+            "(pip install 'nvmath-python[cu12]'); or solve on the host: ustc.solve(a.to('cpu'), b_on_host, "
+            "'direct') runs SciPy's SuperLU, or use a Krylov method on the GPU") from None
+    import cupy  # pragma: no cover - needs a GPU, CuPy and nvmath-python
+    import cupyx.scipy.sparse as csp
+
+    from ..tensor.interop import to_scipy
+
+    host = a if a.device == "cpu" else a.to("cpu")
+    s = to_scipy(trisolve.as_csr(host)).tocsr()
+    s.sum_duplicates()
+    dev = csp.csr_matrix((cupy.asarray(s.data.astype(b.dtype)), cupy.asarray(s.indices), cupy.asarray(s.indptr)),
+                         shape=s.shape)
+    on_device = packages.is_cupy(b)
+    rhs = cupy.asfortranarray(cupy.asarray(b))
+    try:
+        x = direct_solver(dev, rhs)
+    except Exception as exc:  # noqa: BLE001 - cuDSS reports a singular matrix as an error
+        raise SolveError(f"solve: method 'direct' (cuDSS) failed: {exc}") from None
+    x = cupy.ascontiguousarray(x)
+    if not bool(cupy.isfinite(x).all()):
+        raise SolveError("solve: method 'direct': the solution is not finite; a is singular to working precision")
+    if not on_device:
+        x = cupy.asnumpy(x)
+    return x, _exact_info("direct", a, x, b, "cuda: cuDSS (nvmath.sparse.advanced.direct_solver) on CSR")
+
+
+def _krylov(a: Tensor, rhs, dtype, method, x0, rtol, atol, maxiter, restart, preconditioner, omega, target):
     """A Krylov solve: host vectors (Numba CPU updates; ``target="cuda"`` plans the product for
     the GPU), or, for ``a`` on 'cuda', device vectors end to end (:mod:`ustc.ops.cuda_vectors`)."""
     from . import krylov
@@ -280,11 +368,21 @@ def _krylov(a: Tensor, rhs, dtype, method, x0, rtol, atol, maxiter, restart, pre
         if tuple(start.shape) != (n,):
             raise ShapeError(f"solve: x0 has shape {tuple(start.shape)}, expected ({n},)")
         _require_finite_vector("x0", start)
-    if isinstance(preconditioner, str):
+    from .precond import FactoredPreconditioner, build
+
+    described = None
+    if isinstance(preconditioner, str) and preconditioner == "jacobi":
         dinv = _jacobi(a, n, dtype, vec)
+        described = "Jacobi (1 / diag(a))"
+    elif isinstance(preconditioner, str):
+        factored = build(preconditioner, a, omega)          # factored once per solve
+        dinv, described = factored.bind(n, dtype, vec), factored.describe()
+    elif isinstance(preconditioner, FactoredPreconditioner):
+        dinv, described = preconditioner.bind(n, dtype, vec), preconditioner.describe()
     elif preconditioner is not None:
         fn, name = _user_preconditioner(preconditioner, a)
         dinv = krylov.Preconditioner(fn, n, dtype, vec, name)
+        described = name
     else:
         dinv = None
     b = vec.asarray(rhs, dtype)
@@ -293,16 +391,29 @@ def _krylov(a: Tensor, rhs, dtype, method, x0, rtol, atol, maxiter, restart, pre
     out = krylov.run(a, b, x, dinv, method, rtol=rtol, atol=atol, maxiter=maxiter, restart=restart,
                      target=target, vec=vec)
     return out.x, SolveInfo(method, bool(out.converged), int(out.iterations), float(out.residual),
-                            float(out.relative), out.plan_info)
+                            float(out.relative), out.plan_info, preconditioner=described)
 
 
 def _check_preconditioner(m) -> None:
-    """UstcError unless ``m`` is None, 'jacobi', or something :func:`_user_preconditioner` applies."""
-    if m is None or (isinstance(m, str) and m == "jacobi"):
+    """UstcError unless ``m`` is None, one of :data:`PRECONDITIONERS`, or something
+    :func:`_user_preconditioner` applies (a :class:`~ustc.ops.precond.FactoredPreconditioner` is
+    callable)."""
+    if m is None or (isinstance(m, str) and m in PRECONDITIONERS):
         return
     if isinstance(m, str) or not (callable(m) or hasattr(m, "matvec") or _matrix_like(m)):
         raise UstcError(f"solve: preconditioner must be None, 'jacobi', a callable M(r) -> z, a "
-                        f"scipy.sparse.linalg.LinearOperator or a matrix approximating A^-1; got {m!r}")
+                        f"scipy.sparse.linalg.LinearOperator or a matrix approximating A^-1, or one of the "
+                        f"factored ones 'ilu0', 'ic0', 'ssor' (or an object of ustc.ops.precond); got {m!r}")
+
+
+def _symmetric_preconditioner(m) -> bool:
+    """Whether CG may take ``m``: everything but ILU(0) (by name or as an object), whose
+    ``L U`` is not symmetric; the caller's own ``M`` is taken at its word."""
+    if isinstance(m, str):
+        return m != "ilu0"
+    from .precond import FactoredPreconditioner
+
+    return not isinstance(m, FactoredPreconditioner) or m.symmetric
 
 
 def _matrix_like(m) -> bool:
