@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import random_sparse
+from dist_helpers import random_sparse
 
 import ustc
 import ustc.distributed as ud

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from conftest import poisson2d
+from dist_helpers import poisson2d
 
 import ustc
 import ustc.distributed as ud
