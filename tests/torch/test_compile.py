@@ -13,7 +13,7 @@ import ustc
 import ustc.torch
 from ustc import formats
 from ustc.torch import TorchUST
-from ustc.torch.compiled import sddmm_values, sparse_mm
+from ustc.torch.compiled import sddmm_values, sparse_linear, sparse_mm
 
 from torch_helpers import random_weight, torch_ust
 
@@ -37,6 +37,14 @@ def test_custom_ops_pass_opcheck_and_gradcheck(fmt):
         torch.library.opcheck(sparse_mm, args)
     assert torch.autograd.gradcheck(lambda v, x: sparse_mm(sig, shape, bufs, v, x, True), (values, right))
     assert torch.autograd.gradcheck(lambda v, x: sparse_mm(sig, shape, bufs, v, x, False), (values, left))
+    x, bias = torch.randn(5, 8, generator=g, dtype=torch.float64, requires_grad=True), \
+        torch.randn(4, generator=g, dtype=torch.float64, requires_grad=True)
+    torch.testing.assert_close(sparse_linear(sig, shape, bufs, values, x, bias), torch.nn.functional.linear(x, W, bias))
+    torch.library.opcheck(sparse_linear, (sig, shape, bufs, values, x, bias))
+    torch.library.opcheck(sparse_linear, (sig, shape, bufs, values, x[:1], None))
+    assert torch.autograd.gradcheck(lambda v, x, b: sparse_linear(sig, shape, bufs, v, x, b), (values, x, bias))
+    x3 = torch.randn(2, 3, 8, generator=g, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda v, x: sparse_linear(sig, shape, bufs, v, x, None), (values, x3))
     a, b = torch.randn(4, 3, generator=g, dtype=torch.float64), torch.randn(3, 8, generator=g, dtype=torch.float64)
     sampled = sddmm_values(sig, shape, bufs, values.detach(), None, a, b)
     torch.testing.assert_close(sampled, ustc.torch.sddmm(T, a, b).stored_values())
@@ -84,9 +92,9 @@ def test_compiled_model_is_one_graph_and_matches_eager():
 
     with torch.no_grad():
         torch.compile(model, fullgraph=True, backend=aot_autograd(fw_compiler=capture))(x)
-    (graph,) = graphs  # one graph: each layer's product is one ustc::sparse_mm node in it
+    (graph,) = graphs  # one graph: each layer is one ustc::linear node in it
     targets = [node.target for node in graph.graph.nodes if node.op == "call_function"]
-    assert targets.count(torch.ops.ustc.sparse_mm.default) == 3
+    assert targets.count(torch.ops.ustc.linear.default) == 3
 
 
 def test_compiled_training_of_dense_layers_around_frozen_sparse_weights():

@@ -66,19 +66,25 @@ def test_pattern_keeping_updates(T):
 
 def test_every_product_goes_through_the_plan_cache(T):
     from ustc.ops import plan_cache
+    from ustc.torch import inference
 
     x = torch.randn(3, 8, dtype=torch.float64)
-    F.linear(x, T)  # plan (or reuse an earlier test's plan)
+    torch.mm(T, x.t())  # plan (or reuse an earlier test's plan)
     plan_cache.clear()
-    F.linear(x, T)
+    torch.mm(T, x.t())
     first = plan_cache.stats()
-    F.linear(torch.randn(3, 8, dtype=torch.float64), T)
+    torch.mm(T, torch.randn(8, 3, dtype=torch.float64))
     torch.mv(T, x[0])
     torch.mv(T, x[1])
     second = plan_cache.stats()
     assert first["misses"] >= 1 and first["size"] >= 1
     assert second["misses"] == first["misses"] + 1  # only the first mv plans
     assert second["hits"] == first["hits"] + 2
+    # nn.Linear inference: one planned Matmul per weight and input shape, planned once
+    for _ in range(3):
+        torch.testing.assert_close(F.linear(torch.randn(3, 8, dtype=torch.float64), T).shape, (3, 4))
+    plans = inference._PLANS[T.ust]
+    assert list(plans) == [(3, torch.float64)] and plans[(3, torch.float64)].mm.plans == 1
 
 
 def test_import_ustc_does_not_import_torch():

@@ -5,9 +5,13 @@ and the pos / crd buffers as torch tensors, the format's canonical text as
 metadata). While Dynamo traces, ``TorchUST.__torch_function__`` sends the
 matmul family here, and each product becomes one call of
 
+* ``ustc::linear(signature, shape, buffers, values, x, bias)``: ``F.linear``
+  (``nn.Linear``) with the 2-D sparse weight described by the format text,
+  shape, buffers and values; on the CPU through the weight's planned Matmul
+  (``ustc.torch.inference``), the bias added in the same pass;
 * ``ustc::sparse_mm(signature, shape, buffers, values, other, sparse_left)``:
-  ``W @ other`` (``sparse_left``) or ``other @ W`` for the 2-D sparse ``W``
-  described by the format text, shape, buffers and values, ``other`` 1-D or 2-D;
+  ``W @ other`` (``sparse_left``) or ``other @ W``, ``other`` 1-D or 2-D
+  (``matmul``, ``@``, ``mm``, ``mv``, ``addmm``);
 * ``ustc::sddmm(signature, shape, buffers, values, keep, left, right)``: the
   gradient of the values, ``left @ right`` at the stored pattern (0 at padding
   and at the slots ``keep`` leaves out).
@@ -105,6 +109,53 @@ def _sddmm_fake(signature, shape, buffers, values, keep, left, right):
     return torch.empty_like(values)
 
 
+@torch.library.custom_op("ustc::linear", mutates_args=())
+def sparse_linear(signature: str, shape: list[int], buffers: list[torch.Tensor], values: torch.Tensor,
+                  x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """``F.linear(x, W, bias)`` for the 2-D sparse ``W`` of the arguments and ``x`` of any leading shape:
+    the weight's planned Matmul on the CPU (``ustc.torch.inference``), the bias added in the same pass."""
+    from . import inference
+    from .matmul import matmul2d
+
+    weight = _weight(signature, shape, buffers, values)
+    if x.device.type == "cpu" and x.dim() > 0:
+        return inference.planned_linear(x, weight, bias, contiguous=True)
+    flat = x.reshape(-1, x.shape[-1])
+    out = matmul2d(weight, flat.t()).t().reshape(*x.shape[:-1], shape[0])
+    return (out if bias is None else out + bias).contiguous()
+
+
+@sparse_linear.register_fake
+def _sparse_linear_fake(signature, shape, buffers, values, x, bias):
+    if x.shape[-1] != shape[1]:
+        raise ShapeError(f"ustc::linear: input of shape {tuple(x.shape)} and weight of shape {tuple(shape)}")
+    return x.new_empty((*x.shape[:-1], shape[0]), dtype=torch.promote_types(values.dtype, x.dtype))
+
+
+def _sparse_linear_setup(ctx, inputs, output):
+    signature, shape, buffers, values, x, bias = inputs
+    ctx.spec = (signature, shape, bias is not None)
+    ctx.save_for_backward(values, x, *buffers)
+
+
+def _sparse_linear_backward(ctx, grad):
+    signature, shape, has_bias = ctx.spec
+    values, x, *buffers = ctx.saved_tensors
+    g2 = grad.reshape(-1, shape[0])
+    x2 = x.reshape(-1, shape[1])
+    grad_x = grad_values = grad_bias = None
+    if ctx.needs_input_grad[4]:  # dx = g W
+        grad_x = sparse_mm(signature, shape, buffers, values, g2, False).reshape(x.shape).to(x.dtype)
+    if ctx.needs_input_grad[3]:  # dW = gᵀ x at the pattern
+        grad_values = sddmm_values(signature, shape, buffers, values, None, g2.t(), x2)
+    if has_bias and ctx.needs_input_grad[5]:
+        grad_bias = g2.sum(0)
+    return None, None, [None] * len(buffers), grad_values, grad_x, grad_bias
+
+
+sparse_linear.register_autograd(_sparse_linear_backward, setup_context=_sparse_linear_setup)
+
+
 def _sparse_mm_setup(ctx, inputs, output):
     signature, shape, buffers, values, other, sparse_left = inputs
     ctx.spec = (signature, shape, sparse_left)
@@ -159,12 +210,12 @@ def _matmul(a, b):
 
 
 def _linear(x, weight, bias=None):
-    if isinstance(x, TorchUST) or not isinstance(weight, TorchUST):
-        raise UnsupportedOperation("ustc.torch: under torch.compile, linear takes a dense input and a TorchUST weight")
-    flat = x.reshape(-1, x.shape[-1]) if x.dim() != 2 else x
-    out = _mm(weight, flat.t()).t()
-    out = out.reshape(*x.shape[:-1], weight.shape[0]) if x.dim() != 2 else out
-    return out if bias is None else out + bias
+    if isinstance(x, TorchUST) or not isinstance(weight, TorchUST) or isinstance(bias, TorchUST):
+        raise UnsupportedOperation("ustc.torch: under torch.compile, linear takes a dense input and bias and a "
+                                   "TorchUST weight")
+    if weight.dim() != 2:
+        raise UnsupportedOperation(f"ustc.torch: the weight of linear must be 2-D, got shape {tuple(weight.shape)}")
+    return sparse_linear(weight.signature, list(weight.shape), list(weight.buffer_tensors), weight._v, x, bias)
 
 
 def _addmm(inp, a, b, *, beta=1, alpha=1):

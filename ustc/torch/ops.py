@@ -15,6 +15,7 @@ from ..errors import ShapeError, UnsupportedOperation
 from ..tensor.tensor import Tensor
 from . import pointwise  # noqa: F401  (registers the element-wise handlers)
 from . import dense_results  # noqa: F401  (reductions and indexing: dense results)
+from . import inference
 from .autograd import MatmulFn
 from .matmul import batch_slice, is_sparse, matmul2d
 from .pattern import same_pattern, share
@@ -79,7 +80,11 @@ def addmm(input, a, b, mm, *, beta=1, alpha=1):
 
 
 def linear(x, weight, bias, mm):
-    """``x @ weightᵀ + bias`` for any leading shape of ``x``."""
+    """``x @ weightᵀ + bias`` for any leading shape of ``x`` (inference: ``ustc.torch.inference``)."""
+    if type(weight) is TorchUST:
+        out = inference.linear(x, weight, bias)
+        if out is not None:
+            return out
     if x.dim() == 0:
         raise ShapeError("ustc.torch.linear: the input needs at least one dimension")
     if weight.dim() != 2:

@@ -198,7 +198,7 @@ class TorchUST(torch.Tensor):
 
         with torch._C.DisableTorchFunctionSubclass():
             inner = [(tuple(t.shape), str(t.dtype)) for t in (self._v, *self.buffer_tensors)]
-            text = repr(("TorchUST", self._sig, self._keys, tuple(self.shape), str(self.dtype),
+            text = repr(("TorchUST", _code_version(), self._sig, self._keys, tuple(self.shape), str(self.dtype),
                          str(self.device), inner))
         return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
 
@@ -384,6 +384,22 @@ def _traced(func, args, kwargs):
         return TorchUST.__tensor_unflatten__({name: getattr(x, name) for name in inner}, meta, x.shape, None)
     name = f"aten.{func.overloadpacket.__name__}"
     raise UnsupportedOperation(COMPILED["refused"].format(op=name))
+
+
+@functools.lru_cache(maxsize=1)
+def _code_version() -> str:
+    """ustc's version and a digest of the code torch.compile traces (``__torch_function__``'s compiled
+    path): AOTAutograd's on-disk cache keys TorchUST inputs by it, so a changed ustc retraces."""
+    import hashlib
+    from pathlib import Path
+
+    from .. import __version__
+
+    here = Path(__file__).resolve().parent
+    digest = hashlib.blake2b(digest_size=8)
+    for name in ("subclass.py", "compiled.py", "inference.py"):
+        digest.update((here / name).read_bytes())
+    return f"{__version__}-{digest.hexdigest()}"
 
 
 for _k in range(_INNER):

@@ -1,0 +1,114 @@
+"""The inference path of a sparse ``nn.Linear``: one planned ``ustc.Matmul`` per weight and input shape.
+
+``F.linear(x, W, bias)`` with a TorchUST ``W`` on the CPU, when autograd has
+nothing to record (``torch.inference_mode()``, ``torch.no_grad()``, or no
+operand requiring grad), skips the general route (the transposed view, the
+autograd Function, ``ustc.matmul``'s operand checks and plan-cache lookup,
+which cost several times a small product): each weight keeps a planned
+:class:`ustc.Matmul` ``W @ B`` per input shape and dtype, over an input
+buffer ``B`` and the Matmul's own output buffer, both fixed, so the generated
+kernel's arguments stay bound. A call copies ``xᵀ`` into ``B`` (``x`` at batch
+1: an SpMV), executes, and copies the result out (a new tensor, ``bias``
+added). The Matmul reads ``W``'s value buffer itself, so in-place updates of
+the weight are seen; a weight given new storage (``load_state_dict``) gets
+new plans. bfloat16 weights keep a float32 twin of their values, refreshed at
+every call.
+
+``benchmarks/bench_torch.py`` measures a call against the planned product
+alone (``docs/torch.md``).
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+
+import numpy as np
+import torch
+
+from .. import Matmul
+from ..tensor.tensor import Tensor
+from .matmul import operand
+from .subclass import TorchUST, host, to_torch
+
+ENABLED = {"on": True}  # off: every call takes the general route (benchmarks/bench_torch.py compares them)
+_PLANS: "weakref.WeakKeyDictionary[Tensor, dict]" = weakref.WeakKeyDictionary()  # ust -> {key: _Plan}
+_MAX_SHAPES = 8  # input shapes kept per weight
+
+
+class _Plan:
+    """A planned ``W @ B`` over fixed buffers; ``lock`` guards fill, execute and read-back."""
+
+    def __init__(self, weight: TorchUST, rows: int, batch: int, dtype: torch.dtype):
+        ust = weight.ust
+        self.wide = None
+        if weight._v.dtype == torch.bfloat16:  # a float32 twin of the values, refreshed per call
+            values = np.empty(ust._values.shape, dtype=np.float32)
+            self.wide = (torch.from_numpy(values), weight._v)
+            a = Tensor(ust.format, ust.shape, ust._buffers, values)
+        else:
+            a = operand(weight)
+        compute = np.float32 if dtype == torch.bfloat16 else host(torch.empty(0, dtype=dtype)).dtype
+        self.b = np.zeros((rows,) if batch == 1 else (rows, batch), dtype=compute)
+        self.b_torch = torch.from_numpy(self.b)
+        self.mm = Matmul(a, self.b)
+        self.mm.plan()
+        self.lock = threading.Lock()
+        self.batch = batch
+
+    def run(self, x2d, dtype: torch.dtype, bias):
+        """``(W @ x2dᵀ)`` as a new tensor of ``dtype`` plus ``bias``: ``(out,)`` at batch 1, else ``(out, batch)``."""
+        with self.lock:
+            if self.wide is not None:
+                self.wide[0].copy_(self.wide[1])
+            self.b_torch.copy_(x2d.reshape(-1) if self.batch == 1 else x2d.t())
+            out = to_torch(self.mm.execute())  # the Matmul's own buffer: copied out below, under the lock
+            if out.dtype != dtype:
+                out = out.to(dtype)
+                return out if bias is None else out.add_(bias if self.batch == 1 else bias[:, None])
+            if bias is None:
+                return out.clone()
+            return out + (bias if self.batch == 1 else bias[:, None])
+
+
+def linear(x, weight: TorchUST, bias):
+    """``F.linear(x, weight, bias)`` by a planned Matmul, or None where this path does not apply
+    (autograd to record, CUDA, a sparse input, a 0-D input, a bias that is a TorchUST)."""
+    if type(x) is not torch.Tensor or x.device.type != "cpu" or weight._ust is None or not ENABLED["on"]:
+        return None
+    if torch.is_grad_enabled():
+        with torch._C.DisableTorchFunctionSubclass():
+            if x.requires_grad or weight.requires_grad or (bias is not None and bias.requires_grad):
+                return None
+    shape = x.shape
+    if len(shape) == 0 or len(weight._ust.shape) != 2 or shape[-1] != weight._ust.shape[1] or \
+            (bias is not None and (not isinstance(bias, torch.Tensor) or isinstance(bias, TorchUST))):
+        return None
+    return planned_linear(x, weight, bias)
+
+
+def planned_linear(x, weight: TorchUST, bias, *, contiguous: bool = False):
+    """``F.linear(x, weight, bias)`` (dense CPU ``x`` and ``bias``) through the weight's planned Matmul;
+    ``contiguous``: a batch-major result in row-major order (a copy instead of a transposed view)."""
+    shape, ust = x.shape, weight.ust
+    dtype = torch.promote_types(x.dtype, weight._v.dtype)
+    if x.dtype != dtype:
+        x = x.to(dtype)
+    batch = x.numel() // shape[-1]
+    plans = _PLANS.get(ust)
+    if plans is None:
+        plans = _PLANS[ust] = {}
+    key = (batch, dtype)
+    plan = plans.get(key)
+    if plan is None:
+        if len(plans) >= _MAX_SHAPES:
+            plans.pop(next(iter(plans)))
+        with torch.inference_mode(False):  # its buffers' torch views are written under no_grad too
+            plan = plans[key] = _Plan(weight, shape[-1], batch, dtype)
+    out = plan.run(x if batch == 1 else x.reshape(batch, shape[-1]), dtype, bias)
+    if batch == 1:  # (out_features,)
+        return out.view(*shape[:-1], ust.shape[0])
+    out = out.t()  # (out_features, batch): the batch-major result, transposed (a view)
+    if contiguous:
+        out = out.contiguous()
+    return out if len(shape) == 2 else out.reshape(*shape[:-1], ust.shape[0])
