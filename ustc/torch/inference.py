@@ -91,13 +91,18 @@ def planned_linear(x, weight: TorchUST, bias, *, contiguous: bool = False):
     """``F.linear(x, weight, bias)`` (dense CPU ``x`` and ``bias``) through the weight's planned Matmul;
     ``contiguous``: a batch-major result in row-major order (a copy instead of a transposed view)."""
     shape, ust = x.shape, weight.ust
-    dtype = torch.promote_types(x.dtype, weight._v.dtype)
+    dtype = x.dtype if x.dtype == weight._v.dtype else torch.promote_types(x.dtype, weight._v.dtype)
     if x.dtype != dtype:
         x = x.to(dtype)
     batch = x.numel() // shape[-1]
-    plans = _PLANS.get(ust)
-    if plans is None:
-        plans = _PLANS[ust] = {}
+    plans = weight.__dict__.get("_plans")
+    if plans is None or plans[0] is not ust:  # the plans of this storage, kept on the TorchUST too
+        plans = _PLANS.get(ust)
+        if plans is None:
+            plans = _PLANS[ust] = {}
+        weight._plans = (ust, plans)
+    else:
+        plans = plans[1]
     key = (batch, dtype)
     plan = plans.get(key)
     if plan is None:

@@ -135,6 +135,8 @@ def autocast(name: str, impl):
     product run with autocast off. TorchUST products are taken before torch's autocast would see them
     (``__torch_function__``), so without this they would stay in the weights' dtype."""
     def run(*args, **kwargs):
+        if not torch._C._is_any_autocast_enabled():
+            return impl(*args, **kwargs)
         device = next((a.device.type for a in args if isinstance(a, torch.Tensor)), "cpu")
         if device not in _AUTOCAST or name not in _AUTOCAST[device] or not torch.is_autocast_enabled(device):
             return impl(*args, **kwargs)

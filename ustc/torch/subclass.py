@@ -17,12 +17,19 @@ ustc Tensor (``W.ust``), whose buffers are the torch buffers it came from
   ``transpose``, ``permute`` of 2-D, ``detach``, ``clone``, ``to`` / ``cpu`` /
   ``cuda``), ``*_like`` and ``new_*`` (dense tensors), element-wise ops and
   ``_foreach_*`` ops on the stored values (``ustc.torch.pointwise``: gradient
-  accumulation, clipping and every ``torch.optim`` step keep the pattern), and
-  the matmul family again without autograd.
+  accumulation, clipping and every ``torch.optim`` step keep the pattern),
+  reductions and indexing with dense results (``ustc.torch.dense_results``),
+  and the matmul family again without autograd.
 
 Anything else raises :class:`ustc.UnsupportedOperation` naming the op, unless
 dense fallback is on (``set_dense_fallback(True)`` or ``with dense_fallback():``):
 then the op runs on dense copies, with one warning per op.
+
+A TorchUST is also a traceable wrapper subclass (``__tensor_flatten__``): under
+torch.compile / torch.export its products are ``ustc::`` custom ops
+(``ustc.torch.compiled``). It pickles as its storage (``ustc.torch.checkpoint``),
+and every TorchUST leaf that requires grad samples the gradients reaching it at
+its pattern (:func:`install_grad_hook`).
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ import weakref
 
 import numpy as np
 import torch
+from torch._subclasses.fake_tensor import is_fake
 from torch.utils._pytree import tree_map
 
 from ..errors import UnsupportedOperation
@@ -370,8 +378,6 @@ class TorchUST(torch.Tensor):
 
 
 def _is_fake(t) -> bool:
-    from torch._subclasses.fake_tensor import is_fake
-
     return is_fake(t)
 
 
