@@ -88,6 +88,8 @@ class FactoredPreconditioner:
     def __init__(self, kind: str, pos, crd, vals, diag, *, unit_lower: bool, scale, symmetric: bool,
                  omega: float = 1.0, shift: float = 0.0, factor_seconds: float = 0.0):
         self.kind = kind
+        if max(pos.size, int(pos[-1])) < 2**31 - 1:      # int32 indices: less to read per sweep
+            pos, crd, diag = pos.astype(np.int32), crd.astype(np.int32), diag.astype(np.int32)
         self.pos, self.crd, self.vals, self.diag = pos, crd, vals, diag
         self.unit_lower, self._scale = unit_lower, scale
         self.symmetric, self.omega, self.shift = symmetric, omega, shift
@@ -143,8 +145,8 @@ class FactoredPreconditioner:
 
     # -- applying it -----------------------------------------------------------------------
     def arrays(self, dtype):
-        """``(vals, scale)`` in ``dtype`` (cached per dtype); UstcError for complex factors in a
-        real system."""
+        """``(vals, dinv, scale)`` in ``dtype`` (cached per dtype; ``dinv = 1 / vals[diag]``);
+        UstcError for complex factors in a real system."""
         dtype = np.dtype(dtype)
         hit = self._cast.get(dtype)
         if hit is None:
@@ -152,7 +154,8 @@ class FactoredPreconditioner:
                 raise UstcError(f"solve: the {self.kind} preconditioner holds complex factors ({self.dtype}); it "
                                 f"cannot precondition a real ({dtype}) system")
             scale = None if self._scale is None else self._scale.astype(dtype)
-            hit = self._cast[dtype] = (self.vals.astype(dtype, copy=False), scale)
+            vals = self.vals.astype(dtype, copy=False)
+            hit = self._cast[dtype] = (vals, (1 / vals[self.diag]).astype(dtype), scale)
         return hit
 
     def parallel(self) -> bool:
@@ -168,11 +171,11 @@ class FactoredPreconditioner:
     def apply_host(self, v: np.ndarray, out: np.ndarray, dtype=None) -> np.ndarray:
         """``out = M^-1 v`` for host vectors ``v``, ``out`` of ``dtype`` (``out`` must not alias
         ``v``)."""
-        vals, scale = self.arrays(dtype or out.dtype)
+        vals, dinv, scale = self.arrays(dtype or out.dtype)
         has_mid = scale is not None
         mid = scale if has_mid else vals[:0]
         if not self.parallel():
-            trisolve.sweep_serial(self.pos, self.crd, vals, self.diag, mid, v, out, self.unit_lower, has_mid)
+            trisolve.sweep_serial(self.pos, self.crd, vals, self.diag, dinv, mid, v, out, self.unit_lower, has_mid)
             return out
         lo, up = self.lower_levels, self.upper_levels
         out[...] = v
@@ -253,7 +256,7 @@ class _DeviceApply(krylov.Preconditioner):
         self.name = f"the {pre.kind} preconditioner"
         self.applications = 0
         xp = vec.xp
-        vals, scale = pre.arrays(dtype)
+        vals, _, scale = pre.arrays(dtype)
         index = np.int32 if max(pre.shape[0], pre.nnz) < 2**31 - 1 else np.int64
         self.pos, self.crd = xp.asarray(pre.pos.astype(index)), xp.asarray(pre.crd.astype(index))
         self.vals = xp.asarray(vals)
