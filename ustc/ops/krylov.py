@@ -305,17 +305,42 @@ class Outcome(NamedTuple):
     plan_info: str
 
 
+#: how many times :func:`run` restarts a method from its ``x`` when the recursive residual
+#: claimed convergence that the true residual denies (float64 / complex128 systems)
+RESIDUAL_RESTARTS = 3
+
+
 def run(a, b, x, dinv, method: str, *, rtol, atol, maxiter: int, restart: int = 30, target: str = "cpu",
         vec=HOST) -> Outcome:
     """Plan ``A @ v`` (or take the cached plan), run ``method``, then recompute the true residual
     and judge convergence by it. ``b``, ``x`` (updated in place) and ``dinv`` are vectors of
-    ``vec``. SolveError when the iteration breaks down (:func:`check_finite`)."""
+    ``vec``. SolveError when the iteration breaks down (:func:`check_finite`).
+
+    Where the method's recursive residual reached the target but the true one did not (rounding
+    lets them drift apart: BiCGSTAB with ILU(0) on a 262,144-row convection-diffusion matrix
+    stopped at a true relative residual of 7e-7 for 1e-8), the method starts again from ``x``
+    with the residual recomputed, up to :data:`RESIDUAL_RESTARTS` times within ``maxiter``
+    (34 more iterations there). Only for float64 / complex128 systems: a float32 system's true
+    residual is checked in float64 and may lie below what float32 arithmetic reaches."""
     op = Operator(a, b.size, b.dtype, target, vec)
     try:
         extra = (restart,) if method == "gmres" else ()
-        x, it, _, _ = SOLVERS[method](op, b, x, dinv, rtol, atol, maxiter, *extra)
-        res, bn = true_residual(a, b, x, lambda v: op.apply(v, vec.empty(b.size, b.dtype)))
-        check_finite(method, it, res)                 # x itself overflowed
+        solver = SOLVERS[method]
+        x, it, _, claimed = solver(op, b, x, dinv, rtol, atol, maxiter, *extra)
+
+        def residual():
+            res, bn = true_residual(a, b, x, lambda v: op.apply(v, vec.empty(b.size, b.dtype)))
+            check_finite(method, it, res)             # x itself overflowed
+            return res, bn
+
+        res, bn = residual()
+        again = 0
+        while (claimed and res > max(rtol * bn, atol) and it < maxiter and again < RESIDUAL_RESTARTS
+               and wide_dtype(b.dtype) == b.dtype):
+            again += 1
+            x, more, _, claimed = solver(op, b, x, dinv, rtol, atol, maxiter - it, *extra)
+            it += more
+            res, bn = residual()
         ok = res <= max(rtol * bn, atol)
         return Outcome(x, it, res, res / (bn or 1.0), ok, op.matmul.plan_info)
     finally:
