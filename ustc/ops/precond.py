@@ -60,9 +60,9 @@ KINDS = ("ilu0", "ic0", "ssor")
 #: a host sweep runs level by level, the rows of wide levels on all threads, only with at least
 #: :data:`PARALLEL_MIN_THREADS` Numba threads and an average level of at least this many rows.
 #: Otherwise the one-thread sweep in row order runs: on the 2-core project machine the ILU(0)
-#: sweeps of the 64^3 Poisson matrix (190 levels of up to 3,072 rows) took 3.5 ms in row order,
-#: 20.9 ms in level order on one thread (rows of a level lie far apart in memory) and 20 to
-#: 26 ms with the wide levels on both threads (a parallel region costs ~45 µs of wake-up with
+#: sweeps of the 64^3 Poisson matrix (190 levels of up to 3,072 rows) took 3.5 ms in row order
+#: (dividing by the pivots; 2.4 ms now), 20.9 ms in level order on one thread (rows of a level lie
+#: far apart in memory) and 20 to 26 ms with the wide levels on both threads (a parallel region costs ~45 µs of wake-up with
 #: passive OpenMP workers). The level path is for many cores and wide levels; it has not been
 #: measured to win on this machine.
 PARALLEL_LEVEL_ROWS = 1 << 14
@@ -118,7 +118,7 @@ class FactoredPreconditioner:
         if lower and self.unit_lower:
             vals[self.crd[keep] == rows[keep]] = 1
         counts = np.bincount(rows[keep], minlength=n)
-        pos = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        pos = np.concatenate([[0], np.cumsum(counts)]).astype(self.crd.dtype)
         return Tensor(CSR, self.shape, {(1, "pos"): pos, (1, "crd"): self.crd[keep].copy()}, vals)
 
     @property
