@@ -113,12 +113,8 @@ class Compressed(LevelType):
         return Packed({"pos": self.make_pos(counts), "crd": crd}, np.cumsum(new) - 1, len(crd))
 
     def check_buffers(self, nparents, extent, lo, buffers):
-        pos, crd = buffers["pos"], buffers["crd"]
-        if len(pos) != self.pos_length(nparents):
-            raise StorageError(f"pos has {len(pos)} entries, expected {self.pos_length(nparents)} "
-                               f"for {nparents} parent positions")
-        lo_b, hi_b = (np.asarray(b, dtype=np.int64) for b in self.bounds(pos, nparents))
-        self.check_bounds(lo_b, hi_b, len(crd))
+        crd = buffers["crd"]
+        lo_b, hi_b = self._segments(nparents, buffers)
         parent = segment_parents(lo_b, hi_b, len(crd))
         used = parent >= 0
         check_range("crd", np.where(used, crd, lo), lo, extent)
@@ -127,17 +123,23 @@ class Compressed(LevelType):
     def check_safe(self, nparents, extent, lo, buffers):
         """Positions and coordinates in bounds, without sorting or unpacking: one pass over
         ``pos`` and a min / max over the coordinates the segments cover."""
-        pos, crd = buffers["pos"], buffers["crd"]
-        if len(pos) != self.pos_length(nparents):
-            raise StorageError(f"pos has {len(pos)} entries, expected {self.pos_length(nparents)} "
-                               f"for {nparents} parent positions")
-        lo_b, hi_b = (np.asarray(b, dtype=np.int64) for b in self.bounds(pos, nparents))
-        self.check_bounds(lo_b, hi_b, len(crd))
+        crd = buffers["crd"]
+        lo_b, hi_b = self._segments(nparents, buffers)
         if len(lo_b) and (len(lo_b) < 2 or (lo_b[1:] == hi_b[:-1]).all()):    # segments back to back
             check_range("crd", crd[lo_b[0]:hi_b[-1]], lo, extent, first=int(lo_b[0]))
         elif len(lo_b):
             parent = segment_parents(lo_b, hi_b, len(crd))
             check_range("crd", np.where(parent >= 0, crd, lo), lo, extent)
+
+    def _segments(self, nparents, buffers) -> tuple[np.ndarray, np.ndarray]:
+        """Each parent's ``[lo, hi)`` in crd (int64), after checking pos's length and bounds."""
+        pos = buffers["pos"]
+        if len(pos) != self.pos_length(nparents):
+            raise StorageError(f"pos has {len(pos)} entries, expected {self.pos_length(nparents)} "
+                               f"for {nparents} parent positions")
+        lo_b, hi_b = (np.asarray(b, dtype=np.int64) for b in self.bounds(pos, nparents))
+        self.check_bounds(lo_b, hi_b, len(buffers["crd"]))
+        return lo_b, hi_b
 
     def check_bounds(self, lo: np.ndarray, hi: np.ndarray, ncrd: int) -> None:
         if len(lo) and lo[0] != 0:
