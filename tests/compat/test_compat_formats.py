@@ -163,3 +163,42 @@ def test_ustc_formats_seen_through_the_compat_view():
     assert view == formats.DIAJ and view.name == "DIAJ"
     assert repr(view) == "[i, j] -> ((j - i): <LevelFormat.COMPRESSED>, j: <LevelFormat.RANGE>)"
     assert TensorFormat.from_ustc(view.ustc).levels == view.levels
+
+
+# -- singleton chains: nvmath-python's uniqueness is per level, ustc's per coordinate prefix ----------
+S, C = LevelFormat.SINGLETON, LevelFormat.COMPRESSED
+NONUNIQUE_HEAD = (C, LevelProperty.NONUNIQUE)
+
+
+@pytest.mark.parametrize("rank", [3, 4, 5])
+def test_cood_is_spelled_with_plain_singletons_and_stores_as_ustc_coo(rank):
+    """nvmath-python writes an n-D COO as a nonunique compressed level followed by plain
+    singletons (a singleton has one child per parent, so it has no duplicate siblings); it is
+    the same storage as ustc's COO(n), whose middle singletons are nonunique prefixes."""
+    fmt = NamedFormats.COOd(rank)
+    assert list(fmt.levels.values()) == [NONUNIQUE_HEAD] + [S] * (rank - 1)
+    assert "NONUNIQUE" not in repr(fmt).split("),", 1)[1]
+    assert fmt == formats.COO(rank) and fmt.ustc == formats.COO(rank)
+    assert TensorFormat.from_ustc(formats.COO(rank)).levels == dict(fmt.levels)
+
+
+def test_spelled_coo3_holds_repeated_prefixes():
+    fmt = TensorFormat([i, j, k], {i: NONUNIQUE_HEAD, j: S, k: S})
+    t = ust.Tensor.from_package(ustc.Tensor.from_coo(
+        [[0, 0, 1], [2, 2, 0], [0, 1, 3]], [1.0, 2.0, 3.0], (2, 3, 4), formats.COO(3)).to_dense())
+    c = t.convert(tensor_format=fmt)
+    assert c.crd(1).tolist() == [2, 2, 0]  # the prefix (0, 2) repeats
+    assert (c.get_value([0, 2, 0]), c.get_value([0, 2, 1]), c.get_value([1, 0, 3])) == (1.0, 2.0, 3.0)
+
+
+def test_unique_spelled_out_keeps_a_unique_prefix():
+    """UNIQUE on a middle singleton is kept (ustc's unique prefix) and printed back explicitly."""
+    fmt = TensorFormat([i, j, k], {i: NONUNIQUE_HEAD, j: (S, LevelProperty.UNIQUE), k: S})
+    assert fmt != formats.COO(3) and not fmt.ustc.level_is_unique(0) and fmt.ustc.level_is_unique(1)
+    assert TensorFormat.from_ustc(fmt.ustc).levels[j] == (S, LevelProperty.UNIQUE)
+
+
+def test_only_middle_singletons_under_a_nonunique_parent_change():
+    assert TensorFormat([i, j, k], {i: C, j: S, k: S}).ustc.level_is_unique(1)   # unique parent
+    hybrid = TensorFormat([i, j, k], {i: NONUNIQUE_HEAD, j: S, k: LevelFormat.DENSE})
+    assert hybrid.ustc.level_is_unique(1)                                        # last of its chain

@@ -84,13 +84,14 @@ def test_convert_equals_ustc_convert(target):
 
 def test_convert_index_type_dtype_and_copy():
     u = Tensor.from_package(np.arange(1.0, 17.0).reshape(4, 4))
-    assert u.convert() is u and u.convert(copy=True) is not u
+    assert u.convert(copy=False) is u  # ustc's opt-in: no new tensor when nothing changes
     csr = u.convert(tensor_format=NamedFormats.CSR)
     assert (csr.dtype, csr.index_type, csr.get_value([3, 3])) == ("float64", "int32", 16)
     small = csr.convert(index_type="int8", dtype="float32")
     assert (small.dtype, small.index_type, small.get_value([3, 3])) == ("float32", "int8", 16)
     assert all(b.dtype == np.int8 for b in small.buffers.values())
-    assert csr.convert(tensor_format=formats.CSR) is csr  # a ustc format works too
+    same = csr.convert(tensor_format=formats.CSR)  # a ustc format works too
+    assert same is not csr and same.format == csr.format
     with pytest.raises(ustc.StorageError):
         Tensor.from_package(sps.csr_array(np.ones((1, 300)))).convert(index_type="int8")
 
@@ -189,3 +190,28 @@ def test_ustc_operations_accept_compat_tensors():
     assert np.allclose(ustc.matmul(u, x), DENSE @ x)
     assert np.allclose((u * 2).to_dense(), 2 * DENSE)
     assert u.to("cpu") is u and u.to(device_id="cpu") is u
+
+
+@pytest.mark.parametrize("target", [None, NamedFormats.DensedRight(2), NamedFormats.DenseMatrixRight])
+def test_convert_to_the_same_storage_is_a_new_tensor(target):
+    """nvmath-python: convert always gives a new tensor; when format, index type and dtype stay the
+    same it is a clone: own buffers (writes to it leave the source alone), a set kernel shared."""
+    a = np.arange(1.0, 7.0).reshape(2, 3)
+    u = Tensor.from_package(a)
+    u.set_kernel(lambda v: v + 1, with_indices=False)
+    c = u.convert(tensor_format=target)
+    assert c is not u and c.format == u.format and c.base is None
+    assert not np.shares_memory(c.val, a)
+    c.val[0] = 100.0
+    assert a[0, 0] == 1.0 and c.get_value([0, 0]) == 100.0
+    c.run_kernel()
+    assert c.get_value([0, 1]) == 3.0 and a[0, 1] == 2.0
+
+
+def test_convert_csr_to_csr_copies_every_buffer():
+    u = Tensor.from_package(sps.csr_array(DENSE))
+    c = u.convert(tensor_format=NamedFormats.CSR)
+    assert c is not u
+    for key, b in u.buffers.items():
+        assert np.array_equal(c.buffers[key], b) and not np.shares_memory(c.buffers[key], b)
+    assert not np.shares_memory(c.val, u.val)

@@ -223,6 +223,71 @@ def _from_ustc_level(lv_type):
     return (fmt, props[0]) if len(props) == 1 else (fmt, tuple(props))
 
 
+# -- uniqueness of singleton chains ---------------------------------------------------------------
+# nvmath-python calls a level unique when a coordinate has no duplicate among its siblings, so a
+# singleton level (one child per parent position) is unique unless spelled otherwise, and its
+# COO of rank 3 is ``compressed(nonunique), singleton, singleton``. ustc (as MLIR) calls a level
+# unique when the coordinate *prefix* through it never repeats, which a COO's middle singletons
+# do not promise. The translation: a singleton followed by another singleton under a nonunique
+# parent is nonunique in ustc unless UNIQUE is spelled out, and prints without a property.
+def _head(value):
+    return value[0] if isinstance(value, tuple) and value else value
+
+
+def _is_singleton(value) -> bool:
+    return _head(value) in (LevelFormat.SINGLETON, _f.LevelFormat.SINGLETON)
+
+
+def _props_of(value) -> list:
+    props = []
+    for item in value[1:] if isinstance(value, tuple) else ():
+        if isinstance(item, (LevelProperty, _f.LevelProperty)) or (isinstance(item, Sequence)
+                                                                    and not isinstance(item, str)):
+            props.extend(_properties(item))
+    return props
+
+
+def _spelled_uniqueness(value) -> bool:
+    """Whether an nvmath-style level value names UNIQUE or NONUNIQUE itself."""
+    return any(p in (LevelProperty.UNIQUE, LevelProperty.NONUNIQUE, _f.LevelProperty.NONUNIQUE)
+               for p in _props_of(value))
+
+
+def _is_middle(k: int, singles: list, nonunique: list) -> bool:
+    """Level ``k`` is a singleton followed by a singleton, under a nonunique parent."""
+    return 0 < k < len(singles) - 1 and nonunique[k - 1] and singles[k] and singles[k + 1]
+
+
+def _prefix_uniqueness(values: list, spec: list) -> list:
+    """``spec`` (ustc level specs of nvmath-style ``values``) with the middle singletons of a
+    chain under a nonunique parent made nonunique, unless the value spells its uniqueness."""
+    spec = list(spec)
+    singles = [_is_singleton(v) for v in values]
+    nonunique = []
+    for k, (expr, lv) in enumerate(spec):
+        if _is_middle(k, singles, nonunique) and not _spelled_uniqueness(values[k]):
+            lv = (*lv, _f.LevelProperty.NONUNIQUE) if isinstance(lv, tuple) else (lv, _f.LevelProperty.NONUNIQUE)
+            spec[k] = (expr, lv)
+        nonunique.append(isinstance(lv, tuple) and _f.LevelProperty.NONUNIQUE in lv)
+    return spec
+
+
+def _nvmath_uniqueness(fmt: _f.TensorFormat, values: list) -> list:
+    """The nvmath-style ``values`` of ``fmt``'s levels, middle singletons spelled as nvmath-python
+    spells them: no property where ustc says nonunique, an explicit UNIQUE where it says unique."""
+    nonunique = [_f.LevelProperty.NONUNIQUE in lv.type.properties for lv in fmt.levels]
+    singles = [lv.type.format == _f.LevelFormat.SINGLETON for lv in fmt.levels]
+    out = []
+    for k, (value, nonu) in enumerate(zip(values, nonunique)):
+        if _is_middle(k, singles, nonunique):
+            others = [p for p in _props_of(value) if p != LevelProperty.NONUNIQUE]
+            others = others if nonu else [LevelProperty.UNIQUE, *others]
+            value = _head(value) if not others else (_head(value), others[0]) if len(others) == 1 else (
+                _head(value), tuple(others))
+        out.append(value)
+    return out
+
+
 # -- TensorFormat -------------------------------------------------------------------------------
 class TensorFormat:
     """``TensorFormat(dimensions, {expression: level}, name=None)`` as in nvmath-python.
@@ -249,6 +314,7 @@ class TensorFormat:
             if not isinstance(key, (Dimension, LevelExpr)):
                 raise FormatTypeError(f"level expression {key!r} must be a Dimension or LevelExpr")
         spec = [(_to_ustc_expr(key), _to_ustc_level(key, value, k)) for k, (key, value) in enumerate(levels.items())]
+        spec = _prefix_uniqueness(list(levels.values()), spec)
         try:
             fmt = _f.TensorFormat([d.to_ustc() for d in dimensions], spec, name=name)
         except TypeError as exc:
@@ -263,7 +329,8 @@ class TensorFormat:
         dims = {d.name: Dimension(dimension_name=d.name) for d in fmt.dims}
         self = object.__new__(cls)
         self._dimensions = list(dims.values())
-        self._levels = {_from_ustc_expr(lv.expr, dims): _from_ustc_level(lv.type) for lv in fmt.levels}
+        values = _nvmath_uniqueness(fmt, [_from_ustc_level(lv.type) for lv in fmt.levels])
+        self._levels = {_from_ustc_expr(lv.expr, dims): value for lv, value in zip(fmt.levels, values)}
         self._name = name or fmt.name
         self._ustc = fmt
         return self

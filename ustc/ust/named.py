@@ -143,13 +143,12 @@ class NamedFormats:
 
     @staticmethod
     def COOd(sparse_dim, dense_dim=0):
-        """COO over the first ``sparse_dim`` dimensions, then ``dense_dim`` dense ones. As in
-        ``ustc.formats.COO``, every singleton level but the last is nonunique: a coordinate
-        prefix repeats until the last coordinate tells the entries apart."""
+        """COO over the first ``sparse_dim`` dimensions, then ``dense_dim`` dense ones, spelled as
+        nvmath-python spells it (plain singletons); it equals ``ustc.formats.COO`` of that rank,
+        whose middle singletons are nonunique (see :mod:`ustc.ust.formats`)."""
         dims = _dims(sparse_dim + dense_dim)
         levels = {dims[0]: C if sparse_dim == 1 else (C, LevelProperty.NONUNIQUE)}
-        levels.update({d: (S, LevelProperty.NONUNIQUE) for d in dims[1:sparse_dim - 1]})
-        levels.update({d: S for d in dims[max(1, sparse_dim - 1):sparse_dim]})
+        levels.update({d: S for d in dims[1:sparse_dim]})
         levels.update({d: D for d in dims[sparse_dim:]})
         rank = len(dims)
         name = ("COO" if rank == 2 else f"COO{rank}") if not dense_dim else None

@@ -199,13 +199,19 @@ class Tensor(_UstcTensor):
     # -- conversion and copies -----------------------------------------------------------------------
     def convert(self, tensor_format=None, *, index_type=None, dtype=None, copy=None, stream=None,
                 prune: bool = False) -> "Tensor":
-        """This tensor in another format, index type and/or value dtype (each defaults to this
-        tensor's). When nothing changes this tensor itself is returned, or a copy with ``copy=True``."""
+        """A new tensor holding this one in another format, index type and/or value dtype (each
+        defaults to this tensor's). As in nvmath-python the result is always a new tensor: when
+        nothing changes it is :meth:`clone` (own buffers, a set kernel shared). ``copy=False``
+        (ustc's own choice) returns this tensor itself in that case instead."""
         fmt = self.format if tensor_format is None else as_ustc_format(tensor_format)
         index = self.index_type if index_type is None else _index_dtype(index_type)
         values_dtype = self.dtype if dtype is None else np.dtype(dtype)
         if fmt == self.format and index == self.index_type and values_dtype == self.dtype:
-            return self.clone() if copy else self
+            if copy is False:
+                return self
+            nv_format = tensor_format if isinstance(tensor_format, TensorFormat) else self._nv_format
+            return _adopt(self.clone(), self, _nv_base=None, _nv_format=nv_format, _nv_index_type=index,
+                          _nv_converted=True)
         t = super().convert(fmt, prune=prune) if fmt != self.format else self.copy()
         nv_format = tensor_format if isinstance(tensor_format, TensorFormat) else (
             self._nv_format if tensor_format is None else None)
@@ -234,8 +240,9 @@ class Tensor(_UstcTensor):
         self._buffers = cast
 
     def clone(self, stream=None) -> "Tensor":
-        """A deep copy; a kernel set on this tensor is shared."""
-        return _adopt(self.copy(), self)
+        """A deep copy (own positions, coordinates and values) that views no package tensor;
+        a kernel set on this tensor is shared."""
+        return _adopt(self.copy(), self, _nv_base=None)
 
     def copy_(self, src, stream=None) -> None:
         """Copy ``src``'s positions, coordinates and values into this tensor's buffers (in place).
