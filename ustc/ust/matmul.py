@@ -11,8 +11,12 @@
   its values, refreshed from the operand before every ``execute`` (in-place changes to the
   operand are seen, at the cost of one pass over its values); conjugating a real operand
   is nothing. Qualifying ``c`` raises :class:`ustc.UnsupportedOperation`.
+* float16 and bfloat16 operands are computed in float32 on the CPU (nvmath-python's default
+  compute type for them) and give float16 / bfloat16 results; bfloat16 comes as torch
+  tensors (dense, sparse, TorchUST) or ml_dtypes arrays (:mod:`ustc.ops.narrow`).
 * ``options`` (``MatmulOptions`` or a dict): ``codegen=True`` forces ustc's generated
-  route; ``compute_type`` must name the result's own type (ustc computes in it);
+  route; ``compute_type`` must name the type ustc computes in (the result's own type,
+  float32 for float16 / bfloat16);
   ``logger`` receives the plan; ``memory_limit``, ``blocking`` and ``allocator`` are
   accepted and have nothing to act on.
 * ``execution``: ``ExecutionCPU`` / ``"cpu"`` or ``ExecutionCUDA`` / ``"cuda"`` picks
@@ -32,6 +36,7 @@ from enum import IntEnum
 import numpy as np
 
 from ..errors import UnsupportedOperation
+from ..ops import narrow
 from ..tensor import packages
 from ..ops.plan import Matmul as _UstcMatmul
 from ..tensor.tensor import Tensor as _UstcTensor
@@ -161,8 +166,20 @@ def _operand(x):
 
 
 def _dtype_of(x):
+    """``x``'s value dtype; float32 stands for bfloat16 (no NumPy dtype), which ustc computes in."""
     dtype = getattr(x, "dtype", None)
-    return None if dtype is None else np.dtype(str(dtype).replace("torch.", ""))
+    if dtype is None:
+        return None
+    name = str(dtype).replace("torch.", "")
+    return np.dtype(np.float32) if name == "bfloat16" else np.dtype(name)
+
+
+def _compute_dtype(*operands):
+    """The type ustc computes the product in: the operands' result type, float32 for float16 and
+    bfloat16 (nvmath-python's default compute type for them, ustc's on the CPU)."""
+    dtypes = [d for d in map(_dtype_of, operands) if d is not None]
+    natural = np.result_type(*dtypes) if dtypes else None
+    return np.dtype(np.float32) if natural == np.float16 else natural
 
 
 def _qualifiers(qualifiers) -> tuple[tuple[bool, bool], tuple[bool, bool]]:
@@ -201,7 +218,7 @@ def _prepared(x, conjugate: bool, label: str):
     """``(what ustc multiplies, the conjugated copy to refresh or None)``."""
     x = _operand(x)
     dtype = _dtype_of(x)
-    if conjugate and (dtype is None or dtype.kind == "c"):
+    if conjugate and x is not None and (dtype is None or dtype.kind == "c"):
         conj = _Conjugated(x, label)
         return conj.operand, conj
     return x, None
@@ -217,16 +234,15 @@ class Matmul:
         self.execution = execution
         self._transposes, self._conjugates = _qualifiers(qualifiers)
         self._c = c
-        (a_op, conj_a), (b_op, conj_b) = (_prepared(x, flag, label)
-                                          for x, flag, label in zip((a, b), self._conjugates, "ab"))
-        self._refresh = {"a": conj_a, "b": conj_b}
+        self._raw = (a, b, c)
+        a_op, b_op, c_op = self._operands(a, b, c)
         ustc_options = {}
         if self.options.codegen:
             ustc_options["route"] = "generated"
         target = _target(execution)
         if target is not None:
             ustc_options["target"] = target
-        self._mm = _UstcMatmul(a_op, b_op, _operand(c), 1 if alpha is None else alpha, beta,
+        self._mm = _UstcMatmul(a_op, b_op, c_op, 1 if alpha is None else alpha, beta,
                                transpose_a=self._transposes[0], transpose_b=self._transposes[1],
                                options=ustc_options)
         self._check_compute_type(a, b, c)
@@ -236,11 +252,23 @@ class Matmul:
         wanted = self.options.compute_type
         if wanted is None:
             return
-        dtypes = [d for d in map(_dtype_of, operands) if d is not None]
-        natural = np.result_type(*dtypes) if dtypes else None
+        natural = _compute_dtype(*operands)
         if natural != np.dtype(_COMPUTE_DTYPES[wanted]):
             raise UnsupportedOperation(f"MatmulOptions(compute_type={wanted.name}): ustc computes in the "
                                        f"operands' result type ({natural})")
+
+    def _operands(self, a, b, c) -> tuple:
+        """What ustc multiplies for ``a``, ``b``, ``c``: dense USTs as their arrays, bfloat16
+        operands as float32 twins (:class:`ustc.ops.narrow.Bfloat16Product`), conjugated complex
+        ones as conjugated copies; both refreshed before every execute."""
+        ops = [_operand(x) for x in (a, b, c)]
+        self._wide = narrow.bfloat16_product(*ops)
+        if self._wide is not None:
+            ops = list(self._wide.operands[:3])
+        self._refresh = {}
+        for k, label in enumerate("ab"):
+            ops[k], self._refresh[label] = _prepared(ops[k], self._conjugates[k], label)
+        return tuple(ops)
 
     def __enter__(self) -> "Matmul":
         return self
@@ -259,10 +287,14 @@ class Matmul:
         self.logger.info("ustc matmul plan: %s", self._mm.plan_info)
 
     def execute(self, *, release_workspace=False, stream=None):
+        if self._wide is not None:
+            self._wide.refresh()
         for conj in self._refresh.values():
             if conj is not None:
                 conj.refresh()
         result = self._mm.execute()
+        if self._wide is not None:
+            result = self._wide.finish(result)
         return self._result(result)
 
     def _result(self, result):
@@ -284,16 +316,15 @@ class Matmul:
     def _reset(self, reset, a, b, c, alpha, beta) -> None:
         if c is not None:
             self._c = c
-        new = {}
-        for label, x, flag in (("a", a, self._conjugates[0]), ("b", b, self._conjugates[1])):
-            if x is not None:
-                new[label], self._refresh[label] = _prepared(x, flag, label)
-        reset(a=new.get("a"), b=new.get("b"), c=None if c is None else _operand(c), alpha=alpha, beta=beta)
+        self._raw = tuple(old if new is None else new for old, new in zip(self._raw, (a, b, c)))
+        a_op, b_op, c_op = self._operands(*self._raw)   # twins and copies are new: all are handed over
+        reset(a=a_op, b=b_op, c=c_op, alpha=alpha, beta=beta)
 
     def release_operands(self) -> None:
         release = getattr(self._mm, "release_operands", None)
         if release is not None:
             release()
+        self._raw, self._wide = (None, None, None), None
 
     def free(self) -> None:
         free = getattr(self._mm, "free", None) or self._mm.release
