@@ -77,10 +77,54 @@ def test_conjugate_qualifiers_follow_the_operands():
     assert np.allclose(real, A.toarray() @ B)
 
 
+def _complex(*shape):
+    return RNG.standard_normal(shape) + 1j * RNG.standard_normal(shape)
+
+
+def test_transpose_and_conjugate_together_is_the_conjugate_transpose():
+    """nvmath-python: a qualifier with both flags set applies op_h, the conjugate transpose."""
+    a = _complex(6, 5) * (RNG.random((6, 5)) < 0.5)
+    b = _complex(3, 6)
+    r = matmul(sps.csr_array(a), b.T.copy(), np.zeros((5, 3), complex), beta=0.0,
+               qualifiers=qualifiers(transpose=(1, 0), conjugate=(1, 0)))
+    assert np.allclose(r, a.conj().T @ b.T)
+    r = matmul(sps.csr_array(a.T.copy()), b, np.zeros((5, 3), complex), beta=0.0,
+               qualifiers=qualifiers(transpose=(0, 1), conjugate=(0, 1)))
+    assert np.allclose(r, a.T @ b.conj().T)
+
+
+def test_conjugated_sparse_values_changed_in_place_are_seen():
+    a = sps.csr_array(_complex(5, 6) * (RNG.random((5, 6)) < 0.5) + sps.eye_array(5, 6))
+    b = _complex(6, 3)
+    with Matmul(a, b, np.zeros((5, 3), complex), beta=0.0, qualifiers=qualifiers(conjugate=(1, 0))) as mm:
+        mm.plan()
+        assert np.allclose(mm.execute(), np.conj(a.toarray()) @ b)
+        a.data *= 1j
+        assert np.allclose(mm.execute(), np.conj(a.toarray()) @ b)
+
+
+def test_torch_complex64_and_lazy_conjugation():
+    """A torch tensor's lazy conjugation flag combines with the qualifier (conjugating twice is
+    nothing), as nvmath-python combines them; complex64 stays complex64."""
+    torch = pytest.importorskip("torch")
+    a = _complex(5, 6).astype(np.complex64) * (RNG.random((5, 6)) < 0.5)
+    b = _complex(6, 3).astype(np.complex64)
+    ta, lazy = torch.from_numpy(a).to_sparse_csr(), torch.from_numpy(b).conj()
+    assert lazy.is_conj()
+    for flag, want in ((0, a @ b.conj()), (1, a @ b)):
+        c = torch.zeros(5, 3, dtype=torch.complex64)
+        r = matmul(ta, lazy, c, beta=0.0, qualifiers=qualifiers(conjugate=(0, flag)))
+        assert r is c and r.dtype == torch.complex64
+        assert np.allclose(r.numpy(), want, atol=1e-5)
+
+
 def test_qualifying_c_is_unsupported():
     q = np.zeros((3,), dtype=matmul_matrix_qualifiers_dtype)
     q[2]["is_transpose"] = 1
     with pytest.raises(ustc.UnsupportedOperation, match="c"):
+        Matmul(A, B, C.copy(), qualifiers=q)
+    q[2]["is_transpose"], q[2]["is_conjugate"] = 0, 1
+    with pytest.raises(NotImplementedError):                # nvmath-python's exception class
         Matmul(A, B, C.copy(), qualifiers=q)
 
 
