@@ -19,10 +19,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..errors import StorageError
 from ..format.expr import Dimension
 from ..format.ir import TensorFormat
 from ..format.levels import Compressed, Dense, LevelProperty, Singleton
 from ..format.levels.base import prefix_sum
+from ..memory import BUDGET_VARIABLE, memory_budget
 from .dtypes import index_dtype, narrow
 
 # The level types of the family's kernels (ordered and unique unless said; equality is exact,
@@ -251,3 +253,160 @@ def _coo_tensor(shape, fmt, pos, crd, values, package):
             rows //= lead[k]
     buffers[(len(lead), "crd")] = crd.astype(dtype, copy=False)
     return Tensor(fmt, shape, buffers, values, package=package)
+
+
+# -- element-wise merges of two matrices of one compressed-family format -----------------------
+
+MERGE_SERIAL_WORK = 300_000  # input entries below which one thread merges: a parallel launch costs ~0.05 ms
+
+
+@dataclass(frozen=True)
+class Merge:
+    """One element-wise operation of two matrices stored in the same CSR-family format (same
+    major dimension, no fixed index widths): what :func:`merge` needs besides the operands.
+
+    ``op`` is ``kernels.ADD``, ``SUB`` or ``MUL``; ``layout`` the result's format and shape;
+    ``dtype`` the result's values (operands of another dtype are cast first); ``crd_dtype``
+    the result's coordinates (the index policy for the minor extent)."""
+
+    op: int
+    layout: object
+    dtype: np.dtype
+    crd_dtype: np.dtype
+
+    def __post_init__(self):
+        fam = family(self.layout.fmt)
+        if fam is None or fam.kind != "csr" or self.layout.fmt.pos_width or self.layout.fmt.crd_width:
+            raise ValueError(f"Merge needs a CSR-family format without index widths, got {self.layout.fmt}")
+        if self.op not in (0, 1, 2) or not compiled_dtype(self.dtype) or self.dtype.kind == "b":
+            raise ValueError(f"Merge: op {self.op} on {self.dtype} is not compiled")
+
+    @classmethod
+    def of(cls, op: int, layout, dtype) -> "Merge":
+        minor = layout.level_shape[1]
+        return cls(op, layout, np.dtype(dtype), index_dtype(0, 0, max(minor - 1, 0), "crd"))
+
+
+def mergeable(a, b) -> bool:
+    """``a`` and ``b`` are host matrices in one CSR-family format without index widths, of one
+    shape, with values the merge kernels compile for (not bool, not float16)."""
+    fmt = a.format
+    if fmt != b.format or a.shape != b.shape or a.device != "cpu" or b.device != "cpu" \
+            or fmt.pos_width or fmt.crd_width:
+        return False
+    fam = family(fmt)
+    return fam is not None and fam.kind == "csr" and all(
+        compiled_dtype(t.dtype) and t.dtype.kind != "b" for t in (a, b))
+
+
+def merge(spec: Merge, a, b, package):
+    """``a op b`` (``spec.op``) as a new tensor of ``spec.layout``; entries that compute to zero
+    are not stored (as every element-wise result of ustc).
+
+    Small operands (fewer than :data:`MERGE_SERIAL_WORK` entries together) merge on one thread,
+    appending. Larger ones merge in one parallel pass: work-balanced row chunks, each writing
+    from the sum of its rows' bounds (``nnz_A(row) + nnz_B(row)``, or the smaller of the chunk's
+    two counts for a product), then the chunks close up (:func:`_compact`). That over-allocation
+    is at most the inputs' own entry count; it is refused before allocating when it (and the
+    compact copy) would exceed :func:`ustc.memory.memory_budget`, and the merge then counts and
+    fills (two passes, exact allocation; StorageError only when the result itself does not fit).
+    The result keeps an over-allocated buffer only when at least half of it is used, else it is
+    copied to its size (SciPy prunes the same way)."""
+    from . import kernels
+
+    a_pos, a_crd, a_val = a._buffers[(1, "pos")], a._buffers[(1, "crd")], _values_as(a, spec.dtype)
+    b_pos, b_crd, b_val = b._buffers[(1, "pos")], b._buffers[(1, "crd")], _values_as(b, spec.dtype)
+    na, nb = int(a_pos[-1]), int(b_pos[-1])
+    bound = min(na, nb) if spec.op == kernels.MUL else na + nb
+    zero = spec.dtype.type(0)
+    operands = (spec.op, zero, a_pos, a_crd, a_val, b_pos, b_crd, b_val)
+    rows = len(a_pos) - 1
+    entry = spec.crd_dtype.itemsize + spec.dtype.itemsize
+    threads = kernels.threads() if rows > 1 else 1
+    small = na + nb < MERGE_SERIAL_WORK
+    if small or bound * entry * (1 if threads <= 2 else 2) <= memory_budget():
+        if small or threads == 1:
+            pos, crd, val = _buffers(rows, bound, spec)
+            count = int(kernels.merge_serial(*operands, pos, crd, val))
+        else:
+            pos, crd, val, count = _one_pass(kernels, operands, rows, bound, spec, threads)
+    else:
+        pos, crd, val, count = _two_pass(kernels, operands, rows, spec, entry)
+    crd, val = _trimmed(crd, count), _trimmed(val, count)
+    if pos.dtype != _pos_dtype(count):
+        pos = pos.astype(_pos_dtype(count))
+    return trusted_tensor(spec.layout, {(1, "pos"): pos, (1, "crd"): crd}, val, [rows, count], package)
+
+
+def _values_as(t, dtype):
+    values = t._values
+    return values if values.dtype == dtype else values.astype(dtype)
+
+
+def _pos_dtype(hi: int) -> np.dtype:
+    return index_dtype(0, 0, hi, "pos")
+
+
+def _buffers(rows: int, size: int, spec: Merge):
+    return (np.empty(rows + 1, _pos_dtype(size)), np.empty(size, spec.crd_dtype), np.empty(size, spec.dtype))
+
+
+def _trimmed(buffer: np.ndarray, count: int) -> np.ndarray:
+    return buffer[:count].copy() if count < len(buffer) // 2 else buffer[:count]
+
+
+def _one_pass(kernels, operands, rows: int, bound: int, spec: Merge, threads: int):
+    """Work-balanced chunks merged in parallel into one over-allocated buffer, then closed up."""
+    op, a_pos, b_pos = operands[0], operands[2], operands[5]
+    cuts = kernels.split_rows(a_pos, b_pos, threads)
+    na, nb = a_pos[cuts].astype(np.int64), b_pos[cuts].astype(np.int64)
+    sizes = np.minimum(np.diff(na), np.diff(nb)) if op == kernels.MUL else np.diff(na) + np.diff(nb)
+    starts = np.zeros(threads, np.int64)
+    np.cumsum(sizes[:-1], out=starts[1:])
+    pos, crd, val = _buffers(rows, bound, spec)
+    ends = np.empty(threads, np.int64)
+    kernels.merge_chunks(*operands, cuts, starts, pos, crd, val, ends)
+    return (pos,) + _compact(kernels, cuts, starts, ends, pos, crd, val, threads)
+
+
+def _compact(kernels, cuts, starts, ends, pos, crd, val, threads: int):
+    """The chunks made contiguous: moved down in place, in order, on up to two threads (the
+    first chunk stays: half the entries move, against all of them for a copy); with more
+    threads copied in parallel to compact arrays (a sequential move would not scale)."""
+    if threads <= 2:
+        count = int(kernels.close_gaps(cuts, starts, ends, pos, crd, val))
+        return crd, val, count
+    sizes = ends - starts
+    offsets = np.zeros(len(sizes), np.int64)
+    np.cumsum(sizes[:-1], out=offsets[1:])
+    count = int(offsets[-1] + sizes[-1])
+    crd_out, val_out = np.empty(count, crd.dtype), np.empty(count, val.dtype)
+    kernels.gather_chunks(cuts, starts, ends, offsets, pos, crd, val, crd_out, val_out)
+    return crd_out, val_out, count
+
+
+def _two_pass(kernels, operands, rows: int, spec: Merge, entry: int):
+    """Count each row's entries, then fill exact-size buffers (both passes in parallel)."""
+    counts = np.zeros(rows + 1, np.int64)
+    kernels.merge_counts(*operands, counts)
+    np.cumsum(counts, out=counts)
+    count = int(counts[-1])
+    budget = memory_budget()
+    if count * entry > budget:
+        raise StorageError(f"the element-wise result would store {count:,} entries ({count * entry:,} bytes), "
+                           f"more than the memory budget of {budget:,} bytes ({BUDGET_VARIABLE} sets it)")
+    crd, val = np.empty(count, spec.crd_dtype), np.empty(count, spec.dtype)
+    kernels.merge_fill(*operands, counts, crd, val)
+    return counts, crd, val, count
+
+
+def trusted_tensor(layout, buffers: dict, values: np.ndarray, counts: list, package):
+    """A host Tensor from buffers a ustc kernel has just written for ``layout``, skipping the
+    constructor's checks (its level position counts ``counts`` are known). The attributes are
+    ``Tensor.__init__``'s own; tests compare the two."""
+    from .tensor import Tensor
+
+    t = Tensor.__new__(Tensor)
+    t.__dict__.update(_layout=layout, _buffers=buffers, _values=values, _device="cpu", _package=package,
+                      _origin={}, _counts=counts)
+    return t

@@ -11,6 +11,7 @@ the 1.48M-row stencil.
 
 from __future__ import annotations
 
+import numba
 import numpy as np
 from numba import prange, types
 from numba.extending import overload
@@ -244,3 +245,181 @@ def compact_rows(pos, crd, vals, new_pos, crd_out, vals_out):
         for a in range(new_pos[r + 1] - o):
             crd_out[o + a] = crd[lo + a]
             vals_out[o + a] = vals[lo + a]
+
+
+# -- element-wise merges of two compressed-family matrices (fastpaths.merge) ----------------
+# Each row of ``A op B`` is one merge of the rows' sorted coordinates. Into a row region that
+# holds the row's bound the loops run branch-free (BOUNDED: every step stores at ``o`` and
+# advances ``o`` only when it keeps the entry; a step consumes at least one input entry, so
+# the store stays inside the bound): on random patterns a branchy merge mispredicts about every
+# other step (200k x 200k add: SciPy 18 ms, this loop 10 ms on one thread). EXACT stores only
+# the kept entries (regions of the counted size); COUNT stores nothing. A result that compares
+# equal to zero (a cancellation) is never kept.
+ADD, SUB, MUL = 0, 1, 2
+COUNT, BOUNDED, EXACT = 0, 1, 2
+
+
+@njit_cached(inline="always")
+def _keep(mode, o, keep, crd, val, c, v):
+    """Store entry ``(c, v)`` at ``o`` as ``mode`` says; returns the next free position."""
+    if mode == BOUNDED:
+        crd[o] = c
+        val[o] = v
+        return o + U(keep)
+    if keep:
+        if mode == EXACT:
+            crd[o] = c
+            val[o] = v
+        return o + U(1)
+    return o
+
+
+@njit_cached(inline="always")
+def _union_row(sub, zero, ap, ape, a_crd, a_val, bp, bpe, b_crd, b_val, o, crd, val, mode):
+    """Row entries of ``A + B`` (``A - B`` when ``sub``) from ``o``; returns the new end. Keeps at
+    most ``(ape - ap) + (bpe - bp)`` entries whatever the coordinates' order."""
+    while ap < ape and bp < bpe:
+        ca, cb, va, vb = a_crd[ap], b_crd[bp], a_val[ap], b_val[bp]
+        ta, tb = ca <= cb, cb <= ca
+        x = va if ta else zero   # selects of loaded values: a conditional load compiles to a branch
+        y = vb if tb else zero
+        v = x - y if sub else x + y
+        o = _keep(mode, o, v != 0, crd, val, ca if ta else cb, v)
+        ap += U(ta)
+        bp += U(tb)
+    while ap < ape:
+        v = a_val[ap]
+        o = _keep(mode, o, v != 0, crd, val, a_crd[ap], v)
+        ap += U(1)
+    while bp < bpe:
+        v = zero - b_val[bp] if sub else b_val[bp]
+        o = _keep(mode, o, v != 0, crd, val, b_crd[bp], v)
+        bp += U(1)
+    return o
+
+
+@njit_cached(inline="always")
+def _intersection_row(ap, ape, a_crd, a_val, bp, bpe, b_crd, b_val, o, crd, val, mode):
+    """Row entries of ``A * B`` from ``o``; returns the new end. Keeps at most
+    ``min(ape - ap, bpe - bp)`` entries (a kept entry consumes one of each side)."""
+    while ap < ape and bp < bpe:
+        ca, cb = a_crd[ap], b_crd[bp]
+        v = a_val[ap] * b_val[bp]
+        o = _keep(mode, o, (ca == cb) & (v != 0), crd, val, ca, v)
+        ap += U(ca <= cb)
+        bp += U(cb <= ca)
+    return o
+
+
+@njit_cached(inline="always")
+def _merge_row(op, zero, a_pos, a_crd, a_val, b_pos, b_crd, b_val, i, o, crd, val, mode):
+    ap, ape = U(a_pos[i]), U(a_pos[i + 1])
+    bp, bpe = U(b_pos[i]), U(b_pos[i + 1])
+    if op == MUL:
+        return _intersection_row(ap, ape, a_crd, a_val, bp, bpe, b_crd, b_val, o, crd, val, mode)
+    return _union_row(op == SUB, zero, ap, ape, a_crd, a_val, bp, bpe, b_crd, b_val, o, crd, val, mode)
+
+
+@njit_cached()
+def merge_serial(op, zero, a_pos, a_crd, a_val, b_pos, b_crd, b_val, pos, crd, val):
+    """``A op B`` row by row in one pass, appended from 0: ``pos`` (length rows + 1) receives the
+    row offsets; returns the number of entries. ``crd`` / ``val`` must hold the bound: ``nnz(A) + nnz(B)``
+    (add, subtract) or ``min(nnz(A), nnz(B))`` (multiply)."""
+    o = U(0)
+    pos[0] = 0
+    for i in range(pos.size - 1):
+        o = _merge_row(op, zero, a_pos, a_crd, a_val, b_pos, b_crd, b_val, i, o, crd, val, BOUNDED)
+        pos[i + 1] = o
+    return o
+
+
+@njit_cached(parallel=True)
+def merge_chunks(op, zero, a_pos, a_crd, a_val, b_pos, b_crd, b_val, rows, starts, pos, crd, val, ends):
+    """One pass in parallel: chunk ``c`` (rows ``rows[c]:rows[c+1]``) appends its rows from
+    ``starts[c]`` (its rows' bound summed: no chunk can reach the next one's start); ``pos[r+1]``
+    is row r's end in those buffers, ``ends[c]`` the chunk's. :func:`close_gaps` or
+    :func:`gather_chunks` then make the entries contiguous."""
+    for c in prange(rows.size - 1):
+        o = U(starts[c])
+        for i in range(rows[c], rows[c + 1]):
+            o = _merge_row(op, zero, a_pos, a_crd, a_val, b_pos, b_crd, b_val, i, o, crd, val, BOUNDED)
+            pos[i + 1] = o
+        ends[c] = o
+
+
+@njit_cached()
+def close_gaps(rows, starts, ends, pos, crd, val):
+    """The chunks of :func:`merge_chunks` moved down in place, in order (each copy runs forward
+    and its destination never passes its source), and ``pos`` shifted with them; returns the
+    number of entries. Chunk 0 starts at 0 and stays."""
+    pos[0] = 0
+    d = U(ends[0])
+    for c in range(1, rows.size - 1):
+        s, n = U(starts[c]), U(ends[c] - starts[c])
+        if s != d:
+            for k in range(n):
+                crd[d + U(k)] = crd[s + U(k)]
+                val[d + U(k)] = val[s + U(k)]
+            shift = np.int64(s) - np.int64(d)   # signed: int64 - uint64 would be float64
+            for i in range(rows[c] + 1, rows[c + 1] + 1):
+                pos[i] -= shift
+        d += n
+    return d
+
+
+@njit_cached(parallel=True)
+def gather_chunks(rows, starts, ends, offsets, pos, crd, val, crd_out, val_out):
+    """The chunks of :func:`merge_chunks` copied, in parallel, to ``offsets[c]`` of compact
+    arrays (``offsets``: the exclusive prefix sum of the chunks' sizes), ``pos`` shifted to match."""
+    pos[0] = 0
+    for c in prange(rows.size - 1):
+        s, d = U(starts[c]), U(offsets[c])
+        for k in range(U(ends[c]) - s):
+            crd_out[d + U(k)] = crd[s + U(k)]
+            val_out[d + U(k)] = val[s + U(k)]
+        shift = np.int64(s) - np.int64(d)
+        for i in range(rows[c] + 1, rows[c + 1] + 1):
+            pos[i] -= shift
+
+
+@njit_cached(parallel=True)
+def merge_counts(op, zero, a_pos, a_crd, a_val, b_pos, b_crd, b_val, counts):
+    """The counting pass of the two-pass merge: ``counts[r + 1]`` = entries row r keeps
+    (values computed, nothing stored, so cancellations count exactly as the fill pass drops them)."""
+    for i in prange(counts.size - 1):
+        counts[i + 1] = _merge_row(op, zero, a_pos, a_crd, a_val, b_pos, b_crd, b_val, i, U(0), a_crd, a_val,
+                                   COUNT)
+
+
+@njit_cached(parallel=True)
+def merge_fill(op, zero, a_pos, a_crd, a_val, b_pos, b_crd, b_val, pos, crd, val):
+    """The filling pass: row r's entries at ``pos[r]`` of exact-size buffers."""
+    for i in prange(pos.size - 1):
+        _merge_row(op, zero, a_pos, a_crd, a_val, b_pos, b_crd, b_val, i, U(pos[i]), crd, val, EXACT)
+
+
+@njit_cached()
+def split_rows(a_pos, b_pos, chunks):
+    """Row boundaries of ``chunks`` chunks with about equal ``nnz_A(row) + nnz_B(row)`` each
+    (binary searches over the monotone ``a_pos + b_pos``); ``rows[0] = 0``, ``rows[-1] = n``."""
+    n = a_pos.size - 1
+    total = a_pos[n] + b_pos[n]
+    rows = np.empty(chunks + 1, dtype=np.int64)
+    rows[0] = 0
+    for c in range(1, chunks):
+        goal = total * c // chunks
+        lo, hi = rows[c - 1], n
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if a_pos[mid] + b_pos[mid] < goal:
+                lo = mid + 1
+            else:
+                hi = mid
+        rows[c] = lo
+    rows[chunks] = n
+    return rows
+
+
+def threads() -> int:
+    """Threads Numba's parallel kernels run on here (``numba.get_num_threads``)."""
+    return numba.get_num_threads()
