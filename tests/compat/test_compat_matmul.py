@@ -144,6 +144,43 @@ def test_options_execution_and_logger(caplog):
         Matmul(A, B, C.copy(), options={"no_such_option": 1})
 
 
+def test_a_wider_compute_type_accumulates_in_it_and_keeps_the_operands_type():
+    """nvmath-python: ``compute_type`` is the type the product is computed in; the result keeps
+    the operands' type. 1e8 + 1 - 1e8 is 0 in float32 partial sums and 1 in float64."""
+    a = sps.csr_array(np.array([[1e8, 1.0, -1e8]], dtype=np.float32))
+    b = np.ones((3, 2), dtype=np.float32)
+    wide = MatmulOptions(compute_type=ust.ComputeType.CUDA_R_64F)
+    assert matmul(a, b, np.zeros((1, 2), np.float32), beta=0.0)[0, 0] == 0.0   # float32 (natural)
+    c = np.zeros((1, 2), np.float32)
+    r = matmul(a, b, c, beta=0.0, options=wide)
+    assert r is c and c.dtype == np.float32 and c.tolist() == [[1.0, 1.0]]
+    y = matmul(a, b, options=wide)
+    assert y.dtype == np.float32 and y.tolist() == [[1.0, 1.0]]
+
+
+def test_a_wider_compute_type_sees_operands_changed_between_executes():
+    a32, b32 = A.toarray().astype(np.float32), B.astype(np.float32)
+    a, b, c = sps.csr_array(a32), b32.copy(), np.zeros((5, 3), np.float32)
+    with Matmul(a, b, c, options={"compute_type": ust.ComputeType.CUDA_R_64F}) as mm:
+        mm.plan()
+        assert mm.execute() is c
+        assert np.allclose(c, a32 @ b32, rtol=1e-6)
+        b *= 2
+        a.data *= 3
+        mm.execute()                                            # accumulates: c + 6 a @ b
+        assert np.allclose(c, 7 * (a32 @ b32), rtol=1e-6)
+        mm.reset_operands(b=b32.copy())
+        mm.execute()
+        assert np.allclose(c, 10 * (a32 @ b32), rtol=1e-6) and c.dtype == np.float32
+
+
+def test_compute_types_ustc_does_not_take():
+    with pytest.raises(ustc.UnsupportedOperation, match="compute_type"):   # narrower than the operands
+        Matmul(A, B, C.copy(), options={"compute_type": ust.ComputeType.CUDA_R_32F})
+    with pytest.raises(ValueError, match="complex"):                       # real operands, complex type
+        Matmul(A, B, C.copy(), options={"compute_type": ust.ComputeType.CUDA_C_64F})
+
+
 def test_prologs_epilogs_and_semirings_are_forwarded():
     """nvmath's fusion arguments reach ustc.Matmul.plan: compile_matmul_* results carry the
     Python function, which ustc compiles into the generated kernel."""

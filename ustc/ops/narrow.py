@@ -11,13 +11,16 @@ bfloat16 has no NumPy dtype, so it reaches ``ustc.matmul`` as torch.bfloat16
 tensors (dense, torch sparse, or a :class:`ustc.torch.TorchUST`, whose ustc
 Tensor holds the values' uint16 bits) or, where the optional ml_dtypes package
 is installed, as NumPy arrays / ustc Tensors of ``ml_dtypes.bfloat16``.
-:class:`Bfloat16Product` gives each one a float32 twin (refreshed before every
+:func:`bfloat16_product` gives each one a float32 twin (refreshed before every
 execute, index buffers shared), the product runs in float32, and the result is
 rounded to nearest even back to bfloat16 in the operands' package: a torch
 tensor (a TorchUST for a sparse result) or an ml_dtypes array. A bfloat16 ``c``
 is updated in place and returned, a bfloat16 ``out`` is written; the result is
 bfloat16 where the operands promote to it (bfloat16 with integers), float32 or
 wider where one of them is (as torch promotes).
+
+:func:`computed_in` uses the same twins to compute a product in a wider dtype
+than its operands' (nvmath-python's ``compute_type``), the result cast back.
 """
 
 from __future__ import annotations
@@ -92,24 +95,28 @@ def bits_to_float32(bits: np.ndarray, out: np.ndarray) -> np.ndarray:
 
 
 class _Twin:
-    """A float32 twin of one bfloat16 operand: ``operand`` is what the product reads;
-    ``refresh()`` copies the operand's current values into it."""
+    """A twin of one operand in the dtype ``dtype``: ``operand`` is what the product reads;
+    ``refresh()`` copies the operand's current values into it. ``kind``: ``"torch"`` or
+    ``"ml_dtypes"`` for a bfloat16 operand (see :func:`bfloat16_kind`), ``"cast"`` for any other
+    (a NumPy / torch array, a SciPy / torch sparse object or a ustc Tensor)."""
 
-    def __init__(self, x, kind: str):
-        if kind == "torch" and x.layout == _torch().strided and not _is_torch_ust(x):
-            self.operand = _torch().empty(tuple(x.shape), dtype=_torch().float32)
+    def __init__(self, x, kind: str, dtype=np.float32):
+        dtype = np.dtype(dtype)
+        torch = sys.modules.get("torch")
+        if torch is not None and isinstance(x, torch.Tensor) and x.layout == torch.strided and not _is_torch_ust(x):
+            self.operand = torch.empty(tuple(x.shape), dtype=torch.from_numpy(np.empty(0, dtype)).dtype)
             self._copy = lambda: self.operand.copy_(x)
-        elif kind == "ml_dtypes" and isinstance(x, np.ndarray):
-            self.operand = np.empty(x.shape, dtype=np.float32)
-            self._copy = lambda: np.copyto(self.operand, x)
+        elif isinstance(x, np.ndarray):
+            self.operand = np.empty(x.shape, dtype=dtype)
+            self._copy = lambda: np.copyto(self.operand, x, casting="unsafe")
         else:
-            view = _bits_view(x) if kind == "torch" else x
+            view = _bits_view(x) if kind == "torch" else _sparse_view(x)
             values = packages.host_array(view.values)
-            wide = np.empty(values.shape, dtype=np.float32)
+            wide = np.empty(values.shape, dtype=dtype)
             buffers = {key: packages.host_array(buf) for key, buf in view.buffers.items()}
             self.operand = Tensor(view.format, view.shape, buffers, wide, package=view.package)
             self._copy = (lambda: bits_to_float32(values, wide)) if kind == "torch" else (
-                lambda: np.copyto(wide, values))
+                lambda: np.copyto(wide, values, casting="unsafe"))
 
     def refresh(self) -> None:
         self._copy()
@@ -125,6 +132,13 @@ def _is_torch_ust(x) -> bool:
     """A TorchUST (checked without importing ustc.torch: none exists before it is imported)."""
     module = sys.modules.get("ustc.torch.subclass")
     return module is not None and isinstance(x, module.TorchUST)
+
+
+def _sparse_view(x) -> Tensor:
+    """A sparse operand as a ustc Tensor (zero-copy): itself, a TorchUST's, or a package's view."""
+    if isinstance(x, Tensor):
+        return x
+    return x.ust if _is_torch_ust(x) else Tensor.from_package(x)
 
 
 def _bits_view(x) -> Tensor:
@@ -153,22 +167,22 @@ def _promotes_to_bfloat16(x) -> bool:
     return name == "bool" or name.startswith(("int", "uint"))
 
 
-class Bfloat16Product:
-    """``a @ b`` (with ``c``, ``out``) where some operand is bfloat16: see the module docstring.
+class TwinnedProduct:
+    """``a @ b`` (with ``c``, ``out``) computed through twins of some operands.
 
-    ``operands`` is ``(a, b, c, out)`` with float32 twins in place of the bfloat16 ones;
-    call :meth:`refresh` before each execute (the constructor refreshes once) and pass what
-    the float32 product returns to :meth:`finish`, which returns the bfloat16 result
-    (``c`` itself where ``c`` was updated in place, ``out`` itself where given)."""
+    ``kinds`` names, per operand of ``(a, b, c, out)``, the kind of twin it gets (None: it
+    is used as it is); ``dtype`` is the twins' dtype; ``result`` how a result that is neither
+    ``c`` nor ``out`` is returned: ``"bfloat16-torch"`` / ``"bfloat16-ml_dtypes"``, a NumPy dtype
+    to cast to, or None (as computed). ``operands`` is ``(a, b, c, out)`` with the twins in
+    place; call :meth:`refresh` before each execute (the constructor refreshes once) and pass
+    what the product returns to :meth:`finish`: ``out`` itself where given (written),
+    ``c`` itself where ``c`` is dense and twinned (updated in place), else the result."""
 
-    def __init__(self, a, b, c=None, out=None):
-        self.kinds = [bfloat16_kind(x) for x in (a, b, c, out)]
-        self.kind = next(k for k in self.kinds if k is not None)
-        self.twins = [_Twin(x, k) if k else None for x, k in zip((a, b, c, out), self.kinds)]
-        self.raw = (a, b, c, out)
+    def __init__(self, a, b, c, out, kinds, dtype, result):
+        self.raw, self.result = (a, b, c, out), result
+        self.twins = [_Twin(x, k, dtype) if k else None for x, k in zip(self.raw, kinds)]
         self.operands = tuple(t.operand if t else x for x, t in zip(self.raw, self.twins))
         self.c_in_place = self.twins[2] is not None and not isinstance(self.operands[2], Tensor)
-        self.narrow = all(_promotes_to_bfloat16(x) for x in (a, b, c))
         self.refresh()
 
     def refresh(self) -> None:
@@ -177,7 +191,7 @@ class Bfloat16Product:
                 twin.refresh()
 
     def finish(self, result):
-        """The float32 ``result`` as bfloat16 (see the class docstring)."""
+        """The result as the caller's types (see the class docstring)."""
         out, c = self.raw[3], self.raw[2]
         if self.twins[3] is not None:
             _store(out, self.operands[3])
@@ -185,14 +199,34 @@ class Bfloat16Product:
         if out is None and self.c_in_place:
             _store(c, self.operands[2])
             return c
-        return _narrowed(result, self.kind) if self.narrow else result
+        return result if self.result is None else _converted(result, self.result)
 
 
-def bfloat16_product(a, b, c=None, out=None) -> Bfloat16Product | None:
-    """A :class:`Bfloat16Product` when any of the operands is a CPU bfloat16 one, else None."""
-    if not any(bfloat16_kind(x) for x in (a, b, c, out)):
+def bfloat16_product(a, b, c=None, out=None) -> TwinnedProduct | None:
+    """When any of the operands is a CPU bfloat16 one: float32 twins of the bfloat16 operands,
+    the result rounded back to bfloat16 where the operands promote to it (module docstring)."""
+    kinds = [bfloat16_kind(x) for x in (a, b, c, out)]
+    if not any(kinds):
         return None
-    return Bfloat16Product(a, b, c, out)
+    narrow = all(_promotes_to_bfloat16(x) for x in (a, b, c))
+    kind = next(k for k in kinds if k is not None)
+    return TwinnedProduct(a, b, c, out, kinds, np.float32, f"bfloat16-{kind}" if narrow else None)
+
+
+def computed_in(a, b, c, out, dtype) -> TwinnedProduct | None:
+    """A product computed in the wider ``dtype`` (nvmath-python's ``compute_type``) with results
+    of the operands' own type: twins in ``dtype`` of every operand of another dtype, the result
+    cast back (``c`` updated in place, ``out`` written). None when no operand needs a twin."""
+    dtype = np.dtype(dtype)
+    kinds = [None if x is None or _dtype(x) == dtype else "cast" for x in (a, b, c, out)]
+    if not any(kinds):
+        return None
+    natural = np.result_type(*[_dtype(x) for x in (a, b, c) if x is not None])
+    return TwinnedProduct(a, b, c, out, kinds, dtype, natural)
+
+
+def _dtype(x) -> np.dtype:
+    return np.dtype(str(x.dtype).replace("torch.", ""))
 
 
 def _store(target, wide) -> None:
@@ -203,26 +237,36 @@ def _store(target, wide) -> None:
         np.copyto(target, packages.host_array(wide), casting="unsafe")
 
 
-def _narrowed(result, kind: str):
-    """A float32 result (dense array or ustc Tensor) rounded to bfloat16 in ``kind``'s package."""
-    torch = _torch() if kind == "torch" else None
+def _converted(result, to):
+    """A result (dense array or ustc Tensor) as ``to``: ``"bfloat16-torch"`` (rounded to nearest
+    even; a bfloat16 TorchUST for a sparse result), ``"bfloat16-ml_dtypes"``, or a NumPy dtype,
+    in the result's package."""
+    if to == "bfloat16-torch":
+        return _to_torch_bfloat16(result)
+    dtype = _ml_bfloat16() if to == "bfloat16-ml_dtypes" else np.dtype(to)
+    if isinstance(result, Tensor):
+        buffers = {key: packages.host_array(buf) for key, buf in result.buffers.items()}
+        values = packages.host_array(result.values).astype(dtype)
+        return Tensor(result.format, result.shape, buffers, values, package=result.package)
+    if packages.is_torch(result):
+        return result.to(_torch().from_numpy(np.empty(0, dtype)).dtype)
+    return packages.host_array(result).astype(dtype)
+
+
+def _to_torch_bfloat16(result):
+    """A float32 result as torch.bfloat16 (a TorchUST of the values' bits for a sparse one)."""
+    torch = _torch()
     if isinstance(result, Tensor):
         values = packages.host_array(result.values)
         buffers = {key: packages.host_array(buf) for key, buf in result.buffers.items()}
-        if kind == "ml_dtypes":
-            return Tensor(result.format, result.shape, buffers, values.astype(_ml_bfloat16()),
-                          package=result.package)
         bits = torch.from_numpy(np.ascontiguousarray(values)).to(torch.bfloat16).view(torch.uint16).numpy()
         from ..torch.subclass import TorchUST
 
         return TorchUST(Tensor(result.format, result.shape, buffers, bits, package=packages.TORCH),
                         dtype=torch.bfloat16)
     if packages.is_torch(result):
-        return result.to(_torch().bfloat16)
-    array = packages.host_array(result)
-    if kind == "ml_dtypes":
-        return array.astype(_ml_bfloat16())
-    return torch.from_numpy(np.ascontiguousarray(array)).to(torch.bfloat16)
+        return result.to(torch.bfloat16)
+    return torch.from_numpy(np.ascontiguousarray(packages.host_array(result))).to(torch.bfloat16)
 
 
 def _ml_bfloat16() -> np.dtype:

@@ -15,8 +15,11 @@
   compute type for them) and give float16 / bfloat16 results; bfloat16 comes as torch
   tensors (dense, sparse, TorchUST) or ml_dtypes arrays (:mod:`ustc.ops.narrow`).
 * ``options`` (``MatmulOptions`` or a dict): ``codegen=True`` forces ustc's generated
-  route; ``compute_type`` must name the type ustc computes in (the result's own type,
-  float32 for float16 / bfloat16);
+  route; ``compute_type`` is the type the product is computed in: the operands' own
+  (float32 for float16 / bfloat16), or a wider one of the same kind (float32 operands in
+  float64), through twins of the operands in it, refreshed at every execute, the result
+  cast back to the operands' type; a narrower one raises :class:`ustc.UnsupportedOperation`,
+  real against complex ``ValueError``;
   ``logger`` receives the plan; ``memory_limit``, ``blocking`` and ``allocator`` are
   accepted and have nothing to act on.
 * ``execution``: ``ExecutionCPU`` / ``"cpu"`` or ``ExecutionCUDA`` / ``"cuda"`` picks
@@ -235,6 +238,7 @@ class Matmul:
         self._transposes, self._conjugates = _qualifiers(qualifiers)
         self._c = c
         self._raw = (a, b, c)
+        self._compute = self._compute_type(a, b, c)
         a_op, b_op, c_op = self._operands(a, b, c)
         ustc_options = {}
         if self.options.codegen:
@@ -245,24 +249,34 @@ class Matmul:
         self._mm = _UstcMatmul(a_op, b_op, c_op, 1 if alpha is None else alpha, beta,
                                transpose_a=self._transposes[0], transpose_b=self._transposes[1],
                                options=ustc_options)
-        self._check_compute_type(a, b, c)
         self._like = a if isinstance(a, Tensor) else b if isinstance(b, Tensor) else None
 
-    def _check_compute_type(self, *operands) -> None:
-        wanted = self.options.compute_type
-        if wanted is None:
-            return
+    def _compute_type(self, *operands) -> np.dtype | None:
+        """The dtype the product is computed in: ``MatmulOptions.compute_type`` where given (the
+        operands' own, float32 for float16 / bfloat16, or a wider one of the same kind: the
+        operands are then computed through twins in it), else ustc's natural one."""
         natural = _compute_dtype(*operands)
-        if natural != np.dtype(_COMPUTE_DTYPES[wanted]):
-            raise UnsupportedOperation(f"MatmulOptions(compute_type={wanted.name}): ustc computes in the "
-                                       f"operands' result type ({natural})")
+        wanted = self.options.compute_type
+        if wanted is None or natural is None:
+            return natural
+        dtype = np.dtype(_COMPUTE_DTYPES[wanted])
+        if (dtype.kind == "c") != (natural.kind == "c"):
+            raise ValueError(f"MatmulOptions(compute_type={wanted.name}) for {natural} operands: real and "
+                             f"complex do not mix")
+        bfloat16 = any(str(getattr(x, "dtype", "")).endswith("bfloat16") for x in operands)
+        if dtype != natural and (not np.can_cast(natural, dtype, "safe") or bfloat16):
+            raise UnsupportedOperation(f"MatmulOptions(compute_type={wanted.name}): ustc computes these "
+                                       f"operands in {natural}" + ("" if bfloat16 else " or a wider type"))
+        return dtype
 
     def _operands(self, a, b, c) -> tuple:
         """What ustc multiplies for ``a``, ``b``, ``c``: dense USTs as their arrays, bfloat16
-        operands as float32 twins (:class:`ustc.ops.narrow.Bfloat16Product`), conjugated complex
-        ones as conjugated copies; both refreshed before every execute."""
+        operands as float32 twins, all of them in the compute type where a wider one was asked for
+        (:mod:`ustc.ops.narrow`), conjugated complex ones as conjugated copies; all refreshed
+        before every execute."""
         ops = [_operand(x) for x in (a, b, c)]
-        self._wide = narrow.bfloat16_product(*ops)
+        wider = self._compute != _compute_dtype(*ops)
+        self._wide = narrow.computed_in(*ops, None, self._compute) if wider else narrow.bfloat16_product(*ops)
         if self._wide is not None:
             ops = list(self._wide.operands[:3])
         self._refresh = {}
