@@ -30,6 +30,7 @@ from ustc.format.ir import TensorFormat
 from . import loopir as ir
 from . import notation as nt
 from . import optimize
+from . import workspace
 from .graph import loop_order
 from .lower import Lowering, Output
 from .names import buffer_name
@@ -102,7 +103,8 @@ def compile_statement(statement: nt.Statement, operands: dict[str, Operand], nam
     plan = {"function": name, "params": [list(p.role) for p in params], "convert": converts,
             "alias": aliases, "order": order, "sparse_output": output.sparse, "rows": lowering.rows,
             "statement": str(statement), "accumulate": statement.accumulate, "overwrites": overwrites,
-            "writer": lowering.writer.passes if lowering.writer is not None else 0}
+            "writer": lowering.writer.passes if lowering.writer is not None else 0,
+            "workspace": lowering.ws.index if lowering.ws is not None else None}
     if not stmt.semiring.is_plus_times:
         plan["semiring"] = stmt.semiring.name
     if stmt.epilog is not None:  # "fused" (in the kernel's store or insert), or the function to run after it
@@ -174,6 +176,7 @@ def _candidates(stmt, formats, operands, aliases, output, writer=None):
         yield ir.Param(f"n_{index}", ("extent", index))
     for name in stmt.rhs.scalars():
         yield ir.Param(name, ("scalar", name))
+    yield ir.Param(workspace.THREADS, ("threads",))
 
 
 def _check_clashes(stmt: nt.Statement, params) -> None:
@@ -202,27 +205,12 @@ def _role_text(role: tuple) -> str:
 
 
 def _names(body) -> set[str]:
+    """The variables and arrays ``body`` reads or stores into (which parameters it needs)."""
     names: set[str] = set()
-
-    def expr(e):
-        if isinstance(e, ir.Var):
-            names.add(e.name)
-        elif isinstance(e, ir.Load):
-            names.add(e.array)
-        for attr in ("left", "right", "operand", "value", "cond", "then", "orelse", "start", "stop"):
-            child = getattr(e, attr, None)
-            if isinstance(child, ir.Expr):
-                expr(child)
-        for child in getattr(e, "index", ()) + getattr(e, "args", ()):
-            expr(child)
-
     for s in ir.walk(body):
         if isinstance(s, ir.Store):
             names.add(s.array)
-            for i in s.index:
-                expr(i)
-        for attr in ("value", "cond", "start", "stop"):
-            child = getattr(s, attr, None)
-            if isinstance(child, ir.Expr):
-                expr(child)
+        for child in ir.children(s):
+            names.update(n.name if isinstance(n, ir.Var) else n.array
+                         for n in ir.nodes(child) if isinstance(n, (ir.Var, ir.Load)))
     return names

@@ -120,6 +120,9 @@ class CpuEmitter:
             return [f"{pad}return {self.expr(s.value)}"]
         if isinstance(s, ir.Sort):
             return [f"{pad}{s.array}[{self.expr(s.start)}:{self.expr(s.stop)}].sort()"]
+        if isinstance(s, ir.Alloc):
+            kind = "zeros" if s.zero else "empty"
+            return [f"{pad}{s.name} = np.{kind}({self.expr(s.size)}, dtype=np.{s.dtype})"]
         raise TypeError(f"cannot emit {s!r}")
 
     def nested(self, body, depth: int) -> list[str]:

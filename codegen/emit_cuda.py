@@ -209,6 +209,8 @@ class CudaEmitter(CpuEmitter):
             s = ir.For(s.var, s.start, s.stop, s.body, False, s.step)
         if isinstance(s, ir.Sort):  # pragma: no cover - Tuning.CUDA writes no workspace levels
             raise UnsupportedOperation("the CUDA target does not sort output segments (workspace writers are CPU-only)")
+        if isinstance(s, ir.Alloc):  # pragma: no cover - Tuning.CUDA reduces through no workspace
+            raise UnsupportedOperation("the CUDA target allocates no kernel-local arrays (workspaces are CPU-only)")
         return super().stmt(s, depth)
 
     def _expr(self, e: ir.Expr) -> tuple[str, int]:

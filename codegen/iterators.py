@@ -161,6 +161,25 @@ class Cursor:
             out.append(ir.If(self.valid(), (ir.Assign(self.c, self.gap(ir.Var(self.p)), "+"),)))
         return out
 
+    def gallop(self, target: ir.Expr) -> list[ir.Stmt]:
+        """Move ``p`` to the first position past it whose coordinate is at least ``target`` (or to
+        the end), when the current one is below it: steps doubling from ``p``, then a binary
+        search in the last step (O(log gap); one comparison when the next position holds it).
+        Not for ``stateful`` levels, whose coordinates are a running sum."""
+        lo, hi = self.fresh("gallop_lo", f"{self.p}_lo"), self.fresh("gallop_hi", f"{self.p}_hi")
+        step, mid = self.fresh("gallop_step", f"{self.p}_step"), self.fresh("gallop_mid", f"{self.p}_mid")
+        below = ir.lt(self.coord_at(ir.Var(hi)), target)
+        leap = ir.While(ir.conj([ir.lt(ir.Var(hi), ir.Var(self.end)), below]),
+                        (ir.Assign(lo, ir.add(ir.Var(hi), 1)), ir.Assign(hi, ir.Var(step), "+"),
+                         ir.Assign(step, ir.Const(2), "*")))
+        halve = ir.While(ir.lt(ir.Var(lo), ir.Var(hi)),
+                         (ir.Assign(mid, ir.Bin(">>", ir.add(ir.Var(lo), ir.Var(hi)), ir.Const(1))),
+                          ir.If(ir.lt(self.coord_at(ir.Var(mid)), target),
+                                (ir.Assign(lo, ir.add(ir.Var(mid), 1)),), (ir.Assign(hi, ir.Var(mid)),))))
+        return [ir.Assign(lo, ir.add(ir.Var(self.p), 1)), ir.Assign(hi, ir.Var(lo)), ir.Assign(step, ir.Const(1)),
+                leap, ir.Assign(hi, ir.Call("min", (ir.Var(hi), ir.Var(self.end)))), halve,
+                ir.Assign(self.p, ir.Var(lo))]
+
     def child(self) -> tuple[ir.Expr, ir.Expr | None]:
         """Position (and run end, when deduplicated) handed to the next level."""
         return ir.Var(self.p), (ir.Var(self.run) if self.dedup else None)

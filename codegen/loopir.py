@@ -9,7 +9,8 @@ emit without a wrap-around check). Statements: :class:`Assign`, :class:`Store`
 (``+=`` when ``accumulate``, or another fold: ``op``), :class:`For` (``parallel`` marks the loop a
 target may run on several threads), :class:`While`, :class:`If`,
 :class:`Comment`, :class:`Return`, :class:`Sort` (sort ``array[start:stop]`` in place: a
-sparse output's segment staged for order, written by a level's workspace hook). A :class:`Function` has typed
+sparse output's segment staged for order, written by a level's workspace hook), :class:`Alloc` (a
+kernel-local array: a reduction's workspace row). A :class:`Function` has typed
 :class:`Param` s; a :class:`Module` is functions plus a header and the user functions
 (:class:`Extern`) they call.
 
@@ -149,6 +150,17 @@ class Sort(Stmt):
 
 
 @dataclass(frozen=True)
+class Alloc(Stmt):
+    """``name = a new 1-D array of size`` ``dtype`` (a NumPy dtype name): zero-filled when ``zero``,
+    else uninitialised (every element is written before it is read)."""
+
+    name: str
+    size: Expr
+    dtype: str
+    zero: bool = False
+
+
+@dataclass(frozen=True)
 class Return(Stmt):
     value: Expr
 
@@ -159,7 +171,8 @@ class Param:
 
     Roles: ``("pos"|"crd", tensor, level)``, ``("vals", tensor)``, ``("size"|"lo", tensor, level)``,
     ``("extent", index)``, ``("array", tensor)`` (a dense NumPy operand), ``("scalar", name)``,
-    ``("out_crd", tensor, dim)``, ``("out_vals", tensor)``, ``("emit",)``.
+    ``("out_crd", tensor, dim)``, ``("out_vals", tensor)``, ``("emit",)``, ``("threads",)`` (the host's
+    thread count: a row-parallel kernel with a workspace splits its rows into chunks per thread).
     """
 
     name: str

@@ -46,6 +46,7 @@ from . import lattice as lat
 from . import loopir as ir
 from . import notation as nt
 from . import optimize
+from . import workspace as wsp
 from .iterators import Cursor
 from .names import FreshNames, buffer_name
 from .functions import Function
@@ -74,6 +75,7 @@ class Ctx:
     acc_depth: int = -1
     in_parallel: bool = False
     checked: frozenset[int] = frozenset()  # padded operands whose value was tested non-zero
+    in_ws: bool = False  # stores fold into the workspace (codegen.workspace)
 
 
 class Lowering:
@@ -102,7 +104,28 @@ class Lowering:
         self.fold = self.sr.add if isinstance(self.sr.add, str) else self.extern(self.sr.add)
         self.fold = {"plus": "+", "times": "*", "or": "|", "and": "&"}.get(self.fold, self.fold)
         self.zero = _zero(self.out.dtype) if self.sr.add == "plus" else self.sr.identity(self.out.dtype)
+        self.ws = self._workspace()
         self.writer = self._writer()
+
+    def _workspace(self) -> wsp.Workspace | None:
+        """The dense row a reduction into a sparse output folds into, when the loop order walks a
+        reduction index before the output's last index (``codegen.workspace``)."""
+        if not (self.out.sparse and self.tuning.workspaces):
+            return None
+        found = wsp.placement(self.stmt.lhs.indices, tuple(self.order), self.space.derived)
+        if found is None:
+            return None
+        index, depth = found
+        return wsp.make(index, depth, self.space.loopvars[index].extent, self.out.dtype, self.names)
+
+    def written_order(self) -> tuple[str, ...]:
+        """The order the output's entries come out in: a workspace drains its index right after
+        the outer output indices."""
+        order = tuple(self.order)
+        if self.ws is None:
+            return order
+        outer = order[:self.ws.depth]
+        return outer + (self.ws.index,) + tuple(v for v in order[self.ws.depth:] if v != self.ws.index)
 
     def extern(self, fn: Function) -> str:
         """The module-level name this kernel calls user function ``fn`` by."""
@@ -123,7 +146,7 @@ class Lowering:
         if self.stmt.accumulate:
             return None  # '+=' merges the old entries on the host
         indices = self.stmt.lhs.indices
-        strategies = write_strategies(self.out.format, indices, tuple(self.order))
+        strategies = write_strategies(self.out.format, indices, self.written_order())
         if strategies is None or any(v in self.space.derived for v in indices):
             return None
         extents = {v: self.space.loopvars[v].extent for v in indices}
@@ -133,7 +156,7 @@ class Lowering:
         """Names fresh variables must avoid: tensors, indices, loop variables, scalars, and every
         parameter name a kernel of this statement may take (``codegen.compile`` names them)."""
         stmt, out = self.stmt, self.out.tensor
-        names = {out, "emit", f"{out}_vals", f"{out}_offsets", f"{out}_counts", self.count, self.capacity}
+        names = {out, "emit", wsp.THREADS, f"{out}_vals", f"{out}_offsets", f"{out}_counts", self.count, self.capacity}
         names |= {f"{out}_crd{d}" for d in range(len(stmt.lhs.indices))}
         levels = self.out.format.nlevels if self.out.format is not None else len(stmt.lhs.indices)
         names |= {buffer_name(out, b, k) for k in range(levels) for b in ("pos", "crd", "size", "lo", "work")}
@@ -155,6 +178,8 @@ class Lowering:
         body = optimize.tile_parallel(self.wrap(steps, lambda: self.lower(ctx, 0)), self.tuning.tile, self.names)
         if not self.out.sparse:
             return body
+        if self.ws is not None and self.rows is None:  # a serial kernel: one workspace for all rows
+            body = wsp.allocate(self.ws) + body
         if self.writer is not None:
             return self.writer.init() + body + self.writer.finish() + [ir.Return(ir.Const(0))]
         # entries past the arrays' capacity are counted, not written (the host then re-runs)
@@ -175,6 +200,8 @@ class Lowering:
     def lower(self, ctx: Ctx, depth: int) -> list[ir.Stmt]:
         if ctx.expr is nt.ZERO:
             return []
+        if self.ws is not None and not ctx.in_ws and depth == self.ws.depth:
+            return self.open_workspace(ctx, depth)
         if ctx.acc is None and depth < len(self.order) and set(self.stmt.lhs.indices) <= ctx.bound:
             return self.accumulate(ctx, depth)
         if depth == len(self.order):
@@ -192,6 +219,13 @@ class Lowering:
             return self.position_loop(ctx, depth, v, slot, lattice.points[0].expr)
         return self.while_loop(ctx, depth, v, lattice)
 
+    def open_workspace(self, ctx: Ctx, depth: int) -> list[ir.Stmt]:
+        """The reduction loops below ``depth`` folding into the workspace, then its drain."""
+        loops = self.lower(replace(ctx, in_ws=True), depth)
+        if not loops:
+            return []
+        return wsp.opened(self.ws, loops, self.store(ir.Var(self.ws.value)))
+
     def raw_ok(self, slot: int, lattice: lat.Lattice) -> bool:
         """Duplicates may be visited one by one: every term is linear in this only operand (sums
         and products, folded with +; a duplicated entry's value is the sum of its copies)."""
@@ -208,7 +242,10 @@ class Lowering:
             inner = replace(ctx, in_parallel=ctx.in_parallel or parallel)
             body = self.bind(inner, depth, v, {}, lattice.points[0].expr, tight)
             if self.sparse_rows(ctx, depth, v):
-                return [ir.For(v, start, stop, self.row_counted(v, body), parallel=True)]
+                rows = self.row_counted(v, body)
+                if self.ws is not None:
+                    return wsp.chunked_rows(self.ws, self.names, v, start, stop, rows)
+                return [ir.For(v, start, stop, rows, parallel=True)]
             full = (var.lo, ir.add(var.lo, var.extent)) if parallel and depth > 0 else None
             return [ir.For(v, start, stop, tuple(body), parallel, full=full)]
         cursors = [self.cursor(ctx, s, dedup=True) for s in lattice.iterators]
@@ -239,6 +276,8 @@ class Lowering:
         pre = [s for c in cursors for s in c.init()]
         if len(cursors) > SPLIT_ITERATORS:
             return pre + [self.union_loop(ctx, depth, v, lattice, cursors)]
+        if _intersection(lattice, cursors):
+            return pre + [self.leapfrog_loop(ctx, depth, v, lattice, cursors)]
         return pre + [self.point_loop(ctx, depth, v, lattice, point, cursors) for point in lattice.points]
 
     def point_loop(self, ctx: Ctx, depth: int, v: str, lattice: lat.Lattice, point: lat.Point,
@@ -263,6 +302,18 @@ class Lowering:
         for c in members:
             body += c.advance() if alone else [ir.If(ir.Var(self.here(c)), tuple(c.advance()))]
         return ir.While(ir.conj([c.valid() for c in members]), tuple(body))
+
+    def leapfrog_loop(self, ctx: Ctx, depth: int, v: str, lattice: lat.Lattice, cursors: list[Cursor]) -> ir.While:
+        """The intersection of two sorted iterators: the one behind gallops to the other's
+        coordinate (a short row against a long list of rows costs O(log) per step, not the
+        walk of the long list: SpGEMM's ``k`` loop over a DCSR right operand)."""
+        a, b = cursors
+        ca, cb = ir.Var(a.c), ir.Var(b.c)
+        match = [ir.Assign(v, ca), *a.find_run(), *b.find_run(),
+                 *self.cases(ctx, depth, v, lattice, cursors, frozenset(), sure=lattice.points[0].present),
+                 *a.advance(), *b.advance()]
+        step = ir.If(ir.lt(ca, cb), tuple(a.gallop(cb)), (ir.If(ir.lt(cb, ca), tuple(b.gallop(ca)), tuple(match)),))
+        return ir.While(ir.conj([a.valid(), b.valid()]), (*a.load(), *b.load(), step))
 
     def union_loop(self, ctx: Ctx, depth: int, v: str, lattice: lat.Lattice, cursors: list[Cursor]) -> ir.While:
         """One loop for many iterators: it runs while some minimal point is alive; exhausted
@@ -470,7 +521,8 @@ class Lowering:
             return []
         if self.tuning.unroll:
             loops = optimize.unroll_reductions(loops, acc, self.zero, self.names, self.fold)
-        return init + loops + self.store(ir.Var(acc), guard=self.found if self.out.sparse else None)
+        guard = self.found if self.out.sparse else None
+        return init + loops + self.store(ir.Var(acc), guard=guard, into_ws=ctx.in_ws)
 
     def compute(self, ctx: Ctx) -> list[ir.Stmt]:
         slot = self.unchecked_padding(ctx)
@@ -491,7 +543,7 @@ class Lowering:
                 value = ir.Call("bool", (value,))
             pre.append(ir.Assign(ctx.acc, value, self.fold))  # last, so optimize.unroll_reductions applies
             return pre
-        return pre + self.store(value)
+        return pre + self.store(value, into_ws=ctx.in_ws)
 
     def unchecked_padding(self, ctx: Ctx) -> int | None:
         """An access of ``ctx.expr`` to an operand whose format stores padding, whose stored zeros
@@ -508,9 +560,13 @@ class Lowering:
                 return a.slot
         return None
 
-    def store(self, value: ir.Expr, guard: str | None = None) -> list[ir.Stmt]:
+    def store(self, value: ir.Expr, guard: str | None = None, into_ws: bool = False) -> list[ir.Stmt]:
         idx = tuple(ir.Index(ir.Var(i)) for i in self.stmt.lhs.indices) or (ir.Const(0),)
         name = self.out.tensor
+        if into_ws:
+            counted = self.writer is not None and self.sr.is_plus_times  # the writer counts nonzeros only
+            out = wsp.fold(self.ws, value, self.fold, counted)
+            return [ir.If(ir.Var(guard), tuple(out))] if guard else out
         if not self.out.sparse:
             return [ir.Store(name, idx, value, accumulate=True, op=self.fold)]
         if self.writer is not None:
@@ -604,6 +660,13 @@ def _is_bool(v: ir.Expr) -> bool:
 def _zero(dtype: np.dtype):
     kind = np.dtype(dtype).kind
     return 0j if kind == "c" else 0.0 if kind == "f" else 0
+
+
+def _intersection(lattice: lat.Lattice, cursors: list[Cursor]) -> bool:
+    """Two iterators that hold a term only together (``A * B``), both with loadable coordinates."""
+    return (len(cursors) == 2 and len(lattice.points) == 1
+            and lattice.points[0].present == frozenset(c.ref.slot for c in cursors)
+            and not any(c.stateful for c in cursors))
 
 
 def _smallest(cursors: list[Cursor]) -> ir.Expr:

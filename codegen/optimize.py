@@ -36,18 +36,20 @@ class Tuning:
     loop (1: one row per iteration, as a GPU thread per row wants); ``grain``: nonzeros per chunk of a
     sorted level with repeats (0: a fixed 256 chunks, enough CPU threads); ``overwrite``: allow
     :func:`overwrite_stores`; ``ordered_writes``: write sparse outputs in their own format by in-order
-    insertion (serial; :mod:`codegen.writer`) where the loop order allows."""
+    insertion (serial; :mod:`codegen.writer`) where the loop order allows; ``workspaces``: reduce into
+    a sparse output through a kernel-local dense row (:mod:`codegen.workspace`)."""
 
     unroll: bool = True
     tile: int = TILE
     grain: int = 0
     overwrite: bool = True
     ordered_writes: bool = True
+    workspaces: bool = True
 
 
 CPU = Tuning()
 # GPU: zero-filling is a device memset, and merge-path rows split between threads must add
-CUDA = Tuning(unroll=False, tile=1, grain=32, overwrite=False, ordered_writes=False)
+CUDA = Tuning(unroll=False, tile=1, grain=32, overwrite=False, ordered_writes=False, workspaces=False)
 
 
 def unroll_reductions(body, acc: str, zero, names: FreshNames, op: str = "+") -> list[ir.Stmt]:

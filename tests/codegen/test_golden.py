@@ -32,6 +32,7 @@ ADD = nt.Statement(_a("C", "i", "j"), nt.Add(_a("A", "i", "j"), _a("B", "i", "j"
 MUL = nt.Statement(_a("C", "i", "j"), nt.Mul(_a("A", "i", "j"), _a("B", "i", "j")))
 SDDMM = nt.Statement(_a("C", "i", "j"), nt.Mul(nt.Mul(_a("A", "i", "j"), _a("B", "i", "k")), _a("D", "k", "j")))
 COPY = nt.Statement(_a("B", "i", "j"), _a("A", "i", "j"))
+SPGEMM = nt.Statement(_a("C", "i", "j"), nt.Mul(_a("A", "i", "k"), _a("B", "k", "j")))
 MTTKRP = nt.Statement(_a("Y", "i", "j"), nt.Mul(nt.Mul(_a("B", "i", "k", "l"), _a("C", "k", "j")), _a("D", "l", "j")))
 
 CASES = {
@@ -54,6 +55,9 @@ CASES = {
     # written through a workspace: count, collect, sort each parent's segment, fill
     "convert_csr_bsr23": (COPY, {"A": F.CSR, "B": F.BSR(2, 3)}),
     "convert_coo_diai": (COPY, {"A": F.COO(2), "B": F.DIAI}),
+    # reductions into a sparse output through a dense row (codegen.workspace); DCSR's k loop leapfrogs
+    "spgemm_csr": (SPGEMM, {"A": F.CSR, "B": F.CSR, "C": F.CSR}),
+    "spgemm_dcsr": (SPGEMM, {"A": F.DCSR, "B": F.DCSR, "C": F.DCSR}),
 }
 
 

@@ -444,6 +444,8 @@ class Run:
                 args.append(self.extents[role[1]])
             elif kind == "scalar":
                 args.append(self.scalars[role[1]])
+            elif kind == "threads":
+                args.append(_threads())
             else:
                 t = views[role[1]]
                 if role[1] not in flat:
@@ -453,6 +455,13 @@ class Run:
                              "vals": lambda: values, "size": lambda: level_shape[role[2]],
                              "lo": lambda: origins[role[2]]}[kind]())
         return args
+
+
+def _threads() -> int:
+    """Numba's thread count now (kernels that split rows into chunks per thread take it)."""
+    import numba
+
+    return numba.get_num_threads()
 
 
 def output_bound(statement: nt.Statement, operands: dict, extents: dict) -> int | None:

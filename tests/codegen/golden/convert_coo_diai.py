@@ -45,4 +45,4 @@ def kernel_0(emit, B_lvl0_pos, B_lvl0_crd, B_lvl0_lo, B_lvl0_work, B_vals, B_cou
     return 0
 
 
-PLAN = [{'function': 'kernel_0', 'params': [['emit'], ['out_level', 'B', 0, 'pos'], ['out_level', 'B', 0, 'crd'], ['out_lo', 'B', 0], ['out_work', 'B', 0], ['out_vals', 'B'], ['out_counts', 'B'], ['pos', 'A', 0], ['crd', 'A', 0], ['crd', 'A', 1], ['vals', 'A'], ['extent', 'i']], 'convert': {}, 'alias': {}, 'order': ['i', 'j'], 'sparse_output': True, 'rows': None, 'statement': 'B[i, j] = A[i, j]', 'accumulate': False, 'overwrites': False, 'writer': 3}]
+PLAN = [{'function': 'kernel_0', 'params': [['emit'], ['out_level', 'B', 0, 'pos'], ['out_level', 'B', 0, 'crd'], ['out_lo', 'B', 0], ['out_work', 'B', 0], ['out_vals', 'B'], ['out_counts', 'B'], ['pos', 'A', 0], ['crd', 'A', 0], ['crd', 'A', 1], ['vals', 'A'], ['extent', 'i']], 'convert': {}, 'alias': {}, 'order': ['i', 'j'], 'sparse_output': True, 'rows': None, 'statement': 'B[i, j] = A[i, j]', 'accumulate': False, 'overwrites': False, 'writer': 3, 'workspace': None}]

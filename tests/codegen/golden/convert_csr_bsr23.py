@@ -41,4 +41,4 @@ def kernel_0(emit, B_lvl1_pos, B_lvl1_crd, B_lvl1_work, B_lvl2_size, B_lvl3_size
     return 0
 
 
-PLAN = [{'function': 'kernel_0', 'params': [['emit'], ['out_level', 'B', 1, 'pos'], ['out_level', 'B', 1, 'crd'], ['out_work', 'B', 1], ['out_size', 'B', 2], ['out_size', 'B', 3], ['out_vals', 'B'], ['out_counts', 'B'], ['pos', 'A', 1], ['crd', 'A', 1], ['vals', 'A'], ['extent', 'i']], 'convert': {}, 'alias': {}, 'order': ['i', 'j'], 'sparse_output': True, 'rows': None, 'statement': 'B[i, j] = A[i, j]', 'accumulate': False, 'overwrites': False, 'writer': 3}]
+PLAN = [{'function': 'kernel_0', 'params': [['emit'], ['out_level', 'B', 1, 'pos'], ['out_level', 'B', 1, 'crd'], ['out_work', 'B', 1], ['out_size', 'B', 2], ['out_size', 'B', 3], ['out_vals', 'B'], ['out_counts', 'B'], ['pos', 'A', 1], ['crd', 'A', 1], ['vals', 'A'], ['extent', 'i']], 'convert': {}, 'alias': {}, 'order': ['i', 'j'], 'sparse_output': True, 'rows': None, 'statement': 'B[i, j] = A[i, j]', 'accumulate': False, 'overwrites': False, 'writer': 3, 'workspace': None}]

@@ -34,4 +34,4 @@ def kernel_0(emit, B_lvl0_pos, B_lvl0_crd, B_lvl1_crd, B_vals, B_counts, A_lvl1_
     return 0
 
 
-PLAN = [{'function': 'kernel_0', 'params': [['emit'], ['out_level', 'B', 0, 'pos'], ['out_level', 'B', 0, 'crd'], ['out_level', 'B', 1, 'crd'], ['out_vals', 'B'], ['out_counts', 'B'], ['pos', 'A', 1], ['crd', 'A', 1], ['vals', 'A'], ['extent', 'i']], 'convert': {}, 'alias': {}, 'order': ['i', 'j'], 'sparse_output': True, 'rows': None, 'statement': 'B[i, j] = A[i, j]', 'accumulate': False, 'overwrites': False, 'writer': 2}]
+PLAN = [{'function': 'kernel_0', 'params': [['emit'], ['out_level', 'B', 0, 'pos'], ['out_level', 'B', 0, 'crd'], ['out_level', 'B', 1, 'crd'], ['out_vals', 'B'], ['out_counts', 'B'], ['pos', 'A', 1], ['crd', 'A', 1], ['vals', 'A'], ['extent', 'i']], 'convert': {}, 'alias': {}, 'order': ['i', 'j'], 'sparse_output': True, 'rows': None, 'statement': 'B[i, j] = A[i, j]', 'accumulate': False, 'overwrites': False, 'writer': 2, 'workspace': None}]

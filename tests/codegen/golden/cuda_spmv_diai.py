@@ -30,4 +30,4 @@ def launch_kernel_0(y, A_lvl0_pos, A_lvl0_crd, A_lvl1_size, A_vals, x, n_i, n_j,
     kernel_0[blocks, 256, stream](y, A_lvl0_pos, A_lvl0_crd, A_lvl1_size, A_vals, x, n_i, n_j)
 
 
-PLAN = [{'function': 'kernel_0', 'params': [['array', 'y'], ['pos', 'A', 0], ['crd', 'A', 0], ['size', 'A', 1], ['vals', 'A'], ['array', 'x'], ['extent', 'i'], ['extent', 'j']], 'convert': {}, 'alias': {}, 'order': ['v_j_minus_i', 'i'], 'sparse_output': False, 'rows': None, 'statement': 'y[i] += A[i, j] * x[j]', 'accumulate': True, 'overwrites': False, 'writer': 0}]
+PLAN = [{'function': 'kernel_0', 'params': [['array', 'y'], ['pos', 'A', 0], ['crd', 'A', 0], ['size', 'A', 1], ['vals', 'A'], ['array', 'x'], ['extent', 'i'], ['extent', 'j']], 'convert': {}, 'alias': {}, 'order': ['v_j_minus_i', 'i'], 'sparse_output': False, 'rows': None, 'statement': 'y[i] += A[i, j] * x[j]', 'accumulate': True, 'overwrites': False, 'writer': 0, 'workspace': None}]

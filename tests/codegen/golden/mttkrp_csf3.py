@@ -31,4 +31,4 @@ def kernel_0_serial(Y, B_lvl0_pos, B_lvl0_crd, B_lvl1_pos, B_lvl1_crd, B_lvl2_po
                     Y[np.uintp(i), np.uintp(j)] += B_vals[np.uintp(B_p2)] * C[np.uintp(k), np.uintp(j)] * D[np.uintp(l), np.uintp(j)]
 
 
-PLAN = [{'function': 'kernel_0', 'params': [['array', 'Y'], ['pos', 'B', 0], ['crd', 'B', 0], ['pos', 'B', 1], ['crd', 'B', 1], ['pos', 'B', 2], ['crd', 'B', 2], ['vals', 'B'], ['array', 'C'], ['array', 'D'], ['extent', 'j']], 'convert': {}, 'alias': {}, 'order': ['i', 'k', 'l', 'j'], 'sparse_output': False, 'rows': None, 'statement': 'Y[i, j] = B[i, k, l] * C[k, j] * D[l, j]', 'accumulate': False, 'overwrites': False, 'writer': 0}]
+PLAN = [{'function': 'kernel_0', 'params': [['array', 'Y'], ['pos', 'B', 0], ['crd', 'B', 0], ['pos', 'B', 1], ['crd', 'B', 1], ['pos', 'B', 2], ['crd', 'B', 2], ['vals', 'B'], ['array', 'C'], ['array', 'D'], ['extent', 'j']], 'convert': {}, 'alias': {}, 'order': ['i', 'k', 'l', 'j'], 'sparse_output': False, 'rows': None, 'statement': 'Y[i, j] = B[i, k, l] * C[k, j] * D[l, j]', 'accumulate': False, 'overwrites': False, 'writer': 0, 'workspace': None}]

@@ -83,4 +83,4 @@ def kernel_0_serial(emit, C_crd0, C_crd1, C_vals, C_offsets, A_lvl1_size, A_lvl2
             C_offsets[np.uintp(i + 1)] = C_n
 
 
-PLAN = [{'function': 'kernel_0', 'params': [['emit'], ['out_crd', 'C', 0], ['out_crd', 'C', 1], ['out_vals', 'C'], ['out_offsets', 'C'], ['size', 'A', 1], ['crd', 'A', 2], ['vals', 'A'], ['array', 'B'], ['array', 'D'], ['extent', 'i'], ['extent', 'j'], ['extent', 'k']], 'convert': {}, 'alias': {}, 'order': ['i', 'v_j_div4', 'v_j_mod4', 'k'], 'sparse_output': True, 'rows': 'i', 'statement': 'C[i, j] = A[i, j] * B[i, k] * D[k, j]', 'accumulate': False, 'overwrites': False, 'writer': 0}]
+PLAN = [{'function': 'kernel_0', 'params': [['emit'], ['out_crd', 'C', 0], ['out_crd', 'C', 1], ['out_vals', 'C'], ['out_offsets', 'C'], ['size', 'A', 1], ['crd', 'A', 2], ['vals', 'A'], ['array', 'B'], ['array', 'D'], ['extent', 'i'], ['extent', 'j'], ['extent', 'k']], 'convert': {}, 'alias': {}, 'order': ['i', 'v_j_div4', 'v_j_mod4', 'k'], 'sparse_output': True, 'rows': 'i', 'statement': 'C[i, j] = A[i, j] * B[i, k] * D[k, j]', 'accumulate': False, 'overwrites': False, 'writer': 0, 'workspace': None}]

@@ -75,4 +75,4 @@ def kernel_0_epilog_serial(vals):
         vals[np.uintp(e)] = relu_golden0rel(vals[np.uintp(e)])
 
 
-PLAN = [{'function': 'kernel_0', 'params': [['array', 'y'], ['pos', 'A', 0], ['crd', 'A', 0], ['pos', 'A', 1], ['crd', 'A', 1], ['vals', 'A'], ['array', 'x']], 'convert': {}, 'alias': {}, 'order': ['i', 'j'], 'sparse_output': False, 'rows': None, 'statement': 'y[i] = magnitude#golden0magni(A[i, j]) * x[j] [epilog relu#golden0relu]', 'accumulate': False, 'overwrites': False, 'writer': 0, 'epilog': 'kernel_0_epilog'}]
+PLAN = [{'function': 'kernel_0', 'params': [['array', 'y'], ['pos', 'A', 0], ['crd', 'A', 0], ['pos', 'A', 1], ['crd', 'A', 1], ['vals', 'A'], ['array', 'x']], 'convert': {}, 'alias': {}, 'order': ['i', 'j'], 'sparse_output': False, 'rows': None, 'statement': 'y[i] = magnitude#golden0magni(A[i, j]) * x[j] [epilog relu#golden0relu]', 'accumulate': False, 'overwrites': False, 'writer': 0, 'workspace': None, 'epilog': 'kernel_0_epilog'}]

@@ -41,4 +41,4 @@ def kernel_0_serial(y, A_lvl0_size, A_lvl1_pos, A_lvl1_crd, A_lvl2_size, A_lvl3_
                 y[np.uintp(i)] = min(y[np.uintp(i)], acc)
 
 
-PLAN = [{'function': 'kernel_0', 'params': [['array', 'y'], ['size', 'A', 0], ['pos', 'A', 1], ['crd', 'A', 1], ['size', 'A', 2], ['size', 'A', 3], ['vals', 'A'], ['array', 'x'], ['extent', 'i'], ['extent', 'j']], 'convert': {}, 'alias': {}, 'order': ['v_i_div2', 'v_j_div2', 'v_i_mod2', 'v_j_mod2'], 'sparse_output': False, 'rows': None, 'statement': 'y[i] min= A[i, j] + x[j] [semiring min_plus]', 'accumulate': True, 'overwrites': False, 'writer': 0, 'semiring': 'min_plus'}]
+PLAN = [{'function': 'kernel_0', 'params': [['array', 'y'], ['size', 'A', 0], ['pos', 'A', 1], ['crd', 'A', 1], ['size', 'A', 2], ['size', 'A', 3], ['vals', 'A'], ['array', 'x'], ['extent', 'i'], ['extent', 'j']], 'convert': {}, 'alias': {}, 'order': ['v_i_div2', 'v_j_div2', 'v_i_mod2', 'v_j_mod2'], 'sparse_output': False, 'rows': None, 'statement': 'y[i] min= A[i, j] + x[j] [semiring min_plus]', 'accumulate': True, 'overwrites': False, 'writer': 0, 'workspace': None, 'semiring': 'min_plus'}]

@@ -56,4 +56,4 @@ def kernel_0_serial(y, A_lvl1_pos, A_lvl1_crd, A_vals, x, n_i):
         y[np.uintp(i)] = relu_golden0rel(acc)
 
 
-PLAN = [{'function': 'kernel_0', 'params': [['array', 'y'], ['pos', 'A', 1], ['crd', 'A', 1], ['vals', 'A'], ['array', 'x'], ['extent', 'i']], 'convert': {}, 'alias': {}, 'order': ['i', 'j'], 'sparse_output': False, 'rows': None, 'statement': 'y[i] = magnitude#golden0magni(A[i, j]) * x[j] [epilog relu#golden0relu]', 'accumulate': False, 'overwrites': True, 'writer': 0, 'epilog': 'fused'}]
+PLAN = [{'function': 'kernel_0', 'params': [['array', 'y'], ['pos', 'A', 1], ['crd', 'A', 1], ['vals', 'A'], ['array', 'x'], ['extent', 'i']], 'convert': {}, 'alias': {}, 'order': ['i', 'j'], 'sparse_output': False, 'rows': None, 'statement': 'y[i] = magnitude#golden0magni(A[i, j]) * x[j] [epilog relu#golden0relu]', 'accumulate': False, 'overwrites': True, 'writer': 0, 'workspace': None, 'epilog': 'fused'}]

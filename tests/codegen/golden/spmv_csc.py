@@ -13,4 +13,4 @@ def kernel_0(y, A_lvl1_pos, A_lvl1_crd, A_vals, x, n_j):
             y[np.uintp(i)] += A_vals[np.uintp(A_p1)] * x[np.uintp(j)]
 
 
-PLAN = [{'function': 'kernel_0', 'params': [['array', 'y'], ['pos', 'A', 1], ['crd', 'A', 1], ['vals', 'A'], ['array', 'x'], ['extent', 'j']], 'convert': {}, 'alias': {}, 'order': ['j', 'i'], 'sparse_output': False, 'rows': None, 'statement': 'y[i] += A[i, j] * x[j]', 'accumulate': True, 'overwrites': False, 'writer': 0}]
+PLAN = [{'function': 'kernel_0', 'params': [['array', 'y'], ['pos', 'A', 1], ['crd', 'A', 1], ['vals', 'A'], ['array', 'x'], ['extent', 'j']], 'convert': {}, 'alias': {}, 'order': ['j', 'i'], 'sparse_output': False, 'rows': None, 'statement': 'y[i] += A[i, j] * x[j]', 'accumulate': True, 'overwrites': False, 'writer': 0, 'workspace': None}]

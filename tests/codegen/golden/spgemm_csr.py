@@ -1,0 +1,112 @@
+# golden file: C[i, j] = A[i, k] * B[k, j]
+
+import numpy as np
+from numba import njit, prange
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def kernel_0(emit, C_crd0, C_crd1, C_vals, C_offsets, A_lvl1_pos, A_lvl1_crd, A_vals, B_lvl1_pos, B_lvl1_crd, B_vals, n_i, n_j, n_threads):
+    """C[i, j] = A[i, k] * B[k, j]"""
+    C_cap = len(C_vals)
+    i_rows = max(n_i, 0)
+    i_chunks = min(i_rows, n_threads * 8)
+    for i_chunk_u in prange(i_chunks):
+        i_chunk = np.intp(i_chunk_u)
+        i_lo = i_rows * i_chunk // i_chunks
+        i_hi = i_rows * (i_chunk + 1) // i_chunks
+        ws_j_vals = np.empty(n_j, dtype=np.float64)
+        ws_j_mark = np.zeros(n_j, dtype=np.bool_)
+        ws_j_list = np.empty(n_j, dtype=np.intp)
+        for i in range(i_lo, i_hi):
+            C_n = C_offsets[np.uintp(i)] if emit else 0
+            ws_j_n = 0
+            for A_p1 in range(np.intp(A_lvl1_pos[np.uintp(i)]), np.intp(A_lvl1_pos[np.uintp(i + 1)])):
+                k = np.intp(A_lvl1_crd[np.uintp(A_p1)])
+                for B_p1 in range(np.intp(B_lvl1_pos[np.uintp(k)]), np.intp(B_lvl1_pos[np.uintp(k + 1)])):
+                    j = np.intp(B_lvl1_crd[np.uintp(B_p1)])
+                    if ws_j_mark[np.uintp(j)]:
+                        if emit:
+                            ws_j_vals[np.uintp(j)] += A_vals[np.uintp(A_p1)] * B_vals[np.uintp(B_p1)]
+                    else:
+                        ws_j_mark[np.uintp(j)] = True
+                        ws_j_list[np.uintp(ws_j_n)] = j
+                        ws_j_n += 1
+                        if emit:
+                            ws_j_vals[np.uintp(j)] = A_vals[np.uintp(A_p1)] * B_vals[np.uintp(B_p1)]
+            if emit:
+                if ws_j_n <= 48:
+                    for ws_j_t in range(1, ws_j_n):
+                        ws_j_key = ws_j_list[np.uintp(ws_j_t)]
+                        ws_j_q = ws_j_t - 1
+                        while ws_j_q >= 0 and ws_j_list[np.uintp(ws_j_q)] > ws_j_key:
+                            ws_j_list[np.uintp(ws_j_q + 1)] = ws_j_list[np.uintp(ws_j_q)]
+                            ws_j_q = ws_j_q - 1
+                        ws_j_list[np.uintp(ws_j_q + 1)] = ws_j_key
+                else:
+                    ws_j_list[0:ws_j_n].sort()
+            for ws_j_t in range(ws_j_n):
+                j = ws_j_list[np.uintp(ws_j_t)]
+                ws_j_v = ws_j_vals[np.uintp(j)]
+                ws_j_mark[np.uintp(j)] = False
+                if emit and C_n < C_cap:
+                    C_crd0[np.uintp(C_n)] = i
+                    C_crd1[np.uintp(C_n)] = j
+                    C_vals[np.uintp(C_n)] = ws_j_v
+                C_n += 1
+            if emit != 1:
+                C_offsets[np.uintp(i + 1)] = C_n
+
+
+@njit(cache=True, nogil=True)
+def kernel_0_serial(emit, C_crd0, C_crd1, C_vals, C_offsets, A_lvl1_pos, A_lvl1_crd, A_vals, B_lvl1_pos, B_lvl1_crd, B_vals, n_i, n_j, n_threads):
+    """C[i, j] = A[i, k] * B[k, j] (serial: for small operands)"""
+    C_cap = len(C_vals)
+    i_rows = max(n_i, 0)
+    i_chunks = min(i_rows, n_threads * 8)
+    for i_chunk in range(i_chunks):
+        i_lo = i_rows * i_chunk // i_chunks
+        i_hi = i_rows * (i_chunk + 1) // i_chunks
+        ws_j_vals = np.empty(n_j, dtype=np.float64)
+        ws_j_mark = np.zeros(n_j, dtype=np.bool_)
+        ws_j_list = np.empty(n_j, dtype=np.intp)
+        for i in range(i_lo, i_hi):
+            C_n = C_offsets[np.uintp(i)] if emit else 0
+            ws_j_n = 0
+            for A_p1 in range(np.intp(A_lvl1_pos[np.uintp(i)]), np.intp(A_lvl1_pos[np.uintp(i + 1)])):
+                k = np.intp(A_lvl1_crd[np.uintp(A_p1)])
+                for B_p1 in range(np.intp(B_lvl1_pos[np.uintp(k)]), np.intp(B_lvl1_pos[np.uintp(k + 1)])):
+                    j = np.intp(B_lvl1_crd[np.uintp(B_p1)])
+                    if ws_j_mark[np.uintp(j)]:
+                        if emit:
+                            ws_j_vals[np.uintp(j)] += A_vals[np.uintp(A_p1)] * B_vals[np.uintp(B_p1)]
+                    else:
+                        ws_j_mark[np.uintp(j)] = True
+                        ws_j_list[np.uintp(ws_j_n)] = j
+                        ws_j_n += 1
+                        if emit:
+                            ws_j_vals[np.uintp(j)] = A_vals[np.uintp(A_p1)] * B_vals[np.uintp(B_p1)]
+            if emit:
+                if ws_j_n <= 48:
+                    for ws_j_t in range(1, ws_j_n):
+                        ws_j_key = ws_j_list[np.uintp(ws_j_t)]
+                        ws_j_q = ws_j_t - 1
+                        while ws_j_q >= 0 and ws_j_list[np.uintp(ws_j_q)] > ws_j_key:
+                            ws_j_list[np.uintp(ws_j_q + 1)] = ws_j_list[np.uintp(ws_j_q)]
+                            ws_j_q = ws_j_q - 1
+                        ws_j_list[np.uintp(ws_j_q + 1)] = ws_j_key
+                else:
+                    ws_j_list[0:ws_j_n].sort()
+            for ws_j_t in range(ws_j_n):
+                j = ws_j_list[np.uintp(ws_j_t)]
+                ws_j_v = ws_j_vals[np.uintp(j)]
+                ws_j_mark[np.uintp(j)] = False
+                if emit and C_n < C_cap:
+                    C_crd0[np.uintp(C_n)] = i
+                    C_crd1[np.uintp(C_n)] = j
+                    C_vals[np.uintp(C_n)] = ws_j_v
+                C_n += 1
+            if emit != 1:
+                C_offsets[np.uintp(i + 1)] = C_n
+
+
+PLAN = [{'function': 'kernel_0', 'params': [['emit'], ['out_crd', 'C', 0], ['out_crd', 'C', 1], ['out_vals', 'C'], ['out_offsets', 'C'], ['pos', 'A', 1], ['crd', 'A', 1], ['vals', 'A'], ['pos', 'B', 1], ['crd', 'B', 1], ['vals', 'B'], ['extent', 'i'], ['extent', 'j'], ['threads']], 'convert': {}, 'alias': {}, 'order': ['i', 'k', 'j'], 'sparse_output': True, 'rows': 'i', 'statement': 'C[i, j] = A[i, k] * B[k, j]', 'accumulate': False, 'overwrites': False, 'writer': 0, 'workspace': 'j'}]
