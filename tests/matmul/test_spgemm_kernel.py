@@ -1,4 +1,5 @@
-"""The registered CSR Gustavson kernel: work-balanced chunks and per-chunk column spans.
+"""The registered CSR Gustavson kernel (work-balanced chunks and per-chunk column spans) and the
+generated workspace SpGEMM that is now the default route.
 
 Checked against SciPy on matrices that stress the split (power-law rows, empty
 rows and columns, a band far from column 0, more chunks than rows), with the
@@ -18,7 +19,7 @@ from ustc.kernels._spgemm import chunk_bounds, row_work
 
 def _check(a, b):
     A, B = ustc.Tensor.from_package(a), ustc.Tensor.from_package(b)
-    mm = ustc.Matmul(A, B).plan()
+    mm = ustc.Matmul(A, B, options={"route": "registered"}).plan()
     assert mm.plan_info.startswith("registered kernel: csr_spgemm")
     C = mm.execute()
     ref = (a @ b).tocsr()
@@ -28,6 +29,15 @@ def _check(a, b):
     np.testing.assert_array_equal(C.crd(1), ref.indices)   # exact: the pattern keeps cancelled zeros
     np.testing.assert_allclose(C.values, ref.data, rtol=1e-12, atol=1e-12)
     C.validate()
+    gen = ustc.Matmul(A, B).plan()   # the default: generated, each row reduced in a workspace
+    assert gen.plan_info.startswith("generated") and "workspace" in gen.plan_info, gen.plan_info
+    G = gen.execute()
+    G.validate()
+    ref.data[np.abs(ref.data) < 1e-300] = 0
+    ref.eliminate_zeros()                                  # ustc stores no cancelled zeros
+    np.testing.assert_array_equal(G.pos(1), ref.indptr)
+    np.testing.assert_array_equal(G.crd(1), ref.indices)
+    np.testing.assert_allclose(G.values, ref.data, rtol=1e-12, atol=1e-12)
 
 
 def _power_law(n, rng):

@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import functools
 import time
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
 
 from .. import cache
-from ..errors import UnsupportedOperation, UstcError
+from ..errors import ConversionWarning, UnsupportedOperation, UstcError
 from ..kernels import registry
 from ..tensor.tensor import Tensor
 from ..codegen import functions
@@ -148,6 +149,59 @@ class ViaCsrRoute(RegisteredRoute):
         return super().run(a, b, out, alpha)
 
 
+def _generated_spgemm(p: Problem, a, b, out_format) -> Route | None:
+    """The generated SpGEMM on the CPU, numeric values only (bool and object products keep the
+    other routes): for the operands' own formats when that kernel reduces each row in a workspace
+    in parallel, else through CSR (:class:`ViaRowsRoute`)."""
+    if p.target != "cpu" or not np.issubdtype(np.result_type(a.dtype, b.dtype), np.number):
+        return None
+    if out_format is not None and not all(lv.type.ordered for lv in out_format.levels):
+        return None  # an unordered output: the registered kernel skips the row sort (the workspace sorts)
+    route = GeneratedRoute(p, "cpu", out_format)
+    return route if route.rows_once(a, b) else ViaRowsRoute(p, a, b, out_format)
+
+
+class ViaRowsRoute(Route):
+    """SpGEMM through the generated row-parallel CSR kernel: each execute converts the operands
+    that are not CSR (O(nnz) each, so their current values count), the kernel reduces every
+    output row in a workspace in parallel, and its CSR result converts to the requested format.
+    Chosen where the operands' own kernel would write serially (DCSR, COO) or re-emit partial
+    products (BSR, DIA)."""
+
+    kind = "generated"
+
+    def __init__(self, p: Problem, a, b, out_format):
+        from ..formats import CSR
+
+        self.csr, self.out_format = CSR, out_format
+        self.inner = GeneratedRoute(p, "cpu", CSR)
+        converted = [f"{name} ({_fmt_name_text(x.format)})" for name, x in (("a", a), ("b", b)) if not self._is_csr(x)]
+        self.info = "generated row-parallel CSR SpGEMM" + (
+            f" after converting {' and '.join(converted)} to CSR at every execute" if converted else "")
+
+    def _is_csr(self, x) -> bool:
+        from ..tensor.interop import plain_format
+
+        return plain_format(x.format) == self.csr
+
+    def _rows(self, x):
+        return x if self._is_csr(x) else x.convert(self.csr)
+
+    def prepare(self, a, b, out, alpha) -> None:
+        self.inner.prepare(self._rows(a), self._rows(b), None, alpha)
+        self.info += f"; {self.inner.info}"
+
+    def run(self, a, b, out, alpha):
+        c = self.inner.run(self._rows(a), self._rows(b), None, alpha)
+        return c if self.out_format is None or c.format == self.out_format else c.convert(self.out_format)
+
+    def unbind(self) -> None:
+        self.inner.unbind()
+
+    def release(self) -> None:
+        self.inner.release()
+
+
 def _via_csr(p: Problem, a, b, op, out_format) -> Route | None:
     """The CSR SpGEMM kernel through conversions, for sparse x sparse on the CPU."""
     from ..formats import CSR
@@ -263,6 +317,16 @@ class GeneratedRoute(Route):
         if not self.sparse_out and self.target == "cpu":
             self._compile(key, self._cpu_function(a, b), self._arguments(a, b, out, alpha))
 
+    def rows_once(self, a, b) -> bool:
+        """Whether the kernel for these operands writes each output entry once (a reduction into a
+        sparse output through a workspace: ``codegen.workspace``) and builds the output's rows in
+        parallel: facts the lowering records in the plan. Prepares the route (compiles or loads
+        its kernel)."""
+        with warnings.catch_warnings():  # a conversion this kernel would make is moot if it is not chosen
+            warnings.simplefilter("ignore", ConversionWarning)
+            self.prepare(a, b, None, 1)
+        return self._plan.get("workspace") is not None and self._plan.get("rows") is not None
+
     def _cpu_function(self, a, b):
         """The njit function these operands run: the serial twin when they are small."""
         return runtime.cpu_function(self._module, self._plan, runtime.input_work((a, b)))
@@ -332,6 +396,13 @@ def choose(p: Problem, a, b, out_format, fused: Fusion = NO_FUSION) -> tuple[Rou
     if not p.a.sparse and not p.b.sparse:
         return DenseRoute(), "both operands are dense"
     tried = []
+    if forced is None and op == "spgemm":
+        route = _generated_spgemm(p, a, b, out_format)
+        if route is not None:
+            where = "in the operands' own formats" if isinstance(route, GeneratedRoute) else \
+                "in parallel (the operands' own kernel would write serially or re-emit partial products)"
+            return route, f"the generated kernel reduces each output row in a workspace and writes it once, {where}"
+        tried.append("no generated workspace SpGEMM for these values or this output order")
     if forced in (None, "registered"):
         entry = registry.lookup(op, a.format, p.target, a, b) if op else None
         if entry is not None:
