@@ -1,6 +1,7 @@
 """The element-wise merge kernels of two CSR-family matrices (``fastpaths.merge``) against dense
-NumPy: every operator, dtype and path (one thread appending, one parallel pass with in-place or
-gathered compaction, count-then-fill when the over-allocation does not fit the budget)."""
+NumPy: every operator, dtype and path (one thread appending, rows merged one or two at a time,
+one parallel pass with in-place or gathered compaction, count-then-fill when the
+over-allocation does not fit the budget)."""
 
 from __future__ import annotations
 
@@ -45,7 +46,8 @@ def _check(C, expected, fmt):
 
 
 def _paths(monkeypatch, path):
-    if path == "serial":
+    if path in ("serial", "unpaired", "all-paired"):
+        monkeypatch.setattr(fastpaths, "PAIRED_ROW_ENTRIES", {"serial": 32, "unpaired": 0, "all-paired": 10**9}[path])
         return
     monkeypatch.setattr(fastpaths, "MERGE_SERIAL_WORK", 0)
     if path == "gather":
@@ -67,7 +69,7 @@ def _no_fit_allowed(two_pass):
     return run
 
 
-@pytest.mark.parametrize("path", ["serial", "in-place", "gather", "two-pass"])
+@pytest.mark.parametrize("path", ["serial", "unpaired", "all-paired", "in-place", "gather", "two-pass"])
 @pytest.mark.parametrize("fmt", ["CSR", "CSC"])
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_every_op_shape_and_path_matches_numpy(monkeypatch, path, fmt, dtype):

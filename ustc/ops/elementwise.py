@@ -22,15 +22,18 @@ from __future__ import annotations
 
 import functools
 import numbers
+from dataclasses import dataclass
 
 import numpy as np
 
 from ..errors import ShapeError
-from ..tensor import packages
+from ..tensor import fastpaths, kernels, packages
+from ..tensor.storage import Layout
 from ..tensor.tensor import Tensor, as_format
 from ..codegen import notation as nt
 from . import runtime
-from .operands import dense_operand, sparse_like
+from .operands import OperandKind, checked, dense_operand, kind, sparse_like
+from .plan_cache import ELEMENTWISE, KernelPlan
 
 
 def _indices(rank: int) -> tuple[str, ...]:
@@ -101,62 +104,164 @@ def _broadcast_operand(a: Tensor, other: np.ndarray, idx: tuple[str, ...]):
 _NUMPY_OPS = {"+": np.add, "-": np.subtract, "*": np.multiply}
 
 
+@dataclass(frozen=True)
+class ElementwiseKey:
+    """The plan key of one element-wise statement: what it computes (``op``: '+', '-', '*',
+    'neg', or 'broadcast*' for a product with a broadcast array), which side the tensor is on,
+    and the operands' kinds (``b`` None for a unary statement)."""
+
+    op: str
+    reflected: bool
+    a: OperandKind
+    b: OperandKind | None
+
+
+@dataclass(frozen=True)
+class MergePlan:
+    """``a op b`` for two matrices of one CSR-family format: the merge kernels
+    (:func:`ustc.tensor.fastpaths.merge`); ``swap``: compute ``b op a``."""
+
+    merge: fastpaths.Merge
+    swap: bool = False
+
+    def __post_init__(self):
+        if self.swap and self.merge.op != kernels.SUB:
+            raise ValueError("MergePlan: only a difference depends on the operands' order")
+
+    def __call__(self, a: Tensor, b: Tensor) -> Tensor:
+        checked(a)                     # index buffers in bounds before the kernels read them (cached)
+        checked(b)
+        return fastpaths.merge(self.merge, *((b, a) if self.swap else (a, b)), a.package)
+
+    def release(self) -> None:
+        """Nothing to drop: the plan holds no operand."""
+
+
+_MERGE_OPS = {"+": kernels.ADD, "-": kernels.SUB, "*": kernels.MUL}
+
+
 def binary(a: Tensor, other, op: str, reflected: bool = False):
-    """``a op other`` (or ``other op a`` when ``reflected``) for op in '+', '-', '*'."""
+    """``a op other`` (or ``other op a`` when ``reflected``) for op in '+', '-', '*'.
+
+    A repeated call with operands of the same kinds takes its plan from
+    :data:`ustc.ops.plan_cache.ELEMENTWISE` and only binds and runs."""
     if sparse_like(other) and not isinstance(other, Tensor):
         other = Tensor.from_package(other)       # SciPy / torch / CuPy sparse: a zero-copy Tensor
+    if isinstance(other, Tensor) and other.shape == a.shape:
+        result = _pair(a, other, op, reflected)   # the common case first: no broadcasting
+        if result is not None:
+            return result
     other = dense_operand(other)
     if a.format.all_dense:
         if isinstance(other, Tensor):            # a sparse other: it leads, a is its dense operand
             return binary(other, a.to_dense(), op, reflected=not reflected)
         return _dense_binary(a, other, op, reflected)
     scalar = isinstance(other, numbers.Number) or (isinstance(other, np.ndarray) and other.ndim == 0)
-    if not scalar:
-        if not isinstance(other, Tensor):
-            other = packages.host_array(other)
-        shape = broadcast_shape(a.shape, other.shape, op)
-        if isinstance(other, Tensor):
-            a, other = broadcast_tensor(a, shape), broadcast_tensor(other, shape)
-        elif op == "*":
-            a = broadcast_tensor(a, shape)
-            if tuple(other.shape) != shape:
-                return _broadcast_product(a, other)
-        elif tuple(other.shape) != shape or a.shape != shape:
-            a = broadcast_tensor(a, shape)
-            other = np.ascontiguousarray(np.broadcast_to(other, shape))
+    if scalar:
+        return _with_scalar(a, other, op, reflected)
+    if not isinstance(other, Tensor):
+        other = packages.host_array(other)
+    shape = broadcast_shape(a.shape, other.shape, op)
+    if isinstance(other, Tensor):
+        return _pair(broadcast_tensor(a, shape), broadcast_tensor(other, shape), op, reflected)
+    if op == "*":
+        a = broadcast_tensor(a, shape)
+        if tuple(other.shape) != shape:
+            return _broadcast_product(a, other)
+    elif tuple(other.shape) != shape or a.shape != shape:
+        a = broadcast_tensor(a, shape)
+        other = np.ascontiguousarray(np.broadcast_to(other, shape))
+    _check_shapes(a, other, op)
+    return _with_array(a, other, op, reflected)
+
+
+def _pair(a: Tensor, b: Tensor, op: str, reflected: bool):
+    """``a op b`` for two tensors of one shape through the plan cache: the merge kernels for one
+    CSR-family format, else a generated kernel; None where an operand is all-dense (its array is
+    the operand: the caller's general path)."""
+    key = ElementwiseKey(op, reflected, kind(a), kind(b))
+    plan = ELEMENTWISE.get(key)
+    if isinstance(plan, MergePlan):
+        return plan(a, b)
+    if plan is not None:
+        result = plan.execute({"A": a, "B": b}, {})["C"]
+    elif a.format.all_dense or b.format.all_dense:
+        return None
+    elif fastpaths.mergeable(a, b):
+        spec = fastpaths.Merge.of(_MERGE_OPS[op], Layout.of(_out_format(a, b, op), a.shape),
+                                  np.result_type(a.dtype, b.dtype))
+        plan = MergePlan(spec, swap=reflected and op == "-")
+        ELEMENTWISE.put(key, plan)
+        return plan(a, b)
+    else:
+        program = _statement(a, op, reflected, "B")
+        result = _first_run(key, program, {"A": a, "B": b}, {}, {"C": _out_format(a, b, op)})["C"]
+    result._package = a.package
+    return result
+
+
+def _out_format(a: Tensor, b: Tensor, op: str):
+    """``A + B`` / ``A - B``: :func:`union_format`; ``A * B`` keeps ``A``'s format."""
+    return a.format if op == "*" else union_format(a.format, b.format)
+
+
+def _statement(a: Tensor, op: str, reflected: bool, other: str) -> nt.Program:
+    """``C[i, j, ...] = A op B`` (``other`` 'B': an access of the same indices; 's': a scalar)."""
     idx = _indices(a.ndim)
     node = {"+": nt.Add, "-": nt.Sub, "*": nt.Mul}[op]
     A = nt.Access("A", idx)
-    bindings: dict = {"A": a}
-    if isinstance(other, numbers.Number) or (isinstance(other, np.ndarray) and other.ndim == 0):
-        if op in "+-" and other == 0:
-            return negative(a) if op == "-" and reflected else a.copy()
-        b: nt.Expr = nt.Scalar("s")
-        value = other.item() if isinstance(other, np.ndarray) else other
-        # NumPy's rule: a Python scalar takes the tensor's dtype within its kind (float32 * 3 is
-        # float32); a NumPy scalar or 0-d array promotes like an array of its dtype
-        kind = np.result_type(a.dtype, other if isinstance(other, (np.ndarray, np.generic)) else value)
-        bindings["s"] = kind.type(value)
-        dense_out = op != "*"
-    else:
-        if not isinstance(other, Tensor):
-            other = packages.host_array(other)
-        _check_shapes(a, other, op)
-        b = nt.Access("B", idx)
-        bindings["B"] = other
-        dense_out = op != "*" and not isinstance(other, Tensor)
+    b: nt.Expr = nt.Access("B", idx) if other == "B" else nt.Scalar("s")
     rhs = node(b, A) if reflected else node(A, b)
-    program = nt.Program((nt.Statement(nt.Access("C", idx), rhs),))
-    if not dense_out and op != "*":
-        out_format = union_format(a.format, other.format)
+    return nt.Program((nt.Statement(nt.Access("C", idx), rhs),))
+
+
+def _run_planned(key, program_of, values: dict, scalars: dict, outputs: dict) -> dict:
+    """Run the statement ``program_of()`` builds on ``values`` and ``scalars`` through the plan
+    cached under ``key``; on a miss see :func:`_first_run`."""
+    plan = ELEMENTWISE.get(key)
+    if plan is not None:
+        return plan.execute(values, scalars)
+    return _first_run(key, program_of(), values, scalars, outputs)
+
+
+def _first_run(key, program: nt.Program, values: dict, scalars: dict, outputs: dict) -> dict:
+    """Prepare and run ``program`` as the runtime does (``outputs``: the output bindings, formats
+    or dense arrays), then cache its plan under ``key`` (host targets only)."""
+    run = runtime.prepare(program, {**values, **scalars, **outputs}, None)
+    results = run.run()
+    if run.target == "cpu":
+        ELEMENTWISE.put(key, KernelPlan.of(program, run))
+    return results
+
+
+def _with_scalar(a: Tensor, other, op: str, reflected: bool):
+    """``a op s`` for a Python or NumPy scalar (or 0-d array) ``s``."""
+    if op in "+-" and other == 0:
+        return negative(a) if op == "-" and reflected else a.copy()
+    value = other.item() if isinstance(other, np.ndarray) else other
+    # NumPy's rule: a Python scalar takes the tensor's dtype within its kind (float32 * 3 is
+    # float32); a NumPy scalar or 0-d array promotes like an array of its dtype
+    dtype = np.result_type(a.dtype, other if isinstance(other, (np.ndarray, np.generic)) else value)
+    s = dtype.type(value)
+    key = ElementwiseKey(op, reflected, kind(a), kind(s))
+    if op == "*":
+        outputs = {"C": a.format}
     else:
-        out_format = a.format
-    if dense_out:
-        dtypes = [a.dtype, np.asarray(bindings.get("B", bindings.get("s"))).dtype]
-        bindings["C"] = np.zeros(a.shape, dtype=np.result_type(*dtypes))
+        outputs = {"C": np.zeros(a.shape, dtype=np.result_type(a.dtype, np.asarray(s).dtype))}
+    result = _run_planned(key, lambda: _statement(a, op, reflected, "s"), {"A": a}, {"s": s}, outputs)["C"]
+    if isinstance(result, Tensor):
+        result._package = a.package
+    return result
+
+
+def _with_array(a: Tensor, other: np.ndarray, op: str, reflected: bool):
+    """``a op x`` for a dense host array ``x`` of ``a``'s shape (dense unless ``op`` is '*')."""
+    key = ElementwiseKey(op, reflected, kind(a), kind(other))
+    if op == "*":
+        outputs = {"C": a.format}
     else:
-        bindings["C"] = out_format
-    result = runtime.execute(program, bindings)["C"]
+        outputs = {"C": np.zeros(a.shape, dtype=np.result_type(a.dtype, other.dtype))}
+    result = _run_planned(key, lambda: _statement(a, op, reflected, "B"), {"A": a, "B": other}, {}, outputs)["C"]
     if isinstance(result, Tensor):
         result._package = a.package
     return result
@@ -187,19 +292,22 @@ def _broadcast_product(a: Tensor, other: np.ndarray) -> Tensor:
     the dimensions ``other`` has), generated like any other statement, in ``a``'s format."""
     idx = _indices(a.ndim)
     b, bindings = _broadcast_operand(a, other, idx)
-    bindings["A"] = a
-    bindings["C"] = a.format
-    program = nt.Program((nt.Statement(nt.Access("C", idx), nt.Mul(nt.Access("A", idx), b)),))
-    result = runtime.execute(program, bindings)["C"]
+    scalars = {k: v for k, v in bindings.items() if k == "s"}
+    values = {"A": a, **{k: v for k, v in bindings.items() if k != "s"}}
+    key = ElementwiseKey("broadcast*", False, kind(a), kind(other))
+    program = lambda: nt.Program((nt.Statement(nt.Access("C", idx), nt.Mul(nt.Access("A", idx), b)),))  # noqa: E731
+    result = _run_planned(key, program, values, scalars, {"C": a.format})["C"]
     if isinstance(result, Tensor):
         result._package = a.package
     return result
 
 
 def negative(a: Tensor) -> Tensor:
+    """``-a`` in ``a``'s format (a planned kernel, cached like the binary operators)."""
     idx = _indices(a.ndim)
-    program = nt.Program((nt.Statement(nt.Access("C", idx), nt.Neg(nt.Access("A", idx))),))
-    return runtime.execute(program, {"A": a, "C": a.format})["C"]
+    program = lambda: nt.Program((nt.Statement(nt.Access("C", idx), nt.Neg(nt.Access("A", idx))),))  # noqa: E731
+    key = ElementwiseKey("neg", False, kind(a), None)
+    return _run_planned(key, program, {"A": a}, {}, {"C": a.format})["C"]
 
 
 def reduce_sum(a: Tensor, axis=None):

@@ -10,6 +10,7 @@ kind, format signature, shape, dtype, index dtypes, device — and
 from __future__ import annotations
 
 import numbers
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
@@ -57,6 +58,69 @@ class Problem:
     @property
     def device(self) -> str:
         return self.a.device
+
+
+@dataclass(frozen=True)
+class OperandKind:
+    """What an element-wise or einsum plan depends on for one operand: a Tensor's format
+    signature, shape, dtype, index dtypes, device and package; a dense array's shape, dtype,
+    device and package (``format`` None); a scalar's dtype (``scalar`` True, shape ``()``)."""
+
+    format: str | None
+    shape: tuple[int, ...]
+    dtype: str
+    index: tuple[str, ...] = ()
+    device: str = "cpu"
+    package: str = packages.NUMPY
+    scalar: bool = False
+
+
+def kind(x) -> OperandKind:
+    """``x``'s :class:`OperandKind` (a Tensor, a dense array of any package, or a NumPy scalar)."""
+    if isinstance(x, Tensor):
+        layout = x._layout
+        return OperandKind(layout.fmt.signature, layout.shape, dtype_name(x._values.dtype), _index_names(x._buffers),
+                           x._device, x._package)
+    if isinstance(x, np.generic):
+        return OperandKind(None, (), dtype_name(x.dtype), scalar=True)
+    return OperandKind(None, tuple(x.shape), dtype_name(x.dtype), (), packages.device_of(x), package_of(x))
+
+
+def _index_names(buffers: dict) -> tuple[str, ...]:
+    """The distinct dtype names of a Tensor's index buffers, sorted."""
+    names = {dtype_name(b.dtype) for b in buffers.values()}
+    return tuple(sorted(names)) if len(names) > 1 else tuple(names)
+
+
+_CHECKED: dict[int, tuple] = {}   # id(tensor) -> what checked(tensor) last saw (weak references)
+_CHECKED_LIMIT = 256
+
+
+def checked(t: Tensor) -> None:
+    """:func:`~ustc.tensor.safety.ensure_safe` for a Tensor a planned call binds, remembered per
+    Tensor object: the same object with the same layout, values length and buffer arrays (the
+    same objects under the same keys, of the same shapes and dtypes) is not looked up again
+    (safety's own cache costs ~4 us a hit: it keys every buffer by its address). The memo holds
+    weak references only; anything else goes to ``ensure_safe``."""
+    seen = _CHECKED.get(id(t))
+    buffers = t._buffers
+    if seen is not None and seen[0]() is t and seen[1] is t._layout and seen[2] == len(t._values) \
+            and len(seen[3]) == len(buffers):
+        for key, ref, shape, dtype in seen[3]:
+            a = buffers.get(key)
+            if a is None or ref() is not a or a.shape != shape or a.dtype != dtype:
+                break
+        else:
+            return
+    ensure_safe(t)
+    try:
+        arrays = tuple((key, weakref.ref(b), b.shape, b.dtype) for key, b in buffers.items())
+        entry = (weakref.ref(t), t._layout, len(t._values), arrays)
+    except TypeError:                  # not weak-referenceable: checked by ensure_safe every time
+        return
+    if len(_CHECKED) >= _CHECKED_LIMIT:
+        _CHECKED.clear()
+    _CHECKED[id(t)] = entry
 
 
 def sparse_like(x) -> bool:

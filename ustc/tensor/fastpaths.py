@@ -258,6 +258,7 @@ def _coo_tensor(shape, fmt, pos, crd, values, package):
 # -- element-wise merges of two matrices of one compressed-family format -----------------------
 
 MERGE_SERIAL_WORK = 300_000  # input entries below which one thread merges: a parallel launch costs ~0.05 ms
+PAIRED_ROW_ENTRIES = 32      # union rows merge two at a time while A and B hold at most this many entries a row together (mean)
 
 
 @dataclass(frozen=True)
@@ -314,22 +315,23 @@ def merge(spec: Merge, a, b, package):
     copied to its size (SciPy prunes the same way)."""
     from . import kernels
 
+    op = kernels.MUL if spec.op == kernels.MUL else kernels.ADD
     a_pos, a_crd, a_val = a._buffers[(1, "pos")], a._buffers[(1, "crd")], _values_as(a, spec.dtype)
     b_pos, b_crd, b_val = b._buffers[(1, "pos")], b._buffers[(1, "crd")], _values_as(b, spec.dtype)
+    if spec.op == kernels.SUB:           # A - B is A + (-B), exactly (negation is exact, integers wrap)
+        b_val = np.negative(b_val[:int(b_pos[-1])])
     na, nb = int(a_pos[-1]), int(b_pos[-1])
-    bound = min(na, nb) if spec.op == kernels.MUL else na + nb
-    zero = spec.dtype.type(0)
-    operands = (spec.op, zero, a_pos, a_crd, a_val, b_pos, b_crd, b_val)
     rows = len(a_pos) - 1
+    bound = min(na, nb) if op == kernels.MUL else na + nb
+    operands = (op, spec.dtype.type(0), a_pos, a_crd, a_val, b_pos, b_crd, b_val)
+    paired = na + nb <= PAIRED_ROW_ENTRIES * rows
     entry = spec.crd_dtype.itemsize + spec.dtype.itemsize
-    threads = kernels.threads() if rows > 1 else 1
-    small = na + nb < MERGE_SERIAL_WORK
-    if small or bound * entry * (1 if threads <= 2 else 2) <= memory_budget():
-        if small or threads == 1:
-            pos, crd, val = _buffers(rows, bound, spec)
-            count = int(kernels.merge_serial(*operands, pos, crd, val))
-        else:
-            pos, crd, val, count = _one_pass(kernels, operands, rows, bound, spec, threads)
+    threads = 1 if na + nb < MERGE_SERIAL_WORK or rows < 2 else kernels.threads()
+    if threads == 1 and (na + nb < MERGE_SERIAL_WORK or bound * entry <= memory_budget()):
+        pos, crd, val = _buffers(rows, bound, spec)
+        count = int(kernels.merge_serial(op, paired, *operands[1:], pos, crd, val))
+    elif threads > 1 and bound * entry * (1 if threads <= 2 else 2) <= memory_budget():
+        pos, crd, val, count = _one_pass(kernels, operands, paired, rows, bound, spec, threads)
     else:
         pos, crd, val, count = _two_pass(kernels, operands, rows, spec, entry)
     crd, val = _trimmed(crd, count), _trimmed(val, count)
@@ -343,8 +345,12 @@ def _values_as(t, dtype):
     return values if values.dtype == dtype else values.astype(dtype)
 
 
+_INT32, _INT64, _INT32_MAX = np.dtype(np.int32), np.dtype(np.int64), np.iinfo(np.int32).max
+
+
 def _pos_dtype(hi: int) -> np.dtype:
-    return index_dtype(0, 0, hi, "pos")
+    """``index_dtype(0, 0, hi, "pos")`` without widths (int32 when it fits), minus its overhead."""
+    return _INT32 if hi <= _INT32_MAX else _INT64
 
 
 def _buffers(rows: int, size: int, spec: Merge):
@@ -355,7 +361,7 @@ def _trimmed(buffer: np.ndarray, count: int) -> np.ndarray:
     return buffer[:count].copy() if count < len(buffer) // 2 else buffer[:count]
 
 
-def _one_pass(kernels, operands, rows: int, bound: int, spec: Merge, threads: int):
+def _one_pass(kernels, operands, paired: bool, rows: int, bound: int, spec: Merge, threads: int):
     """Work-balanced chunks merged in parallel into one over-allocated buffer, then closed up."""
     op, a_pos, b_pos = operands[0], operands[2], operands[5]
     cuts = kernels.split_rows(a_pos, b_pos, threads)
@@ -365,7 +371,7 @@ def _one_pass(kernels, operands, rows: int, bound: int, spec: Merge, threads: in
     np.cumsum(sizes[:-1], out=starts[1:])
     pos, crd, val = _buffers(rows, bound, spec)
     ends = np.empty(threads, np.int64)
-    kernels.merge_chunks(*operands, cuts, starts, pos, crd, val, ends)
+    kernels.merge_chunks(op, paired, *operands[1:], cuts, starts, pos, crd, val, ends)
     return (pos,) + _compact(kernels, cuts, starts, ends, pos, crd, val, threads)
 
 
@@ -406,7 +412,7 @@ def trusted_tensor(layout, buffers: dict, values: np.ndarray, counts: list, pack
     ``Tensor.__init__``'s own; tests compare the two."""
     from .tensor import Tensor
 
-    t = Tensor.__new__(Tensor)
-    t.__dict__.update(_layout=layout, _buffers=buffers, _values=values, _device="cpu", _package=package,
-                      _origin={}, _counts=counts)
+    t = object.__new__(Tensor)
+    t.__dict__ = {"_layout": layout, "_buffers": buffers, "_values": values, "_device": "cpu", "_package": package,
+                  "_origin": {}, "_counts": counts}
     return t
