@@ -25,18 +25,28 @@ element of the result (every stored entry of a sparse one):
 
 from __future__ import annotations
 
+import functools
 import string
+from dataclasses import dataclass
 
 import numpy as np
 
 from ..errors import KernelError, ShapeError, UnsupportedOperation
 from ..tensor import packages
-from ..tensor.tensor import Tensor
+from ..tensor.tensor import Tensor, as_format
 from ..codegen import functions
 from ..codegen import notation as nt
-from ..codegen.semiring import as_semiring
+from ..codegen.functions import Function
+from ..codegen.semiring import Semiring, as_semiring
 from . import runtime
-from .operands import dense_operand
+from .operands import OperandKind, dense_operand, kind
+from .plan_cache import ELEMENTWISE, KernelPlan
+
+
+@functools.lru_cache(maxsize=256)   # a repeated call names the same subscripts
+def _parsed(subscripts: str, count: int) -> tuple[tuple[str, ...], str]:
+    terms, out = parse_subscripts(subscripts, count)
+    return tuple(terms), out
 
 
 def parse_subscripts(subscripts: str, count: int) -> tuple[list[str], str]:
@@ -77,7 +87,7 @@ def einsum(subscripts: str, *operands, out_format=None, target: str = "cpu", sem
     its operand; ``epilog``: applied to every element (entry) of the result. The functions
     are Numba-compilable Python functions of one argument, inlined into the kernel.
     """
-    terms, out = parse_subscripts(subscripts, len(operands))
+    terms, out = _parsed(subscripts, len(operands))
     sr = as_semiring(semiring)
     loads = _prologs(prologs, len(operands))
     post = None if epilog is None else functions.function(epilog, 1, "einsum epilog")
@@ -85,19 +95,65 @@ def einsum(subscripts: str, *operands, out_format=None, target: str = "cpu", sem
     sparse = [isinstance(op, Tensor) for op in operands]
     if not any(sparse) and out_format is None and sr.is_plus_times and not loads and post is None:
         return np.einsum(subscripts, *[packages.host_array(op) for op in operands])
+    operands = [_operand(op) for op in operands]
     names = [f"T{k}" for k in range(len(operands))]
+    fmt = None if out_format is None else as_format(out_format)
+    key = EinsumKey(terms, out, tuple(kind(op) for op in operands), None if fmt is None else fmt.signature,
+                    target, sr, tuple(sorted(loads.items())), post)
+    plan = ELEMENTWISE.get(key)
+    if plan is not None:
+        return plan.execute(dict(zip(names, operands)), {})["out"]
+    program = _program(terms, out, names, loads, sr, post)
+    bindings = dict(zip(names, operands))
+    if fmt is None:
+        bindings["out"] = np.zeros(_shape(terms, out, operands), dtype=sr.result_dtype(_dtype(operands)))
+    else:
+        bindings["out"] = fmt
+    run = runtime.prepare(program, bindings, target)
+    results = run.run()
+    if run.target == "cpu" and key.stable:
+        ELEMENTWISE.put(key, KernelPlan.of(program, run))
+    return results["out"]
+
+
+def _operand(x):
+    """A Tensor as it is; a host array-like (NumPy, CPU torch, lists) as a NumPy view; device
+    arrays as they are (the cuda target binds them)."""
+    if isinstance(x, Tensor) or packages.is_cupy(x) or (packages.is_torch(x) and x.device.type != "cpu"):
+        return x
+    return packages.host_array(x)
+
+
+@dataclass(frozen=True)
+class EinsumKey:
+    """The plan key of one einsum: its parsed subscripts, the operands' kinds, the output format
+    (signature, or None for a dense result), target, semiring, prologs and epilog."""
+
+    terms: tuple[str, ...]
+    out: str
+    operands: tuple[OperandKind, ...]
+    out_format: str | None
+    target: str
+    semiring: Semiring
+    prologs: tuple[tuple[int, Function], ...]
+    epilog: Function | None
+
+    @property
+    def stable(self) -> bool:
+        """Every user function has a code-derived key (a process-local key is new at every
+        call, so a plan under it would never be found again)."""
+        return all(f.stable for _, f in self.prologs) and (self.epilog is None or self.epilog.stable) \
+            and self.semiring.stable
+
+
+def _program(terms, out: str, names: list[str], loads: dict, sr: Semiring, post) -> nt.Program:
+    """``out[...] = T0[...] ⊗ T1[...] ⊗ ...`` with the prologs applied to their operands."""
     factors: list[nt.Expr] = [nt.Access(name, tuple(term)) for name, term in zip(names, terms)]
     factors = [nt.Apply(loads[k], f) if k in loads else f for k, f in enumerate(factors)]
     rhs = factors[0]
     for factor in factors[1:]:
         rhs = sr.multiply(rhs, factor)
-    program = nt.Program((nt.Statement(nt.Access("out", tuple(out)), rhs, semiring=sr, epilog=post),))
-    bindings = dict(zip(names, operands))
-    if out_format is None:
-        bindings["out"] = np.zeros(_shape(terms, out, operands), dtype=sr.result_dtype(_dtype(operands)))
-    else:
-        bindings["out"] = out_format
-    return runtime.execute(program, bindings, target)["out"]
+    return nt.Program((nt.Statement(nt.Access("out", tuple(out)), rhs, semiring=sr, epilog=post),))
 
 
 def _prologs(prologs, count: int) -> dict:
