@@ -216,14 +216,16 @@ def test_spgemm_in_every_named_format(fmt, rng):
             np.testing.assert_allclose(mm.execute().to_dense(), -3 * a @ b, atol=1e-12)
 
 
-def test_spgemm_via_csr_edge_shapes(rng):
+@pytest.mark.parametrize("fmt, via", [("DCSR", False), ("COO", True), ("BSR(1, 1)", True)])
+def test_spgemm_generated_edge_shapes(rng, fmt, via):
+    """Edge shapes in the workspace kernel (DCSR, in its own format) and through CSR (COO, BSR)."""
     for shape_a, shape_b in (((0, 4), (4, 3)), ((4, 0), (0, 3)), ((1, 6), (6, 1)), ((5, 5), (5, 5))):
         a, b = random_dense(rng, shape_a, 0.5), np.zeros(shape_b)
         if shape_a == (1, 6):
             b = random_dense(rng, shape_b, 0.9)
-        A, B = ustc.Tensor.from_dense(a, "DCSR"), ustc.Tensor.from_dense(b, "DCSR")
+        A, B = ustc.Tensor.from_dense(a, fmt), ustc.Tensor.from_dense(b, fmt)
         mm = ustc.Matmul(A, B).plan()
-        assert "after converting a (DCSR) and b (DCSR) to CSR" in mm.plan_info
+        assert ("to CSR at every execute" in mm.plan_info) == via, mm.plan_info
         C = mm.execute()
         assert C.format == A.format and C.shape == (shape_a[0], shape_b[1])
         np.testing.assert_allclose(C.to_dense(), a @ b)

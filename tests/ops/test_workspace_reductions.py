@@ -164,8 +164,17 @@ def test_matmul_spgemm_routes_are_chosen_from_the_plan():
     with ustc.Matmul(A, A) as mm:
         mm.plan()
         assert "workspace" in mm.plan_info
-    D = A.convert(F.DCSR)
+    D = A.convert(F.DCSR)   # no fast conversion to CSR: the serial workspace kernel in DCSR
     with ustc.Matmul(D, D) as mm:
         mm.plan()
-        assert "row-parallel CSR" in mm.plan_info and "DCSR" in mm.plan_info
+        assert mm.plan_info.startswith("generated: cpu") and "workspace" in mm.plan_info, mm.plan_info
         assert mm.execute().format == D.format
+    C = A.convert(F.COO(2))  # COO converts to CSR in O(nnz): the row-parallel CSR kernel
+    with ustc.Matmul(C, C) as mm:
+        mm.plan()
+        assert "row-parallel CSR" in mm.plan_info and "COO" in mm.plan_info, mm.plan_info
+        assert mm.execute().format == C.format
+    B = A.convert(F.BSR(2, 2))  # derived indices take no workspace: through CSR
+    with ustc.Matmul(B, B) as mm:
+        mm.plan()
+        assert "row-parallel CSR" in mm.plan_info, mm.plan_info
