@@ -9,17 +9,41 @@ place and returned (``beta`` defaults to 1 when ``c`` is given); pass
 ``prologs``, ``epilog`` and ``semiring`` are :meth:`ustc.Matmul.plan`'s; they
 are part of the plan cache key. bfloat16 operands (torch, or ml_dtypes where
 installed) run in float32 and give bfloat16 results (:mod:`ustc.ops.narrow`).
+
+The plainest call, ``matmul(A, x)`` with a host Tensor ``A`` whose product is a
+generated kernel and a NumPy ``x`` (no ``c``, scalars, transposes, options or
+fusion), is also remembered by ``A``'s layout (:class:`Repeat`): a later call
+with a tensor of that layout and an ``x`` of the same shape and dtype checks
+the index dtypes and buffers (cached) and calls the kernel directly, in a few
+microseconds (counted as a plan cache hit).
 """
 
 from __future__ import annotations
 
-from . import narrow, plan_cache
-from .plan import Matmul, bind
-from .routes import fusion
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..tensor import packages
+from ..tensor.storage import Layout
+from ..tensor.tensor import Tensor
+from . import narrow, plan_cache, runtime
+from .operands import checked
+from .plan import Bound, Matmul, bind
+from .plan_cache import MATMUL, DirectCall, KernelPlan
+from .routes import GeneratedRoute, fusion
 
 
 def matmul(a, b, c=None, alpha=1, beta=None, *, transpose_a: bool = False, transpose_b: bool = False,
            options: dict | None = None, out=None, prologs=None, epilog=None, semiring=None):
+    plain = c is None and out is None and beta is None and alpha.__class__ is int and alpha == 1 \
+        and not (transpose_a or transpose_b or options or prologs or epilog or semiring)
+    if plain and a.__class__ is Tensor:
+        repeat = _REPEATS.get(id(a._layout))
+        if repeat is not None:
+            y = repeat(a, b)
+            if y is not None:
+                return y
     wide = narrow.bfloat16_product(a, b, c, out)
     if wide is not None:  # bfloat16 has no NumPy dtype: float32 twins, the result rounded back (ops.narrow)
         a32, b32, c32, out32 = wide.operands
@@ -40,6 +64,75 @@ def matmul(a, b, c=None, alpha=1, beta=None, *, transpose_a: bool = False, trans
     else:
         mm._adopt((a, b, c, alpha, beta), bound)
     try:
-        return mm.execute(out=out)
+        result = mm.execute(out=out)
+        route = mm._route
     finally:
         mm._detach()
+    if plain and MATMUL.enabled:
+        _remember(a, b, bound, route)
+    return result
+
+
+@dataclass(frozen=True)
+class Repeat:
+    """A plain one-shot product ``A @ x`` remembered for ``A``'s layout (held strongly: its id
+    keys :data:`_REPEATS` and cannot be reused while the entry lives; a Layout holds no
+    buffer): the planned kernel (:class:`DirectCall`) and the kinds it was planned for — the
+    values and index dtypes, device and package of ``A``, the shape and dtype of a NumPy ``x``
+    — and the plan cache generation it belongs to (a cleared cache drops it)."""
+
+    layout: Layout
+    values: np.dtype
+    index: tuple[tuple[tuple[int, str], np.dtype], ...]
+    package: str
+    b_shape: tuple[int, ...]
+    b_dtype: np.dtype
+    call: DirectCall
+    kernel: object
+    generation: int
+
+    def __post_init__(self):
+        if self.call.inputs != ("A", "B"):
+            raise ValueError("Repeat: the kernel must read A and B")
+
+    def __call__(self, a: Tensor, b):
+        """``a @ b`` when ``a`` and ``b`` are of the remembered kinds, else None."""
+        if b.__class__ is not np.ndarray or b.shape != self.b_shape or b.dtype != self.b_dtype \
+                or a._values.dtype != self.values or a._device != "cpu" or a._package != self.package \
+                or MATMUL.generation != self.generation:
+            return None
+        buffers = a._buffers
+        for key, dtype in self.index:
+            if buffers[key].dtype != dtype:
+                return None
+        checked(a)                             # index buffers in bounds (cached per buffer set)
+        MATMUL.count_hit()
+        return self.call.run(self.kernel, a, b)
+
+
+_REPEATS: dict[int, Repeat] = {}
+_REPEATS_LIMIT = 64
+
+
+def _remember(a, b, bound: Bound, route) -> None:
+    """Remember a plain ``a @ b`` (dense NumPy result of a generated kernel, no narrow dtypes)
+    for :class:`Repeat`; anything else is not remembered."""
+    if not (isinstance(route, GeneratedRoute) and a.__class__ is Tensor and b.__class__ is np.ndarray
+            and a.device == "cpu" and not bound.swapped and bound.inplace is None and not bound.refresh
+            and bound.problem.out_format is None and bound.result_dtype == bound.dtype
+            and bound.package == packages.NUMPY and bound.a is a and bound.b is b and bound.shape):
+        return
+    out = np.empty(bound.shape, bound.dtype)
+    run = runtime.prepare(route.program, {"A": a, "B": b, "C": out}, bound.problem.target)
+    if run.target != "cpu":
+        return
+    run.load()
+    plan = KernelPlan.of(route.program, run)
+    if plan.direct is None or plan.direct.inputs != ("A", "B"):
+        return
+    index = tuple((key, buf.dtype) for key, buf in a._buffers.items())
+    work = a.nse + b.size                      # fixed for these kinds (same layout and buffers' shapes)
+    if len(_REPEATS) >= _REPEATS_LIMIT:
+        _REPEATS.clear()
+    _REPEATS[id(a._layout)] = Repeat(a._layout, a._values.dtype, index, a.package, b.shape, b.dtype, plan.direct,
+                                     plan.direct.kernel(work), MATMUL.generation)
