@@ -53,12 +53,12 @@ def _run(cache_dir, **env) -> dict:
 def test_a_warm_process_loads_without_the_registry_refresh_and_stays_correct(cache_dir):
     cold = _run(cache_dir)
     assert all(cold["checks"].values()), cold["checks"]
-    assert cold["stats"]["compiled"] >= 3 and cold["refreshed"]
+    assert cold["stats"]["compiled"] >= 2 and cold["refreshed"]  # CSR + CSR runs the merge kernels, not a generated one
 
     warm = _run(cache_dir)
     assert all(warm["checks"].values()), warm["checks"]
     assert (warm["stats"]["compiled"], warm["stats"]["generated"]) == (0, 0)
-    assert warm["stats"]["loaded"] >= 3
+    assert warm["stats"]["loaded"] >= 2
     assert not warm["refreshed"], "a warm load ran Numba's registry refresh"
     assert warm["fresh"] == 8.0
 

@@ -71,10 +71,11 @@ def test_a_short_capacity_is_detected_and_recounted(monkeypatch, passes):
     costs a recount, never memory beyond the arrays."""
     monkeypatch.setattr(runtime, "output_bound", lambda statement, operands, extents: 3)
     A, B = _pair(F.CSR, (40, 30), seed=5)
+    B = B.convert(F.DCSR)  # CSR + CSR takes the merge kernels (fastpaths.merge); CSR + DCSR the generated one
     C = A + B
     C.validate()
     assert_matches(C, A.to_dense() + B.to_dense())
-    assert passes == [APPEND, COUNT, FILL] and C.nse > 3
+    assert passes[0] in (APPEND, FILL) and passes[1:] == [COUNT, FILL] and C.nse > 3  # one pass, then recount
 
 
 def test_a_result_much_smaller_than_its_capacity_is_copied_out():
