@@ -353,3 +353,38 @@ def test_one_shot_matmul_results_of_a_shared_layout():
     for _ in range(2):
         np.testing.assert_allclose(ustc.matmul(C, x), (A.to_dense() + B.to_dense()) @ x)
         np.testing.assert_allclose(ustc.matmul(D, x), (E.to_dense() + F.to_dense()) @ x)
+
+
+# -- binary ufuncs of two tensors --------------------------------------------------------------
+
+UFUNCS = (np.maximum, np.minimum, np.greater, np.not_equal, np.hypot, np.logical_xor, np.copysign)
+
+
+@pytest.mark.parametrize("dtype", (np.float64, np.int64, np.bool_))
+@pytest.mark.parametrize("fmt", ("CSR", "CSC", "COO"))
+def test_binary_ufuncs_of_two_tensors(fmt, dtype):
+    for shape in ((0, 3), (1, 7), (6, 5)):
+        A = sparse(NAMED_2D[fmt], shape, seed=1, density=0.5).astype(dtype)
+        B = sparse(NAMED_2D[fmt], shape, seed=2, density=0.5).astype(dtype)
+        before = snapshot(A, B)
+        for f in UFUNCS:
+            with np.errstate(all="ignore"):
+                expected = f(A.to_dense(), B.to_dense())
+            for _ in range(2):
+                C = f(A, B)
+                assert C.format == A.format and C.dtype == expected.dtype
+                np.testing.assert_array_equal(C.to_dense(), expected)
+                assert np.all(C.entries()[1] != 0)
+                C.validate()
+        assert_unchanged([A, B], before)
+
+
+def test_binary_ufunc_plans_hit_and_key_on_the_ufunc():
+    A, B = sparse(NAMED_2D["CSR"], (5, 5), seed=1), sparse(NAMED_2D["CSR"], (5, 5), seed=2)
+    np.maximum(A, B)
+    hits = _hits()
+    np.testing.assert_array_equal(np.maximum(A, B).to_dense(), np.maximum(A.to_dense(), B.to_dense()))
+    np.testing.assert_array_equal(np.minimum(A, B).to_dense(), np.minimum(A.to_dense(), B.to_dense()))
+    assert _hits() == hits + 1
+    with pytest.raises(ustc.UnsupportedOperation):
+        np.power(A, B)                                          # 0 ** 0 = 1: refused, as before

@@ -34,13 +34,16 @@ for two ustc Tensors is identity (a Python bool), so tensors keep working as dic
 from __future__ import annotations
 
 import numbers
+from dataclasses import dataclass
 
 import numpy as np
 
 from ..errors import ShapeError, UnsupportedOperation
-from ..tensor import packages
+from ..tensor import fastpaths, packages
+from ..tensor.storage import Layout
 from ..tensor.tensor import Tensor
-from .operands import dense_operand, sparse_like
+from .operands import OperandKind, checked, dense_operand, kind, sparse_like
+from .plan_cache import ELEMENTWISE
 
 _OPERATOR_TEXT = {np.greater: ">", np.less: "<", np.greater_equal: ">=", np.less_equal: "<=",
                   np.equal: "==", np.not_equal: "!="}
@@ -163,12 +166,52 @@ def _with_array(f, t: Tensor, x: np.ndarray, left: bool) -> Tensor:
     return _finish(f, mapped(t, out))
 
 
+@dataclass(frozen=True)
+class UfuncKey:
+    """The plan key of a binary ufunc of two tensors: the ufunc itself and both operands' kinds."""
+
+    ufunc: np.ufunc
+    a: OperandKind
+    b: OperandKind
+
+
+@dataclass(frozen=True)
+class AlignedPlan:
+    """``f(A, B)`` for two matrices of one CSR-family format whose ``f(0, 0)`` is zero: the union
+    pattern with both operands' values aligned on it (one compiled pass,
+    :func:`ustc.tensor.fastpaths.aligned`), ``f`` over the aligned values (one NumPy call), zero
+    results dropped."""
+
+    ufunc: np.ufunc
+    layout: Layout
+
+    def __post_init__(self):
+        if self.ufunc.nin != 2 or self.ufunc.nout != 1 or fastpaths.family(self.layout.fmt) is None:
+            raise ValueError("AlignedPlan: a binary ufunc over a CSR-family layout")
+
+    def __call__(self, a: Tensor, b: Tensor) -> Tensor:
+        checked(a)                     # index buffers in bounds before the kernel reads them (cached)
+        checked(b)
+        pos, crd, left, right = fastpaths.aligned(a, b)
+        with np.errstate(all="ignore"):
+            values = self.ufunc(left, right)
+        return fastpaths.from_aligned(self.layout, pos, crd, values, a.package)
+
+    def release(self) -> None:
+        """Nothing to drop: the plan holds no operand."""
+
+
 def _both(f, a: Tensor, b: Tensor) -> Tensor:
-    """Two sparse operands: the union of their patterns, ``f`` of the aligned values."""
+    """Two sparse operands: the union of their patterns, ``f`` of the aligned values (a cached
+    :class:`AlignedPlan` for two matrices of one CSR-family format)."""
     from ..tensor.indexing import _joint_keys
     from .elementwise import broadcast_tensor, union_format
     from .methods import canonical_entries
 
+    key = UfuncKey(f, kind(a), kind(b)) if a.shape == b.shape else None
+    plan = ELEMENTWISE.get(key) if key is not None else None
+    if plan is not None:
+        return plan(a, b)
     try:
         shape = tuple(np.broadcast_shapes(a.shape, b.shape))
     except ValueError:
@@ -178,6 +221,10 @@ def _both(f, a: Tensor, b: Tensor) -> Tensor:
     z = _evaluate(f, za, np.zeros((), b.dtype))
     if isinstance(z, Exception) or not _is_zero(z):
         _refuse(f, (None, None), z, " (both operands are sparse)")
+    if key is not None and fastpaths.mergeable(a, b, bools=True):
+        plan = AlignedPlan(f, Layout.of(a.format, shape))
+        ELEMENTWISE.put(key, plan)
+        return plan(a, b)
     ca, va = canonical_entries(a)
     cb, vb = canonical_entries(b)
     ka, kb = _joint_keys(list(ca), list(cb), shape)

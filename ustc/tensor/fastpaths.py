@@ -288,16 +288,17 @@ class Merge:
         return cls(op, layout, np.dtype(dtype), index_dtype(0, 0, max(minor - 1, 0), "crd"))
 
 
-def mergeable(a, b) -> bool:
+def mergeable(a, b, bools: bool = False) -> bool:
     """``a`` and ``b`` are host matrices in one CSR-family format without index widths, of one
-    shape, with values the merge kernels compile for (not bool, not float16)."""
+    shape, with values the merge kernels compile for (not float16; bool only with ``bools``:
+    :func:`aligned` takes them, the arithmetic merges do not)."""
     fmt = a.format
     if fmt != b.format or a.shape != b.shape or a.device != "cpu" or b.device != "cpu" \
             or fmt.pos_width or fmt.crd_width:
         return False
     fam = family(fmt)
     return fam is not None and fam.kind == "csr" and all(
-        compiled_dtype(t.dtype) and t.dtype.kind != "b" for t in (a, b))
+        compiled_dtype(t.dtype) and (bools or t.dtype.kind != "b") for t in (a, b))
 
 
 def merge(spec: Merge, a, b, package):
@@ -404,6 +405,40 @@ def _two_pass(kernels, operands, rows: int, spec: Merge, entry: int):
     crd, val = np.empty(count, spec.crd_dtype), np.empty(count, spec.dtype)
     kernels.merge_fill(*operands, counts, crd, val)
     return counts, crd, val, count
+
+
+def aligned(a, b):
+    """``(pos, crd, left, right)``: the union pattern of two matrices of one CSR-family format
+    (:func:`mergeable`, bool values too) and each one's values on it (zero where it stores
+    nothing), for a binary ufunc over the aligned values (:func:`from_aligned`)."""
+    from . import kernels
+
+    a_pos, b_pos = a._buffers[(1, "pos")], b._buffers[(1, "pos")]
+    size = int(a_pos[-1]) + int(b_pos[-1])
+    rows = len(a_pos) - 1
+    pos, crd = np.empty(rows + 1, _pos_dtype(size)), np.empty(size, index_dtype(0, 0, max(a.level_shape[1] - 1, 0), "crd"))
+    left, right = np.empty(size, a.dtype), np.empty(size, b.dtype)
+    count = int(kernels.align_union(a_pos, a._buffers[(1, "crd")], a._values, a.dtype.type(0), b_pos,
+                                    b._buffers[(1, "crd")], b._values, b.dtype.type(0), pos, crd, left, right))
+    return pos, crd[:count], left[:count], right[:count]
+
+
+def from_aligned(layout, pos, crd, values, package):
+    """The tensor of :func:`aligned`'s pattern holding ``values`` (a ufunc's results), its zero
+    results dropped (in place on ``pos`` and ``crd``, which the caller hands over)."""
+    from . import kernels
+
+    values = np.ascontiguousarray(values)
+    if compiled_dtype(values.dtype):
+        count = int(kernels.drop_zeros(pos, crd, values))
+    else:                                   # float16 and the like: NumPy's compaction
+        keep = values != 0
+        rows = np.repeat(np.arange(len(pos) - 1), np.diff(pos))
+        pos = prefix_sum(np.bincount(rows[keep], minlength=len(pos) - 1)).astype(pos.dtype)
+        crd, values = crd[keep], values[keep]
+        count = len(values)
+    crd, values = _trimmed(crd, count), _trimmed(values, count)
+    return trusted_tensor(layout, {(1, "pos"): pos, (1, "crd"): crd}, values, [len(pos) - 1, count], package)
 
 
 def trusted_tensor(layout, buffers: dict, values: np.ndarray, counts: list, package):

@@ -469,6 +469,55 @@ def merge_fill(op, zero, a_pos, a_crd, a_val, b_pos, b_crd, b_val, pos, crd, val
 
 
 @njit_cached()
+def align_union(a_pos, a_crd, a_val, za, b_pos, b_crd, b_val, zb, pos, crd, left, right):
+    """The union pattern of A and B row by row (every coordinate either stores, none dropped),
+    with each operand's value aligned on it (``za`` / ``zb`` where it stores nothing): a binary
+    ufunc then maps ``left`` and ``right`` in one vectorised call. Branch-free like the merges;
+    the buffers must hold ``nnz(A) + nnz(B)``. Returns the number of entries."""
+    o = U(0)
+    pos[0] = 0
+    for i in range(pos.size - 1):
+        ap, ape, bp, bpe = U(a_pos[i]), U(a_pos[i + 1]), U(b_pos[i]), U(b_pos[i + 1])
+        while ap < ape and bp < bpe:
+            ca, cb, va, vb = a_crd[ap], b_crd[bp], a_val[ap], b_val[bp]
+            ta, tb = ca <= cb, cb <= ca
+            crd[o] = ca if ta else cb
+            left[o] = va if ta else za
+            right[o] = vb if tb else zb
+            o += U(1)
+            ap += U(ta)
+            bp += U(tb)
+        while ap < ape:
+            crd[o], left[o], right[o] = a_crd[ap], a_val[ap], zb
+            o += U(1)
+            ap += U(1)
+        while bp < bpe:
+            crd[o], left[o], right[o] = b_crd[bp], za, b_val[bp]
+            o += U(1)
+            bp += U(1)
+        pos[i + 1] = o
+    return o
+
+
+@njit_cached()
+def drop_zeros(pos, crd, val):
+    """Entries whose value is zero removed in place, row by row (forward copies); returns the
+    number kept."""
+    o = U(0)
+    start = U(pos[0])
+    for i in range(pos.size - 1):
+        end = U(pos[i + 1])
+        for q in range(start, end):
+            v = val[q]
+            crd[o] = crd[q]
+            val[o] = v
+            o += U(v != 0)
+        start = end
+        pos[i + 1] = o
+    return o
+
+
+@njit_cached()
 def split_rows(a_pos, b_pos, chunks):
     """Row boundaries of ``chunks`` chunks with about equal ``nnz_A(row) + nnz_B(row)`` each
     (binary searches over the monotone ``a_pos + b_pos``); ``rows[0] = 0``, ``rows[-1] = n``."""
