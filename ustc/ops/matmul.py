@@ -40,10 +40,8 @@ def matmul(a, b, c=None, alpha=1, beta=None, *, transpose_a: bool = False, trans
         and not (transpose_a or transpose_b or options or prologs or epilog or semiring)
     if plain and a.__class__ is Tensor:
         repeat = _REPEATS.get(id(a._layout))
-        if repeat is not None:
-            y = repeat(a, b)
-            if y is not None:
-                return y
+        if repeat is not None and (y := repeat(a, b)) is not None:
+            return y
     wide = narrow.bfloat16_product(a, b, c, out)
     if wide is not None:  # bfloat16 has no NumPy dtype: float32 twins, the result rounded back (ops.narrow)
         a32, b32, c32, out32 = wide.operands
