@@ -560,11 +560,17 @@ class Lowering:
                 return a.slot
         return None
 
+    @property
+    def skips_zeros(self) -> bool:
+        """Whether the writer stores no zero-valued entries (plus-times; under another semiring the
+        output's pattern is structural)."""
+        return self.sr.is_plus_times
+
     def store(self, value: ir.Expr, guard: str | None = None, into_ws: bool = False) -> list[ir.Stmt]:
         idx = tuple(ir.Index(ir.Var(i)) for i in self.stmt.lhs.indices) or (ir.Const(0),)
         name = self.out.tensor
         if into_ws:
-            counted = self.writer is not None and self.sr.is_plus_times  # the writer counts nonzeros only
+            counted = self.writer is not None and self.skips_zeros  # the count decides on values
             out = wsp.fold(self.ws, value, self.fold, counted)
             return [ir.If(ir.Var(guard), tuple(out))] if guard else out
         if not self.out.sparse:
@@ -572,7 +578,7 @@ class Lowering:
         if self.writer is not None:
             if self.stmt.epilog is not None:  # each entry is inserted once: the epilog applies here
                 value = ir.Call(self.extern(self.stmt.epilog), (value,))
-            out = self.writer.insert(value, skip_zeros=self.sr.is_plus_times)
+            out = self.writer.insert(value, skip_zeros=self.skips_zeros)
             return [ir.If(ir.Var(guard), tuple(out))] if guard else out
         n = ir.Index(ir.Var(self.count))   # the running output position is never negative
         writes = [ir.Store(f"{name}_crd{d}", (n,), ir.Var(i)) for d, i in enumerate(self.stmt.lhs.indices)]

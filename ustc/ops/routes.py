@@ -181,8 +181,9 @@ class ViaRowsRoute(Route):
         self.csr, self.out_format = CSR, out_format
         self.inner = GeneratedRoute(p, "cpu", CSR)
         converted = [f"{name} ({_fmt_name_text(x.format)})" for name, x in (("a", a), ("b", b)) if not self._is_csr(x)]
-        self.info = "generated row-parallel CSR SpGEMM" + (
+        self._head = "generated row-parallel CSR SpGEMM" + (
             f" after converting {' and '.join(converted)} to CSR at every execute" if converted else "")
+        self.info = self._head
 
     def _is_csr(self, x) -> bool:
         from ..tensor.interop import plain_format
@@ -194,7 +195,7 @@ class ViaRowsRoute(Route):
 
     def prepare(self, a, b, out, alpha) -> None:
         self.inner.prepare(self._rows(a), self._rows(b), None, alpha)
-        self.info += f"; {self.inner.info}"
+        self.info = f"{self._head}; {self.inner.info}"  # not appended: plan() may prepare again
 
     def run(self, a, b, out, alpha):
         c = self.inner.run(self._rows(a), self._rows(b), None, alpha)
