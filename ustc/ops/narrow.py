@@ -213,6 +213,14 @@ def bfloat16_product(a, b, c=None, out=None) -> TwinnedProduct | None:
     return TwinnedProduct(a, b, c, out, kinds, np.float32, f"bfloat16-{kind}" if narrow else None)
 
 
+def wide_out(out, dtype=np.float32):
+    """``(buffer, store)`` for a dense ``out`` of a narrow dtype (NumPy or torch): ``buffer`` is a
+    new array of ``out``'s shape and package in ``dtype`` to compute into, ``store()`` rounds it
+    into ``out`` (nearest even)."""
+    twin = _Twin(out, "cast", dtype)
+    return twin.operand, lambda: _store(out, twin.operand)
+
+
 def computed_in(a, b, c, out, dtype) -> TwinnedProduct | None:
     """A product computed in the wider ``dtype`` (nvmath-python's ``compute_type``) with results
     of the operands' own type: twins in ``dtype`` of every operand of another dtype, the result

@@ -26,6 +26,14 @@ rules, a 2-D operand broadcast over the other's batch). The result is dense in
 the dense operand's package, or a ustc Tensor when both operands are sparse
 matrices (``options={"out_format": ...}``, default ``a``'s format).
 
+float16 and bfloat16 operands run in float32 on the CPU and give results of their own
+dtype (:mod:`ustc.ops.narrow`): float16 through float32 twins made when the operands are
+bound; bfloat16 (torch.bfloat16 tensors, dense, torch sparse or TorchUST, and
+ml_dtypes.bfloat16 arrays or Tensors) through :func:`ustc.ops.narrow.bfloat16_product`'s
+twins, refreshed before every execute, the float32 result rounded to nearest even (a dense
+bfloat16 ``c`` updated in place and returned, a bfloat16 ``out=`` written; any other
+bfloat16 result is a new array or tensor each execute).
+
 Options: ``route`` (``"registered"``, ``"library"``, ``"generated"``: force
 one), ``out_format`` (sparse results), ``target`` (``"cpu"``, ``"cuda"``;
 default from the operands' device).
@@ -182,6 +190,9 @@ class Matmul:
         self._transposes = (bool(transpose_a), bool(transpose_b))
         self._raw = (a, b, c, alpha, beta)
         self._dtype_error: UstcError | None = None
+        self._bf16 = _bfloat16_kinds(a, b, c)
+        self._wide = narrow.bfloat16_product(a, b, c)   # bfloat16: float32 twins (None otherwise)
+        a, b, c = self._wide.operands[:3] if self._wide is not None else (a, b, c)
         try:
             self._bound: Bound | None = bind(a, b, c, alpha, beta, *self._transposes, self.options)
         except UstcError as exc:   # a bool c holds what an or / and semiring, named at plan(), computes
@@ -247,37 +258,56 @@ class Matmul:
         With a dense ``c`` and no ``out``: ``c := alpha * a @ b + beta * c`` in place, and the
         return value is ``c`` itself (each execute accumulates again). With ``out``: the
         result goes there and ``c`` is only read. Otherwise: the planned buffer (dense
-        results, the same buffer every time) or a new Tensor (sparse results)."""
+        results, the same buffer every time) or a new Tensor (sparse results). bfloat16
+        operands: ``out``, if given, must be bfloat16 where the result is (module docstring)."""
         with self._lock:
-            bound = self._require()
-            if out is None and bound.inplace is not None:
-                _check_writable(bound.inplace)
-            narrow.refresh(bound.refresh)
-            if self._route is None:
-                self.plan()
-            if self.problem.out_format:
-                return self._sparse_result(bound, out)
-            user_out = None if out is None else self._checked_out(out, bound)
-            if user_out is not None and user_out.dtype == bound.dtype:
-                target = user_out
-            elif out is None and _direct(bound.inplace, bound.dtype):
-                target = bound.inplace
-            else:
-                if self._out is None:              # after a one-shot call's detach: a fresh buffer
-                    self._out = self._allocate(bound)
-                target = self._out
-            self._compute(target, bound)
-            if user_out is not None:
-                if target is not user_out:
-                    user_out[...] = target            # computed in float32 for a float16 out
-                return self._wrap(user_out, bound)
-            if bound.inplace is not None:
-                if target is not bound.inplace:
-                    bound.inplace[...] = target       # c not C-contiguous, or float16: computed aside
-                return bound.result
-            if bound.result_dtype != bound.dtype:
-                target = target.astype(bound.result_dtype)
-            return self._wrap(target, bound)
+            wide = self._wide
+            if wide is None:
+                return self._execute(out)
+            self._require()
+            wide.refresh()
+            bf16_result = isinstance(wide.result, str)
+            if out is not None and (narrow.bfloat16_kind(out) is not None) != bf16_result:
+                raise ShapeError(f"matmul: out has dtype {out.dtype}; the product of these operands is "
+                                 f"{'bfloat16' if bf16_result else 'not bfloat16'}")
+            if out is None or not bf16_result:
+                return wide.finish(self._execute(out))
+            scratch, store = narrow.wide_out(out)
+            self._execute(scratch)
+            store()
+            return out
+
+    def _execute(self, out):
+        """:meth:`execute` of operands ustc computes as they are (the caller holds the lock)."""
+        bound = self._require()
+        if out is None and bound.inplace is not None:
+            _check_writable(bound.inplace)
+        narrow.refresh(bound.refresh)
+        if self._route is None:
+            self.plan()
+        if self.problem.out_format:
+            return self._sparse_result(bound, out)
+        user_out = None if out is None else self._checked_out(out, bound)
+        if user_out is not None and user_out.dtype == bound.dtype:
+            target = user_out
+        elif out is None and _direct(bound.inplace, bound.dtype):
+            target = bound.inplace
+        else:
+            if self._out is None:              # after a one-shot call's detach: a fresh buffer
+                self._out = self._allocate(bound)
+            target = self._out
+        self._compute(target, bound)
+        if user_out is not None:
+            if target is not user_out:
+                user_out[...] = target            # computed in float32 for a float16 out
+            return self._wrap(user_out, bound)
+        if bound.inplace is not None:
+            if target is not bound.inplace:
+                bound.inplace[...] = target       # c not C-contiguous, or float16: computed aside
+            return bound.result
+        if bound.result_dtype != bound.dtype:
+            target = target.astype(bound.result_dtype)
+        return self._wrap(target, bound)
 
     def _compute(self, target, bound: Bound) -> None:
         if bound.c is not None or not self._route.overwrites:
@@ -292,11 +322,16 @@ class Matmul:
         raw = tuple(old if new is None else new for old, new in zip(self._raw, (a, b, c, alpha, beta)))
         if raw[0] is None or raw[1] is None:
             raise UstcError("reset_operands: the operands were released; give a and b (and c if planned with one)")
-        new = bind(*raw, *self._transposes, self.options, semiring=self._fusion.semiring)
+        differ = UstcError("reset_operands: the new operands differ from the planned ones in format, shape, "
+                           "dtype, device or scalar kind; plan a new Matmul for them")
+        if _bfloat16_kinds(*raw[:3]) != self._bf16:
+            raise differ
+        wide = narrow.bfloat16_product(*raw[:3])   # new twins of the new operands
+        operands = wide.operands[:3] if wide is not None else raw[:3]
+        new = bind(*operands, *raw[3:], *self._transposes, self.options, semiring=self._fusion.semiring)
         if new.problem != self.problem:
-            raise UstcError("reset_operands: the new operands differ from the planned ones in format, shape, "
-                            "dtype, device or scalar kind; plan a new Matmul for them")
-        self._raw, self._bound = raw, new
+            raise differ
+        self._raw, self._bound, self._wide = raw, new, wide
         return self
 
     def _adopt(self, raw: tuple, bound: Bound) -> None:
@@ -315,7 +350,7 @@ class Matmul:
         """Drop the route, its kernels' arguments, the output and the operands."""
         if self._route is not None:
             self._route.release()
-        self._route = self._out = self._bound = self._raw = None
+        self._route = self._out = self._bound = self._raw = self._wide = None
 
     free = release   # nvmath-python's name
 
@@ -326,7 +361,7 @@ class Matmul:
             if self._route is not None:
                 self._route.unbind()
             self._raw = (None, None, None) + (self._raw[3:] if self._raw else (1, None))
-            self._bound = None
+            self._bound = self._wide = None
         return self
 
     def reset_operands_unchecked(self, a=None, b=None, c=None, alpha=None, beta=None) -> "Matmul":
@@ -429,6 +464,11 @@ def _direct(c, dtype) -> bool:
     """A dense ``c`` a kernel can write directly (C-contiguous, writable, of the compute dtype)."""
     return c is not None and c.dtype == dtype and bool(c.flags.c_contiguous) \
         and (packages.is_cupy(c) or bool(c.flags.writeable))
+
+
+def _bfloat16_kinds(*operands) -> tuple:
+    """Which operands are CPU bfloat16 ones, and of which package (:func:`narrow.bfloat16_kind`)."""
+    return tuple(narrow.bfloat16_kind(x) for x in operands)
 
 
 def _bool_array(c) -> bool:
