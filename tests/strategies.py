@@ -193,13 +193,8 @@ class FormatPlan:
             lvars = pool if draw(st.booleans()) else [f"l{k}" for k in range(n)]
             if set(lvars) & taken:  # "l0" may be a dimension name; then use fresh ones
                 lvars = pool
-            declared = list(lvars)
-            if draw(st.booleans()):
-                declared = draw(st.permutations(lvars))
-            if declared != lvars:
-                explicit = [True] * n  # an out-of-order declaration needs every level bound
-            else:
-                explicit = draw(st.lists(st.booleans(), min_size=n, max_size=n))
+            declared = list(lvars)  # declared in level order: MLIR and ustc reject any other
+            explicit = draw(st.lists(st.booleans(), min_size=n, max_size=n))
 
         tokens: list[str] = []
         wrapper = draw(st.booleans())
@@ -449,6 +444,7 @@ def format_plans(draw, max_rank: int = 4, level_types=None, allow_batch: bool = 
                 kinds[k] = "singleton"
 
     levels = []
+    soa = draw(st.booleans())  # one layout for every singleton of the COO region (MLIR's rule)
     for (kind, ds, c), kw in zip(all_items, kinds):
         params: tuple = ()
         props: tuple = ()
@@ -456,7 +452,11 @@ def format_plans(draw, max_rank: int = 4, level_types=None, allow_batch: bool = 
             bits = draw(st.sampled_from(PACKABLE) | st.integers(1, 32))
             params = (bits, bits in PACKABLE and draw(st.booleans()))
         elif kw in _PROPS:
-            props = tuple(draw(st.lists(st.sampled_from(_PROPS[kw]), unique=True, max_size=len(_PROPS[kw]))))
+            choices = [p for p in _PROPS[kw] if p is not LevelProperty.SOA]
+            props = tuple(draw(st.lists(st.sampled_from(choices), unique=True, max_size=len(choices))))
+            if LevelProperty.SOA in _PROPS[kw] and soa:
+                at = draw(st.integers(0, len(props)))
+                props = props[:at] + (LevelProperty.SOA,) + props[at:]
         levels.append(LevelPlan(kind, ds, c, kw, params, props))
     return _with_widths(draw, FormatPlan(names, tuple(levels)), allow_widths)
 

@@ -80,6 +80,10 @@ INVALID = [
     ("(i, j) -> (i : dense, j : batch)", SEM, 1, 23, 1, "batch levels must come before every other level"),
     ("(b, i, j) -> (b : batch, i : dense, j : batch)", SEM, 1, 37, 2, "batch levels must come before"),
     ("(i, j) -> (i : dense, j : compressed(soa))", SEM, 1, 23, 1, "'compressed' levels take no property 'soa'"),
+    ("(i, j, k) -> (i : compressed(nonunique), j : singleton(soa, nonunique), k : singleton)", SEM, 1, 73, 2,
+     "the singleton levels of one COO region must all be 'soa' or none: level 1 is 'soa', level 2 is not"),
+    ("(i, j, k) -> (i : compressed(nonunique), j : singleton, k : singleton(soa))", SEM, 1, 57, 2,
+     "level 1 is not 'soa', level 2 is"),
     ("(i, j) -> (i : loose_compressed(soa), j : dense)", SEM, 1, 12, 0,
      "'loose_compressed' levels take no property 'soa'"),
     ("(i, j) -> (i : dense(nonunique), j : compressed)", SEM, 1, 12, 0, "'dense' levels take no property"),
@@ -152,7 +156,12 @@ INVALID = [
      "level variable 'l2' is not declared"),
     ("{l0, l0} (i, j) -> (i : dense, j : compressed)", SEM, 1, 1, None, "level variable 'l0' is declared twice"),
     ("{l0} (i, j) -> (i : dense, j : compressed)", SEM, 1, 1, None, "1 level variables declared for 2 levels"),
-    ("{l0, l1} (i, j) -> (l1 = i : dense, j : compressed)", SEM, 1, 37, None, "level variable 'l1' is bound twice"),
+    ("{l0, l1} (i, j) -> (l1 = i : dense, j : compressed)", SEM, 1, 21, None,
+     "level variable 'l1' is declared as level 1 in {...} but bound by level 0; bind 'l0' here"),
+    ("{l1, l0} (i, j) -> (l0 = i : dense, l1 = j : compressed)", SEM, 1, 21, None,
+     "level variable 'l0' is declared as level 1"),  # MLIR rejects it too
+    ("{a, b, c} (i, j, k) -> (a = i : dense, c = k : compressed, b = j : compressed)", SEM, 1, 40, None,
+     "level variable 'c' is declared as level 2 in {...} but bound by level 1"),
 ]
 
 

@@ -130,7 +130,6 @@ VALID = [
     # --- level variables and dimension bindings (MLIR syntax) ------------------------------------
     ("{l0, l1} (d0 = l0, d1 = l1) -> (l0 = d0 : dense, l1 = d1 : compressed)", CSR),
     ("{l0, l1} (i, j) -> (i : dense, j : compressed)", CSR),
-    ("{l1, l0} (i = l0, j = l1) -> (l0 = i : dense, l1 = j : compressed)", CSR),
     ("{a, b, c, d} (i = a * 2 + c, j = 3 * b + d) -> "
      "(a = i floordiv 2 : dense, b = j floordiv 3 : compressed, c = i mod 2 : dense, d = j mod 3 : dense)", BSR23),
     ("#sparse_tensor.encoding<{ map = {l0, l1, l2, l3} (d0 = l0 * 2 + l2, d1 = l1 * 3 + l3) -> "

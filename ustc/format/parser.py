@@ -349,6 +349,9 @@ class _Builder:
             if name not in m.lvars or name in lvars:
                 problem = "is not declared" if name not in m.lvars else "is bound twice"
                 raise self.fail(f"level variable '{name}' {problem}", ls.span)
+            if name != m.lvars[k]:  # as MLIR: the declaration order is the level order
+                raise self.fail(f"level variable '{name}' is declared as level {m.lvars.index(name)} "
+                                f"in {{...}} but bound by level {k}; bind '{m.lvars[k]}' here", ls.span)
             lvars.append(name)
         return lvars
 

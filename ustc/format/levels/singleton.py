@@ -41,6 +41,18 @@ class Singleton(LevelType):
         if bad:
             raise FormatSemanticError(
                 f"only singleton levels (then dense levels) may follow a singleton level, not '{bad[0].keyword}'")
+        first = next(j for j in range(k, 0, -1) if not isinstance(levels[j - 1].type, Singleton))
+        if k > first and self.soa != levels[first].type.soa:
+            # MLIR's rule too: one memory layout for every singleton of a COO region
+            word = {True: "is", False: "is not"}
+            raise FormatSemanticError(
+                f"the singleton levels of one COO region must all be 'soa' or none: level {first} "
+                f"{word[levels[first].type.soa]} 'soa', level {k} {word[self.soa]}")
+
+    @property
+    def soa(self) -> bool:
+        """Whether the level is marked ``soa`` (one coordinate array per level either way)."""
+        return LevelProperty.SOA in self.properties
 
     def segment(self, acc, p, run_end):
         """Exactly the parent's position, or its whole run when the parent was deduplicated."""
