@@ -98,6 +98,31 @@ def test_bmm_and_baddbmm_with_a_batched_format():
     close(torch.matmul(T, X), torch.matmul(dense, X))
 
 
+def test_all_dense_torchusts_are_dense_operands_of_batched_products():
+    g = torch.Generator().manual_seed(6)
+    A = torch.randn(3, 4, 5, generator=g, dtype=torch.float64)
+    B = torch.randn(3, 5, 2, generator=g, dtype=torch.float64)
+    inp = torch.randn(3, 4, 2, generator=g, dtype=torch.float64)
+    for fmt in (None, "(b, i, j) -> (b : dense, j : dense, i : dense)"):   # as viewed; permuted dense levels
+        T = TorchUST.from_torch(A, fmt)
+        assert T.ust.format.all_dense
+        close(torch.bmm(T, B), torch.bmm(A, B))
+        close(torch.baddbmm(inp, T, B, beta=0.5, alpha=2), torch.baddbmm(inp, A, B, beta=0.5, alpha=2))
+        close(torch.matmul(T, B), A @ B)
+        close(torch.matmul(T, B[0]), A @ B[0])                 # a 3-D dense TorchUST @ a matrix
+        close(torch.bmm(A.transpose(1, 2), TorchUST.from_torch(inp, fmt)), A.transpose(1, 2) @ inp)
+
+
+def test_t_of_a_vector_is_the_vector():
+    x = torch.tensor([0.0, 2.0, 0.0, 3.0], dtype=torch.float64)
+    for S in (TorchUST.from_torch(x), TorchUST.from_torch(x.to_sparse())):
+        assert isinstance(S.t(), TorchUST) and S.t().shape == (4,)
+        close(torch.dot(S.t(), x), torch.dot(x, x))
+        close(torch.mv(torch.eye(4, dtype=torch.float64), S.t()), x)
+    with pytest.raises(ustc.UnsupportedOperation, match="2-D only"):
+        TorchUST.from_torch(x).transpose(0, 1)
+
+
 def test_shape_and_device_errors(csr):
     T, _ = csr
     with pytest.raises(ustc.ShapeError, match="do not multiply"):

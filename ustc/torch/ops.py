@@ -32,13 +32,23 @@ def _densified(x):
     return x.to_dense() if is_sparse(x) else x
 
 
+def _dense_operand(x):
+    """``x``, or its dense tensor when it is a TorchUST whose levels are all dense (such a tensor
+    is a dense operand: a batched product of it runs as torch's)."""
+    return x.to_dense() if is_sparse(x) and x.ust.format.all_dense else x
+
+
 # -- the matmul family, parameterised by the 2-D core --------------------------------------
 def matmul_nd(a, b, mm):
-    """``torch.matmul`` semantics: vectors, matrices, a batched dense side, or batched TorchUSTs."""
+    """``torch.matmul`` semantics: vectors, matrices, a batched dense side, or batched TorchUSTs (of
+    more than 2 dimensions, an all-dense TorchUST is a dense operand)."""
     if a.dim() <= 2 and b.dim() <= 2:
         if a.dim() == 0 or b.dim() == 0:
             raise ShapeError("ustc.torch.matmul: both operands need at least one dimension")
         return mm(a, b)
+    a, b = _dense_operand(a), _dense_operand(b)
+    if not is_sparse(a) and not is_sparse(b):
+        return torch.matmul(a, b)
     if is_sparse(b) and b.dim() == 2 and not is_sparse(a):  # (..., n, k) @ (k, m)
         out = mm(a.reshape(-1, a.shape[-1]), b)
         return out.reshape(*a.shape[:-1], b.shape[-1])
@@ -55,10 +65,14 @@ def matmul_nd(a, b, mm):
 
 
 def bmm(a, b, mm):
-    """Batched product of 3-D operands, one 2-D product per batch (the plan cache serves all but the first)."""
+    """Batched product of 3-D operands, one 2-D product per batch (the plan cache serves all but the first);
+    a TorchUST whose levels are all dense is a dense operand."""
     if a.dim() != 3 or b.dim() != 3 or a.shape[0] != b.shape[0]:
         raise ShapeError(f"ustc.torch.bmm: expected 3-D operands with one batch size, got {tuple(a.shape)} "
                          f"and {tuple(b.shape)}")
+    a, b = _dense_operand(a), _dense_operand(b)
+    if not is_sparse(a) and not is_sparse(b):
+        return torch.bmm(a, b)
     for x in (a, b):
         if is_sparse(x) and x.requires_grad and torch.is_grad_enabled():
             raise UnsupportedOperation("ustc.torch.bmm: gradients w.r.t. a batched TorchUST are not supported; "
@@ -167,6 +181,8 @@ def _aten_products():
 
 
 def _transpose_2d(x, perm, name):
+    if x.dim() < 2 and name == "t":   # as torch: t() of a 0-D or 1-D tensor is the tensor
+        return TorchUST(x.ust, dtype=x.dtype)
     if x.dim() != 2:
         raise UnsupportedOperation(f"ustc.torch: aten.{name} of a {x.dim()}-D TorchUST is not supported "
                                    f"(2-D only); call .to_dense() first")
