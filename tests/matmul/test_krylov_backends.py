@@ -279,3 +279,39 @@ def test_gram_schmidt_kernels_match_classical_gram_schmidt_twice(dtype, n):
             np.testing.assert_allclose(w, want_w, rtol=tol, atol=tol, err_msg=f"{serial} {k1}")
             assert norm == pytest.approx(want_norm, rel=tol, abs=tol)
             assert np.abs(q.conj() @ w).max(initial=0) <= 10 * tol * max(1.0, norm)
+
+
+def _counting_host():
+    """A host backend whose one-thread kernels count the Gram-Schmidt subtractions."""
+    from types import SimpleNamespace
+
+    be = vectors.HostVectors()
+    calls = []
+    kernels = dict(vars(be.serial))
+    subtract = kernels["gs_subtract"]
+    kernels["gs_subtract"] = lambda *a: calls.append(a[-1]) or subtract(*a)
+    be.serial = SimpleNamespace(**kernels)
+    return be, calls
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.complex128])
+def test_gram_schmidt_second_pass_only_where_the_first_cancelled(rng, dtype):
+    """Selective reorthogonalisation: a vector far from span(V) takes one subtraction, one almost inside it two; both
+    leave the basis orthonormal to working precision and match Gram-Schmidt twice."""
+    be, calls = _counting_host()
+    n, k = 200, 5
+    q, _ = np.linalg.qr(rng.standard_normal((n, k)) + (1j * rng.standard_normal((n, k)) if dtype is np.complex128 else 0))
+    V = be.basis(k + 1, n, dtype)
+    V.data[:k] = q.T.conj()
+    far = rng.standard_normal(n).astype(dtype)
+    near = (V.data[:k].T @ rng.standard_normal(k)).astype(dtype) + 1e-9 * rng.standard_normal(n)
+    for w, passes in ((far, [False]), (near, [True, False])):
+        calls.clear()
+        expect = w.copy()
+        for _ in range(2):
+            expect -= (V.data[:k].conj() @ expect) @ V.data[:k]
+        h, norm = be.orthogonalize(V, k, w)
+        assert calls == passes
+        assert norm == pytest.approx(np.linalg.norm(expect), rel=1e-6)
+        np.testing.assert_allclose(w, expect, atol=1e-14 * np.linalg.norm(far))
+        assert np.abs(V.data[:k].conj() @ (w / norm)).max() < 1e-13

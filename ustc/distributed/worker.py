@@ -116,27 +116,9 @@ class BlockVectors(HostVectors):
     def axpy_norm(self, out, x, alpha, y) -> float:
         return float(np.real(self._sum(super().axpy_norm(out, x, alpha, y))[0]))
 
-    def orthogonalize(self, V, k1: int, w):
-        """Classical Gram-Schmidt twice as on the host, each pass's coefficients all-reduced
-        (three synchronisations per GMRES step)."""
-        if not k1:
-            return np.zeros(0, dtype=w.dtype), self.norm2(w)
-        comm = self.worker.comm
-        if w.size == 0:
-            zeros = np.zeros(k1, dtype=w.dtype)
-            h = self.worker._wait(comm.allreduce(zeros))
-            again = self.worker._wait(comm.allreduce(zeros))
-            return h + again, math.sqrt(max(float(np.real(self._sum(0.0)[0])), 0.0))
-        k = self._k(w)
-        chunks = -(-w.size // self.parallel.GS_CHUNK)
-        partial = np.empty((chunks, k1), dtype=w.dtype)
-        norms = np.empty(chunks)
-        k.gs_coefficients(V.data, k1, w, partial)
-        h = self.worker._wait(comm.allreduce(partial.sum(axis=0)))
-        k.gs_subtract(V.data, k1, h, w, partial, norms, True)
-        again = self.worker._wait(comm.allreduce(partial.sum(axis=0)))
-        k.gs_subtract(V.data, k1, again, w, partial, norms, False)
-        return h + again, math.sqrt(max(float(np.real(self._sum(float(norms.sum()))[0])), 0.0))
+    def _allsum(self, a):
+        """One all-reduce per Gram-Schmidt pass (:meth:`HostVectors.orthogonalize`)."""
+        return self.worker._wait(self.worker.comm.allreduce(np.asarray(a)))
 
 
 class _Operator:

@@ -162,12 +162,18 @@ def _chunk_coefficients(V, k1, w, lo, hi, partial, ch):
 
 
 @vector_kernel
-def gs_coefficients(V, k1, w, partial):
-    """``partial[ch, j]``: chunk ``ch``'s share of ``(V[:k1]^H w)_j`` (sum over ``ch`` for it)."""
+def gs_coefficients(V, k1, w, partial, norms):
+    """``partial[ch, j]``: chunk ``ch``'s share of ``(V[:k1]^H w)_j`` (sum over ``ch`` for it);
+    ``norms[ch]``: its share of ``||w||^2``."""
     n = w.size
     for ch in prange(partial.shape[0]):
         lo = ch * GS_CHUNK
-        _chunk_coefficients(V, k1, w, lo, min(lo + GS_CHUNK, n), partial, ch)
+        hi = min(lo + GS_CHUNK, n)
+        _chunk_coefficients(V, k1, w, lo, hi, partial, ch)
+        s = 0.0
+        for i in range(lo, hi):
+            s += (np.conj(w[U(i)]) * w[U(i)]).real
+        norms[ch] = s
 
 
 @vector_kernel

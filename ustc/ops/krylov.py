@@ -231,8 +231,9 @@ def _precondition(vec, out, dinv, v) -> None:
 
 
 def gmres(op: Operator, b, x, dinv, rtol, atol, maxiter, restart: int):
-    """Restarted GMRES(m), Arnoldi with Gram-Schmidt twice (modified on the host, classical on
-    a device), Givens rotations; ``maxiter`` counts inner iterations (matrix products)."""
+    """Restarted GMRES(m): Arnoldi with classical Gram-Schmidt, a second pass where the first
+    cancelled much (the host's DGKS test) or always (a device), Givens rotations; ``maxiter``
+    counts inner iterations (matrix products)."""
     vec = op.vec
     n, m, dt = b.size, max(1, min(restart, b.size)), b.dtype
     stop = max(rtol * vec.norm2(b), atol)

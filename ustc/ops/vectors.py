@@ -14,7 +14,8 @@ scalars of the vectors' dtype, squared norms as floats):
   ``xpby``, ``scale_into``, ``residual``, ``axpy_norm``, ``bicg_p``,
   ``bicg_x``, plus ``copy(out, v)`` and ``axpy(y, alpha, x)`` (``y += alpha x``);
 * GMRES: ``set_row(V, k, w, d)`` (``V[k] = w / d``), ``orthogonalize(V, k1, w)``
-  (makes ``w`` orthogonal to ``V[:k1]``, Gram-Schmidt twice; returns the
+  (makes ``w`` orthogonal to ``V[:k1]``, Gram-Schmidt with a second pass where the
+  first cancelled much (the host) or always (a device); returns the
   coefficients as a host array and ``||w||`` after) and ``combine(out, V, y)``
   (``out = sum_j y[j] V[j]``, ``y`` on the host).
 
@@ -29,6 +30,12 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+
+#: the reorthogonalisation test of :meth:`HostVectors.orthogonalize`: one Gram-Schmidt pass
+#: suffices when ``||w - V^H h||^2`` keeps more than this share of ``||w||^2``: Rutishauser's
+#: factor 10 on norms (a pass then leaves at most ~10 eps of ``w`` along ``V``). DGKS's 1/sqrt(2)
+#: would ask for a second pass at nearly every GMRES step (the norm typically halves)
+KEEP = 0.01
 
 
 @dataclass
@@ -117,23 +124,38 @@ class HostVectors:
         np.divide(w, d, out=V.rows[k])
 
     def orthogonalize(self, V: Basis, k1: int, w):
-        """Classical Gram-Schmidt twice, as on the device ("twice is enough": ``V`` stays
-        orthogonal near convergence), in three passes over ``V[:k1]``: the coefficients; the
-        subtraction fused with the second pass's coefficients (each chunk of ``V`` re-read from
-        cache); the second subtraction, which also returns ``||w||``. Modified Gram-Schmidt twice
-        read ``w`` and one row per coefficient four times."""
+        """``w`` minus its projection on ``V[:k1]`` (orthonormal rows); returns the coefficients
+        and the new ``||w||``. Classical Gram-Schmidt with selective reorthogonalisation: the first
+        pass also measures ``||w||``; when ``||w||^2 - ||h||^2`` keeps more than :data:`KEEP` of
+        it, little cancelled and one subtraction (which returns the true norm) leaves ``w``
+        orthogonal to working precision; otherwise a second pass follows ("twice is enough"), fused with the
+        first subtraction (each chunk of ``V`` re-read from cache). Reductions go through
+        :meth:`_allsum`, so a distributed subclass synchronises once per pass."""
         if not k1:
             return np.zeros(0, dtype=w.dtype), self.norm2(w)
         k = self._k(w)
         chunks = -(-w.size // self.parallel.GS_CHUNK)
         partial = np.empty((chunks, k1), dtype=w.dtype)
         norms = np.empty(chunks)
-        k.gs_coefficients(V.data, k1, w, partial)
-        h = partial.sum(axis=0)
+        k.gs_coefficients(V.data, k1, w, partial, norms)
+        first = self._allsum(np.append(partial.sum(axis=0), w.dtype.type(norms.sum())))
+        h, before = first[:k1], float(np.real(first[k1]))
+        if before - float(np.real(np.vdot(h, h))) > KEEP * before:
+            k.gs_subtract(V.data, k1, h, w, partial, norms, False)
+            return h, self._norm_from(norms)
         k.gs_subtract(V.data, k1, h, w, partial, norms, True)
-        again = partial.sum(axis=0)
+        again = self._allsum(partial.sum(axis=0))
         k.gs_subtract(V.data, k1, again, w, partial, norms, False)
-        return h + again, math.sqrt(max(float(norms.sum()), 0.0))
+        return h + again, self._norm_from(norms)
+
+    def _allsum(self, a: np.ndarray) -> np.ndarray:
+        """The sum of ``a`` over every part of the vectors (here there is one part)."""
+        return a
+
+    def _norm_from(self, norms: np.ndarray) -> float:
+        """``sqrt`` of the summed squared-norm shares."""
+        total = self._allsum(np.array([norms.sum()]))[0]
+        return math.sqrt(max(float(np.real(total)), 0.0))
 
     def combine(self, out, V: Basis, y) -> None:
         if len(y):
