@@ -158,30 +158,6 @@ def test_invalid_formats_raise_type_error(dims, levels):
     assert isinstance(info.value, ustc.FormatError)
 
 
-@pytest.mark.parametrize("dims, levels, fault, located", [
-    ([i, i], {i: LevelFormat.DENSE}, "[i, i] has repeated identifiers", "repeat a name"),
-    ([i], {j: LevelFormat.DENSE}, "Dimension j does not appear in [i]", "level 0 (j : dense)"),
-    ([i], {i // 0: LevelFormat.DENSE}, "RHS 0 in (i // 0) must be strictly positive", "level 0"),
-    ([i], {i // 4: LevelFormat.DENSE, i % 8: LevelFormat.DENSE}, "Modulo (i % 8)", "level 1 (i mod 8 : dense)"),
-    ([i, j, k], {i: LevelFormat.DENSE, j: LevelFormat.COMPRESSED}, "not used: {k}", "3 dimensions"),
-    ([i, j], {i + j: LevelFormat.DENSE}, "not matched by range: [i, j]", "2 dimensions"),
-    ([i], {i: LevelFormat.RANGE}, "Range uses dimension i", "level 0 (i : range)"),
-])
-def test_invalid_format_messages_name_the_fault_as_nvmath_does(dims, levels, fault, located):
-    """Code written for nvmath-python compares these messages; ustc's own message, which
-    locates the fault in the format, is the exception's cause."""
-    with pytest.raises(ust.FormatTypeError) as info:
-        TensorFormat(dims, levels)
-    assert fault in str(info.value)
-    assert located in str(info.value.__cause__)
-
-
-def test_a_fault_nvmath_does_not_name_keeps_ustc_words():
-    with pytest.raises(ust.FormatTypeError, match="level 0") as info:
-        TensorFormat([i], {(i // 2) // 2: LevelFormat.DENSE})
-    assert info.value.__cause__ is not None
-
-
 def test_ustc_formats_seen_through_the_compat_view():
     view = TensorFormat.from_ustc(formats.DIAJ)
     assert view == formats.DIAJ and view.name == "DIAJ"

@@ -6,9 +6,7 @@
 is the dictionary it was given. Each ``TensorFormat`` holds the equivalent
 :class:`ustc.TensorFormat` (``.ustc``), which does the validation and every
 computation; a format ustc rejects raises :class:`FormatTypeError`, a
-``TypeError`` as in nvmath-python and a :class:`ustc.FormatError` as in ustc,
-worded as nvmath-python words the fault where it names it (code compares the
-text), with ustc's message, which locates the fault, as its ``__cause__``.
+``TypeError`` as in nvmath-python and a :class:`ustc.FormatError` as in ustc.
 """
 
 from __future__ import annotations
@@ -290,72 +288,6 @@ def _nvmath_uniqueness(fmt: _f.TensorFormat, values: list) -> list:
     return out
 
 
-# -- nvmath-python's wording of invalid formats -----------------------------------------------
-# Code written for nvmath-python (its own tests among it) compares the text of these errors, so a
-# format ustc rejects is reported in nvmath-python's words where its fault is one nvmath-python
-# names; ustc's own message, which points at the offending level, is the exception's cause.
-def _nvmath_reason(dims: list, levels: Mapping) -> str | None:
-    """nvmath-python's statement of what is wrong with ``TensorFormat(dims, levels)``: the
-    first fault met walking the levels in order (then what stays unmatched at the end), or
-    None when the fault is none it names."""
-    if len(set(dims)) != len(dims):
-        return f"Dimension specifications {dims!r} has repeated identifiers."
-    used, divided, pending_div, ranged, pending_ops = set(), set(), {}, set(), []
-    for key, value in levels.items():
-        props = _props_of(value)
-        if any(_OPPOSITE.get(p) in props for p in props if isinstance(p, LevelProperty)):
-            return f"Invalid level property combination: {props!r}."
-        is_range = _head(value) in (LevelFormat.RANGE, _f.LevelFormat.RANGE)
-        if isinstance(key, Dimension):
-            if key not in dims:
-                return f"Dimension {key!r} does not appear in {dims!r}."
-            used.add(key)
-            if is_range:
-                op = next((op for op in pending_ops if key in op[1]), None)
-                if op is None:
-                    return f"Range uses dimension {key!r} that is not uniquely defined."
-                pending_ops.remove(op)
-            continue
-        if is_range:
-            return f"Range uses compound level expression {key!r}."
-        left, right, operator = key.expression1, key.expression2, key.operator
-        if not isinstance(left, Dimension) or operator == "*":
-            return None
-        if left not in dims:
-            return f"Dimension {left!r} does not appear in {dims!r}."
-        used.add(left)
-        if operator in ("+", "-"):
-            if not isinstance(right, Dimension) or right not in dims:
-                return f"RHS {right!r} in {key!r} does not appear in {dims!r}."
-            used.add(right)
-            if {left, right} & ranged:
-                return f"Operation {key!r} reuses dimension of a prior range computation."
-            ranged |= {left, right}
-            pending_ops.append((key, (left, right)))
-            continue
-        if not isinstance(right, int) or isinstance(right, bool):
-            return f"RHS {right!r} in {key!r} must be an integer."
-        if right <= 0:
-            return f"RHS {right!r} in {key!r} must be strictly positive integer."
-        if operator == "//":
-            if left in divided:
-                return f"Division {key!r} reuses dimension of a prior division."
-            divided.add(left)
-            pending_div[left] = right
-        elif pending_div.get(left) != right:
-            return f"Modulo {key!r} does not match any prior division."
-        else:
-            del pending_div[left]
-    unused = [d for d in dims if d not in used]
-    if unused:
-        return "The following dimensions are not used: {" + ", ".join(map(repr, unused)) + "}."
-    if pending_div:
-        return f"Some division dimensions are not matched by modulo: {list(pending_div)!r}."
-    if pending_ops:
-        return f"Some add/sub dimensions are not matched by range: {[d for op in pending_ops for d in op[1]]!r}."
-    return None
-
-
 # -- TensorFormat -------------------------------------------------------------------------------
 class TensorFormat:
     """``TensorFormat(dimensions, {expression: level}, name=None)`` as in nvmath-python.
@@ -376,18 +308,19 @@ class TensorFormat:
             raise FormatTypeError(f"levels must be a dict from level expressions to level formats, got {levels!r}")
         if name is not None and not isinstance(name, str):
             raise FormatTypeError(f"a format name must be a str, got {name!r}")
+        if len(set(dimensions)) != len(dimensions):
+            raise FormatTypeError(f"dimensions {list(dimensions)!r} repeat a name")
         for key in levels:
             if not isinstance(key, (Dimension, LevelExpr)):
                 raise FormatTypeError(f"level expression {key!r} must be a Dimension or LevelExpr")
+        spec = [(_to_ustc_expr(key), _to_ustc_level(key, value, k)) for k, (key, value) in enumerate(levels.items())]
+        spec = _prefix_uniqueness(list(levels.values()), spec)
         try:
-            if len(set(dimensions)) != len(dimensions):
-                raise FormatTypeError(f"dimensions {list(dimensions)!r} repeat a name")
-            spec = [(_to_ustc_expr(key), _to_ustc_level(key, value, k))
-                    for k, (key, value) in enumerate(levels.items())]
-            spec = _prefix_uniqueness(list(levels.values()), spec)
             fmt = _f.TensorFormat([d.to_ustc() for d in dimensions], spec, name=name)
-        except (TypeError, FormatError) as exc:   # ustc's located message stays as the cause
-            raise FormatTypeError(_nvmath_reason(list(dimensions), levels) or str(exc)) from exc
+        except TypeError as exc:
+            raise FormatTypeError(str(exc)) from None
+        except FormatError as exc:
+            raise FormatTypeError(str(exc)) from exc
         self._dimensions, self._levels, self._name, self._ustc = dimensions, levels, name, fmt
 
     @classmethod

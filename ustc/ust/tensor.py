@@ -22,7 +22,7 @@ import math
 
 import numpy as np
 
-from ..errors import FileFormatError, StorageError, UnsupportedOperation, require
+from ..errors import StorageError, UnsupportedOperation, require
 from ..tensor import packages
 from ..tensor.tensor import Tensor as _UstcTensor
 from . import _printing
@@ -72,19 +72,17 @@ class Tensor(_UstcTensor):
 
     def _init_empty(self, extents, *, tensor_format=None, index_type="int32", dtype="float32", package=None,
                     options=None, stream=None):
-        """nvmath-python's constructor: a tensor of ``extents`` with no stored entries. Raises
-        TypeError (worded as nvmath-python words it) for a missing or non-TensorFormat
-        ``tensor_format``, extents of another rank, or extents with no elements."""
+        """nvmath-python's constructor: a tensor of ``extents`` with no stored entries."""
         if tensor_format is None:
-            raise TypeError("The tensor format must be specified.")
+            raise TypeError("Tensor(extents, tensor_format=...): a tensor format is required")
         if isinstance(tensor_format, str) or not hasattr(tensor_format, "num_dimensions"):
-            raise TypeError(f"The tensor format {tensor_format} must be a TensorFormat object.")
+            raise TypeError(f"tensor_format must be a TensorFormat, got {tensor_format!r}")
         fmt = as_ustc_format(tensor_format)
         extents = tuple(int(n) for n in extents)
         if len(extents) != fmt.ndim:
-            raise TypeError(f"The tensor rank {len(extents)} must equal the format dimensionality {fmt.ndim}.")
+            raise TypeError(f"{len(extents)} extents given for a {fmt.ndim}-dimensional format")
         if math.prod(extents) <= 0:
-            raise TypeError(f"The tensor extents {extents} do not define any elements.")
+            raise TypeError(f"extents {extents} hold no elements")
         coords = [np.zeros(0, dtype=np.int64)] * len(extents)
         empty = _UstcTensor.from_coo(coords, np.zeros(0, dtype=np.dtype(dtype)), extents, fmt)
         self.__dict__.update(empty.__dict__)
@@ -102,25 +100,12 @@ class Tensor(_UstcTensor):
         return _adopt(_UstcTensor.from_package(tensor, validate=validate), _nv_base=tensor)
 
     @classmethod
-    def from_file(cls, filename, stream=None, *, shape=None) -> "Tensor":
-        """The tensor in a Matrix Market (``.mtx``) or FROSTT (``.tns``) file, in COO format;
-        ``shape`` (ustc's addition) gives the extents. A malformed file raises
-        :class:`ustc.FileFormatError` (a ValueError): ``cannot parse PATH with FROSTT structure:
-        ...`` (or Matrix Market), then what ustc found wrong and where."""
+    def from_file(cls, filename, stream=None) -> "Tensor":
+        """The tensor in a Matrix Market (``.mtx``) or FROSTT (``.tns``) file, in COO format."""
         from ..formats import COO
         from ..tensor.io import from_file
 
-        try:
-            t = from_file(filename, shape=shape)
-        except FileFormatError as exc:
-            path, line = getattr(exc, "path", None), getattr(exc, "line", None)
-            kind = {".tns": "FROSTT", ".mtx": "Matrix Market"}.get(str(path)[-4:].lower())
-            if kind is None:   # not read at all (an unknown extension)
-                raise
-            where = path if line is None else f"{path}, line {line}"
-            detail = str(exc).removeprefix(f"{where}: ")
-            at = "" if line is None else f" (line {line})"
-            raise FileFormatError(f"cannot parse {path} with {kind} structure{at}: {detail}") from exc
+        t = from_file(filename)
         if t.ndim >= 2 and t.format != COO(t.ndim):
             t = t.convert(COO(t.ndim))
         return _adopt(t)
@@ -262,9 +247,7 @@ class Tensor(_UstcTensor):
     def copy_(self, src, stream=None) -> None:
         """Copy ``src``'s positions, coordinates and values into this tensor's buffers (in place).
         ``src`` must have the same format, extents, index type, dtype and stored structure."""
-        if self.extents != src.extents:   # nvmath-python's wording
-            raise ValueError(f"The source {src.extents} and target {self.extents} extents are not compatible.")
-        for what, mine, theirs in (("format", self.format, src.format),
+        for what, mine, theirs in (("format", self.format, src.format), ("extents", self.extents, src.extents),
                                    ("index type", self.index_type, src.index_type),
                                    ("dtype", self.dtype, src.dtype)):
             if mine != theirs:
