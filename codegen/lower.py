@@ -76,6 +76,7 @@ class Ctx:
     in_parallel: bool = False
     checked: frozenset[int] = frozenset()  # padded operands whose value was tested non-zero
     in_ws: bool = False  # stores fold into the workspace (codegen.workspace)
+    tally: str | None = None  # the cost pass: add the workspace index's loop sizes to this variable
 
 
 class Lowering:
@@ -200,6 +201,8 @@ class Lowering:
     def lower(self, ctx: Ctx, depth: int) -> list[ir.Stmt]:
         if ctx.expr is nt.ZERO:
             return []
+        if ctx.tally is not None and depth < len(self.order) and self.order[depth] == self.ws.index:
+            return self.tally(ctx, depth)
         if self.ws is not None and not ctx.in_ws and depth == self.ws.depth:
             return self.open_workspace(ctx, depth)
         if ctx.acc is None and depth < len(self.order) and set(self.stmt.lhs.indices) <= ctx.bound:
@@ -226,6 +229,34 @@ class Lowering:
             return []
         return wsp.opened(self.ws, loops, self.store(ir.Var(self.ws.value)))
 
+    def costed(self, ctx: Ctx, depth: int, v: str, updates: dict, expr: nt.Expr, tight) -> list[ir.Stmt]:
+        """The cost pass of one iteration of the chunked row loop over ``v``: the loops below it
+        walked as the kernel walks them, down to the workspace index, whose loop is not entered
+        but its size added to :func:`codegen.workspace.weight` (for SpGEMM ``C[i, j] = A[i, k] *
+        B[k, j]``: ``nnz(B[k, :])`` summed over ``A[i, :]``, the products row ``i`` makes)."""
+        tally = replace(ctx, in_ws=True, tally=wsp.weight(self.names, v))
+        return self.bind(tally, depth, v, updates, expr, tight)
+
+    def tally(self, ctx: Ctx, depth: int) -> list[ir.Stmt]:
+        """The size of the loop over the workspace index at ``depth``: its iterators' segment
+        lengths added up (an upper bound on a union's), or the index's extent for a dense loop."""
+        v = self.order[depth]
+        iterators = tuple(s for s in self.present(ctx) if self.next_ref(ctx, s) is not None
+                          and self.next_ref(ctx, s).var == v and self.next_ref(ctx, s).iterate)
+        lattice = lat.build(ctx.expr, iterators, self.sr)
+        if not lattice.points:
+            return []
+        if not iterators or lattice.universe:
+            return [ir.Assign(ctx.tally, self.space.loopvars[v].extent, "+")]
+        sizes = []
+        for slot in lattice.iterators:
+            start, stop = self.cursor(ctx, slot, dedup=False).segment()
+            sizes.append(ir.sub(stop, start))
+        total = sizes[0]
+        for size in sizes[1:]:
+            total = ir.add(total, size)
+        return [ir.Assign(ctx.tally, total, "+")]
+
     def raw_ok(self, slot: int, lattice: lat.Lattice) -> bool:
         """Duplicates may be visited one by one: every term is linear in this only operand (sums
         and products, folded with +; a duplicated entry's value is the sum of its copies)."""
@@ -244,7 +275,8 @@ class Lowering:
             if self.sparse_rows(ctx, depth, v):
                 rows = self.row_counted(v, body)
                 if self.ws is not None:
-                    return wsp.chunked_rows(self.ws, self.names, v, start, stop, rows)
+                    work = self.costed(inner, depth, v, {}, lattice.points[0].expr, tight)
+                    return wsp.chunked_rows(self.ws, self.names, v, start, stop, rows, tuple(work))
                 return [ir.For(v, start, stop, rows, parallel=True)]
             full = (var.lo, ir.add(var.lo, var.extent)) if parallel and depth > 0 else None
             return [ir.For(v, start, stop, tuple(body), parallel, full=full)]

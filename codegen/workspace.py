@@ -13,8 +13,18 @@ index, opened when the outer output indices are bound:
   the writer or the row kernel, and its mark cleared for the next row.
 
 The first touch stores rather than folds, so the values row is never zero-filled;
-only the marks are (one byte per column). Row-parallel kernels give every chunk of
-rows its own row (:func:`chunked_rows`), a few chunks per thread.
+only the marks are (one byte per column). A short list is insertion-sorted; a longer
+one is read off the marks where it is dense in its span, else bucketed by its high
+bits and insertion-sorted (:func:`sort`: power-law rows of hundreds of entries sorted
+~4x faster than by the library sort).
+
+Row-parallel kernels (:func:`chunked_rows`) split the rows into one chunk per thread,
+each with its own row, with borders that give every chunk about the same *work*: a
+parallel pre-pass adds up each row's work as the lowering estimates it (for SpGEMM the
+products the row makes, ``sum of nnz(B[k, :]) over A[i, :]``), a prefix sum turns it into
+a cumulative array, and a binary search places each border. Numba splits a ``prange``
+statically (thread ``t`` runs iterations ``[t C / T, (t + 1) C / T)``), so balance has
+to come from the borders, not from more chunks.
 """
 
 from __future__ import annotations
@@ -26,15 +36,19 @@ import numpy as np
 from . import loopir as ir
 from .names import FreshNames
 
-CHUNKS_PER_THREAD = 8  # chunks of rows per thread in a row-parallel kernel: balance vs. row allocations
+CHUNKS_PER_THREAD = 1  # chunks of rows per thread: the borders balance the work (Numba's prange is static)
 THREADS = "n_threads"  # the kernel parameter (role ``("threads",)``) the host sets to its thread count
+SHORT = 48  # rows up to this long are insertion-sorted (output rows are mostly short)
+DENSE = 4   # a longer row spanning at most DENSE columns per entry is read off the marks in order
+BIN = 32    # bucketed rows whose fullest bucket holds at most BIN entries are insertion-sorted
 
 
 @dataclass(frozen=True)
 class Workspace:
     """One dense row over output index ``index``, opened at loop ``depth``; the names of its arrays
-    (``vals``, ``mark``, ``listed``), its entry count, the drain loop's slot and value, and the
-    insertion sort's hole and key."""
+    (``vals``, ``mark``, ``listed``; the sort's ``spare`` list and ``bins``), its entry count, the
+    drain loop's slot and value, and the sort's hole, key, the list's least and greatest
+    coordinate, the bucket shift, bucket count and fullest bucket."""
 
     index: str
     depth: int
@@ -48,6 +62,13 @@ class Workspace:
     value: str
     hole: str
     key: str
+    spare: str
+    bins: str
+    least: str
+    most: str
+    shift: str
+    nbins: str
+    fullest: str
 
     def __post_init__(self):
         if self.depth < 0:
@@ -76,13 +97,19 @@ def make(index: str, depth: int, extent: ir.Expr, dtype: np.dtype, names: FreshN
                      vals=names("ws_vals", f"ws_{index}_vals"), mark=names("ws_mark", f"ws_{index}_mark"),
                      listed=names("ws_listed", f"ws_{index}_list"), count=names("ws_count", f"ws_{index}_n"),
                      slot=names("ws_slot", f"ws_{index}_t"), value=names("ws_value", f"ws_{index}_v"),
-                     hole=names("ws_hole", f"ws_{index}_q"), key=names("ws_key", f"ws_{index}_key"))
+                     hole=names("ws_hole", f"ws_{index}_q"), key=names("ws_key", f"ws_{index}_key"),
+                     spare=names("ws_spare", f"ws_{index}_spare"), bins=names("ws_bins", f"ws_{index}_bin"),
+                     least=names("ws_least", f"ws_{index}_min"), most=names("ws_most", f"ws_{index}_max"),
+                     shift=names("ws_shift", f"ws_{index}_shift"), nbins=names("ws_nbins", f"ws_{index}_bins"),
+                     fullest=names("ws_fullest", f"ws_{index}_fullest"))
 
 
 def allocate(ws: Workspace) -> list[ir.Stmt]:
-    """The workspace's arrays: marks cleared; values and the list written before read."""
+    """The workspace's arrays: marks cleared; values, the list and the sort's arrays written
+    before read (pages a pass never touches cost nothing)."""
     return [ir.Alloc(ws.vals, ws.extent, ws.dtype), ir.Alloc(ws.mark, ws.extent, "bool_", zero=True),
-            ir.Alloc(ws.listed, ws.extent, "intp")]
+            ir.Alloc(ws.listed, ws.extent, "intp"), ir.Alloc(ws.spare, ws.extent, "intp"),
+            ir.Alloc(ws.bins, ir.add(ws.extent, 1), "intp")]
 
 
 def fold(ws: Workspace, value: ir.Expr, op: str, counted: bool) -> list[ir.Stmt]:
@@ -115,37 +142,111 @@ def opened(ws: Workspace, loops: list[ir.Stmt], store: list[ir.Stmt]) -> list[ir
             ir.For(ws.slot, ir.Const(0), ir.Var(ws.count), drain)]
 
 
-SHORT = 48  # rows up to this long are insertion-sorted (output rows are mostly short)
-
-
 def sort(array: str, count: ir.Expr, ws: Workspace) -> list[ir.Stmt]:
-    """Sort ``array[0:count]``: insertion sort for a short row, the library's sort otherwise."""
+    """Sort ``array[0:count]`` (distinct coordinates, each marked): insertion sort up to
+    :data:`SHORT` entries; a longer list spanning at most :data:`DENSE` columns per entry is
+    read off the marks in order; else it is bucketed by its high bits (about one bucket per
+    entry) into the spare list, which is insertion-sorted when no bucket holds more than
+    :data:`BIN` entries (each entry moves within its bucket only), else library-sorted, and
+    copied back."""
+    t, key, lo, hi = ws.slot, ws.key, ir.Var(ws.least), ir.Var(ws.most)
+    n = count
+    at = ws.hole  # the next slot the dense read writes; the bucket of an entry
+
+    def each(body: tuple[ir.Stmt, ...], start: ir.Expr = ir.Const(0)) -> ir.For:
+        return ir.For(t, start, n, body)
+
+    span = [ir.Assign(ws.least, ir.load(array, ir.Const(0))), ir.Assign(ws.most, lo),
+            each((ir.Assign(key, ir.load(array, ir.Index(ir.Var(t)))),
+                  ir.Assign(ws.least, ir.Call("min", (lo, ir.Var(key)))),
+                  ir.Assign(ws.most, ir.Call("max", (hi, ir.Var(key))))), ir.Const(1))]
+    width = ir.sub(hi, lo)
+    dense = (ir.Assign(at, ir.Const(0)),
+             ir.For(key, lo, ir.add(hi, 1), (
+                 ir.If(ir.load(ws.mark, ir.Index(ir.Var(key))),
+                       (ir.Store(array, (ir.Index(ir.Var(at)),), ir.Var(key)), ir.Assign(at, ir.Const(1), "+"))),)))
+
+    def bucket(x: ir.Expr) -> ir.Expr:
+        return ir.Bin(">>", ir.sub(x, lo), ir.Var(ws.shift))
+
+    bins, nbins = ws.bins, ir.Var(ws.nbins)
+    spread = (ir.Assign(ws.shift, ir.Const(0)),
+              ir.While(ir.Bin(">=", bucket(hi), n), (ir.Assign(ws.shift, ir.Const(1), "+"),)),
+              ir.Assign(ws.nbins, ir.add(bucket(hi), 1)),
+              ir.For(t, ir.Const(0), ir.add(nbins, 1), (ir.Store(bins, (ir.Index(ir.Var(t)),), ir.Const(0)),)),
+              each((ir.Store(bins, (ir.Index(ir.add(bucket(ir.load(array, ir.Index(ir.Var(t)))), 1)),),
+                             ir.Const(1), accumulate=True),)),
+              ir.Assign(ws.fullest, ir.Const(0)),
+              ir.For(t, ir.Const(0), nbins, (
+                  ir.Assign(ws.fullest, ir.Call("max", (ir.Var(ws.fullest), ir.load(bins, ir.Index(ir.add(ir.Var(t), 1)))))),
+                  ir.Store(bins, (ir.Index(ir.add(ir.Var(t), 1)),), ir.load(bins, ir.Index(ir.Var(t))), accumulate=True))),
+              each((ir.Assign(key, ir.load(array, ir.Index(ir.Var(t)))), ir.Assign(at, bucket(ir.Var(key))),
+                    ir.Store(ws.spare, (ir.Index(ir.load(bins, ir.Index(ir.Var(at)))),), ir.Var(key)),
+                    ir.Store(bins, (ir.Index(ir.Var(at)),), ir.Const(1), accumulate=True))),
+              ir.If(ir.Bin("<=", ir.Var(ws.fullest), ir.Const(BIN)), (insertion(ws.spare, n, ws),),
+                    (ir.Sort(ws.spare, ir.Const(0), n),)),
+              each((ir.Store(array, (ir.Index(ir.Var(t)),), ir.load(ws.spare, ir.Index(ir.Var(t)))),)))
+    longer = [*span, ir.If(ir.lt(width, ir.mul(n, DENSE)), dense, spread)]
+    return [ir.If(ir.Bin("<=", n, ir.Const(SHORT)), (insertion(array, n, ws),), tuple(longer))]
+
+
+def insertion(array: str, count: ir.Expr, ws: Workspace) -> ir.For:
+    """Insertion sort of ``array[0:count]``."""
     p, q, key = ws.slot, ws.hole, ws.key
     shift = ir.While(ir.conj([ir.Bin(">=", ir.Var(q), ir.Const(0)),
                               ir.Bin(">", ir.Load(array, (ir.Index(ir.Var(q)),)), ir.Var(key))]),
                      (ir.Store(array, (ir.Index(ir.add(ir.Var(q), 1)),), ir.Load(array, (ir.Index(ir.Var(q)),))),
                       ir.Assign(q, ir.sub(ir.Var(q), 1))))
-    insertion = ir.For(p, ir.Const(1), count, (ir.Assign(key, ir.Load(array, (ir.Index(ir.Var(p)),))),
-                                               ir.Assign(q, ir.sub(ir.Var(p), 1)), shift,
-                                               ir.Store(array, (ir.Index(ir.add(ir.Var(q), 1)),), ir.Var(key))))
-    return [ir.If(ir.Bin("<=", count, ir.Const(SHORT)), (insertion,), (ir.Sort(array, ir.Const(0), count),))]
+    return ir.For(p, ir.Const(1), count, (ir.Assign(key, ir.Load(array, (ir.Index(ir.Var(p)),))),
+                                          ir.Assign(q, ir.sub(ir.Var(p), 1)), shift,
+                                          ir.Store(array, (ir.Index(ir.add(ir.Var(q), 1)),), ir.Var(key))))
+
+
+def weight(names: FreshNames, var: str) -> str:
+    """The variable the work estimate of one iteration of the chunked loop over ``var`` adds up in
+    (the lowering's cost pass writes it; :func:`chunked_rows` starts it at 1 per row)."""
+    return names("ws_weight", f"{var}_w")
 
 
 def chunked_rows(ws: Workspace, names: FreshNames, var: str, start: ir.Expr, stop: ir.Expr,
-                 body: tuple[ir.Stmt, ...]) -> list[ir.Stmt]:
-    """``for var in range(start, stop)`` run in parallel as a few chunks of rows per thread (the
-    :data:`THREADS` parameter), each chunk with its own workspace."""
+                 body: tuple[ir.Stmt, ...], work: tuple[ir.Stmt, ...]) -> list[ir.Stmt]:
+    """``for var in range(start, stop)`` run in parallel as :data:`CHUNKS_PER_THREAD` chunks per
+    thread (the :data:`THREADS` parameter), each with its own workspace, their borders balancing
+    the work: ``work`` adds one iteration's estimated cost to :func:`weight` (the lowering's cost
+    pass over the loops below ``var``), a parallel pre-pass stores it per row, a prefix sum makes
+    it cumulative and a binary search finds each border. One chunk (one thread, the serial twin)
+    skips the pre-pass. Chunks may be empty (one row heavier than a chunk's share)."""
     rows, chunks = names("ws_rows", f"{var}_rows"), names("ws_chunks", f"{var}_chunks")
-    chunk = names("ws_chunk", f"{var}_chunk")
-    lo, hi = names("ws_lo", f"{var}_lo"), names("ws_hi", f"{var}_hi")
+    chunk, border = names("ws_chunk", f"{var}_chunk"), names("ws_border", f"{var}_border")
+    cumulative, w, r = names("ws_work", f"{var}_work"), weight(names, var), names("ws_step", f"{var}_r")
+    goal, lo, hi, mid = (names(f"ws_{role}", f"{var}_{role}") for role in ("goal", "lo", "hi", "mid"))
     n, c = ir.Var(rows), ir.Var(chunks)
     per = ir.mul(ir.Var(THREADS), CHUNKS_PER_THREAD)  # a parameter: Numba caches no kernel calling get_num_threads
 
-    def border(k: ir.Expr) -> ir.Expr:
-        return ir.add(start, ir.Bin("//", ir.mul(n, k), c))
+    def at(array: str, k: ir.Expr) -> ir.Load:
+        return ir.load(array, ir.Index(k))
 
-    inner = (ir.Assign(lo, border(ir.Var(chunk))), ir.Assign(hi, border(ir.add(ir.Var(chunk), 1))),
-             *allocate(ws), ir.For(var, ir.Var(lo), ir.Var(hi), body))
+    each_row = ir.For(var, start, stop, (ir.Assign(w, ir.Const(1)), *work,
+                                         ir.Store(cumulative, (ir.Index(ir.add(ir.sub(ir.Var(var), start), 1)),),
+                                                  ir.Var(w))), parallel=True)
+    prefix = ir.For(r, ir.Const(0), n, (ir.Store(cumulative, (ir.Index(ir.add(ir.Var(r), 1)),), at(cumulative, ir.Var(r)),
+                                                 accumulate=True),))
+    search = ir.While(ir.lt(ir.Var(lo), ir.Var(hi)), (
+        ir.Assign(mid, ir.Bin(">>", ir.add(ir.Var(lo), ir.Var(hi)), ir.Const(1))),
+        ir.If(ir.lt(at(cumulative, ir.Var(mid)), ir.Var(goal)), (ir.Assign(lo, ir.add(ir.Var(mid), 1)),),
+              (ir.Assign(hi, ir.Var(mid)),))))
+    borders = ir.For(chunk, ir.Const(1), c, (
+        ir.Assign(goal, ir.Bin("//", ir.mul(at(cumulative, n), ir.Var(chunk)), c)),
+        ir.Assign(lo, at(border, ir.sub(ir.Var(chunk), 1))), ir.Assign(hi, n), search,
+        ir.Store(border, (ir.Index(ir.Var(chunk)),), ir.Var(lo))))
+    balance = ir.If(ir.Bin(">", c, ir.Const(1)), (
+        ir.Alloc(cumulative, ir.add(n, 1), "intp"), ir.Store(cumulative, (ir.Const(0),), ir.Const(0)),
+        each_row, prefix, borders))
+    inner = (*allocate(ws), ir.For(var, ir.add(start, at(border, ir.Var(chunk))),
+                                   ir.add(start, at(border, ir.add(ir.Var(chunk), 1))), body))
     return [ir.Assign(rows, ir.Call("max", (ir.sub(stop, start), ir.Const(0)))),
             ir.Assign(chunks, ir.Call("min", (n, per))),
+            ir.Alloc(border, ir.add(c, 1), "intp"),
+            ir.Store(border, (ir.Const(0),), ir.Const(0)), ir.Store(border, (ir.Index(c),), n),
+            balance,
             ir.For(chunk, ir.Const(0), c, inner, parallel=True)]

@@ -378,11 +378,12 @@ class Run:
         rows = plan.get("rows")
         # coordinates in the narrowest default index dtype, so assembly need not cast them
         dtypes = [index_dtype(0, 0, max(n - 1, 0), "crd") for n in out.shape]
+        threads = 1 if getattr(fn, "__name__", None) == plan.get("serial") else _threads()  # the serial twin: one chunk
 
         def run(mode: int, size: int):
             """One kernel call; returns its arrays and how many entries it counted."""
             filled = {"crd": [np.empty(size, d) for d in dtypes], "vals": np.empty(size, out.dtype),
-                      "emit": mode, "offsets": offsets}
+                      "emit": mode, "offsets": offsets, "threads": threads}
             count = fn(*self._arguments(plan, views, filled))
             if rows:
                 if mode == COUNT:  # row sizes -> row offsets, for the parallel filling pass
@@ -445,7 +446,7 @@ class Run:
             elif kind == "scalar":
                 args.append(self.scalars[role[1]])
             elif kind == "threads":
-                args.append(_threads())
+                args.append(out.get("threads") or _threads())
             else:
                 t = views[role[1]]
                 if role[1] not in flat:
@@ -458,7 +459,8 @@ class Run:
 
 
 def _threads() -> int:
-    """Numba's thread count now (kernels that split rows into chunks per thread take it)."""
+    """Numba's thread count now (kernels that split rows into chunks per thread take it; the
+    serial twin is passed 1, so it runs one chunk and skips the balancing pre-pass)."""
     import numba
 
     return numba.get_num_threads()

@@ -9,15 +9,41 @@ def kernel_0(emit, C_crd0, C_crd1, C_vals, C_offsets, A_lvl1_pos, A_lvl1_crd, A_
     """C[i, j] = A[i, k] * B[k, j]"""
     C_cap = len(C_vals)
     i_rows = max(n_i, 0)
-    i_chunks = min(i_rows, n_threads * 8)
+    i_chunks = min(i_rows, n_threads)
+    i_border = np.empty(i_chunks + 1, dtype=np.intp)
+    i_border[0] = 0
+    i_border[np.uintp(i_chunks)] = i_rows
+    if i_chunks > 1:
+        i_work = np.empty(i_rows + 1, dtype=np.intp)
+        i_work[0] = 0
+        for i_u in prange(n_i):
+            i = np.intp(i_u)
+            i_w = 1
+            for A_p1 in range(np.intp(A_lvl1_pos[np.uintp(i)]), np.intp(A_lvl1_pos[np.uintp(i + 1)])):
+                k = np.intp(A_lvl1_crd[np.uintp(A_p1)])
+                i_w += np.intp(B_lvl1_pos[np.uintp(k + 1)]) - np.intp(B_lvl1_pos[np.uintp(k)])
+            i_work[np.uintp(i + 1)] = i_w
+        for i_r in range(i_rows):
+            i_work[np.uintp(i_r + 1)] += i_work[np.uintp(i_r)]
+        for i_chunk in range(1, i_chunks):
+            i_goal = i_work[np.uintp(i_rows)] * i_chunk // i_chunks
+            i_lo = i_border[np.uintp(i_chunk - 1)]
+            i_hi = i_rows
+            while i_lo < i_hi:
+                i_mid = i_lo + i_hi >> 1
+                if i_work[np.uintp(i_mid)] < i_goal:
+                    i_lo = i_mid + 1
+                else:
+                    i_hi = i_mid
+            i_border[np.uintp(i_chunk)] = i_lo
     for i_chunk_u in prange(i_chunks):
         i_chunk = np.intp(i_chunk_u)
-        i_lo = i_rows * i_chunk // i_chunks
-        i_hi = i_rows * (i_chunk + 1) // i_chunks
         ws_j_vals = np.empty(n_j, dtype=np.float64)
         ws_j_mark = np.zeros(n_j, dtype=np.bool_)
         ws_j_list = np.empty(n_j, dtype=np.intp)
-        for i in range(i_lo, i_hi):
+        ws_j_spare = np.empty(n_j, dtype=np.intp)
+        ws_j_bin = np.empty(n_j + 1, dtype=np.intp)
+        for i in range(i_border[np.uintp(i_chunk)], i_border[np.uintp(i_chunk + 1)]):
             C_n = C_offsets[np.uintp(i)] if emit else 0
             ws_j_n = 0
             for A_p1 in range(np.intp(A_lvl1_pos[np.uintp(i)]), np.intp(A_lvl1_pos[np.uintp(i + 1)])):
@@ -43,7 +69,48 @@ def kernel_0(emit, C_crd0, C_crd1, C_vals, C_offsets, A_lvl1_pos, A_lvl1_crd, A_
                             ws_j_q = ws_j_q - 1
                         ws_j_list[np.uintp(ws_j_q + 1)] = ws_j_key
                 else:
-                    ws_j_list[0:ws_j_n].sort()
+                    ws_j_min = ws_j_list[0]
+                    ws_j_max = ws_j_min
+                    for ws_j_t in range(1, ws_j_n):
+                        ws_j_key = ws_j_list[np.uintp(ws_j_t)]
+                        ws_j_min = min(ws_j_min, ws_j_key)
+                        ws_j_max = max(ws_j_max, ws_j_key)
+                    if ws_j_max - ws_j_min < ws_j_n * 4:
+                        ws_j_q = 0
+                        for ws_j_key in range(ws_j_min, ws_j_max + 1):
+                            if ws_j_mark[np.uintp(ws_j_key)]:
+                                ws_j_list[np.uintp(ws_j_q)] = ws_j_key
+                                ws_j_q += 1
+                    else:
+                        ws_j_shift = 0
+                        while ws_j_max - ws_j_min >> ws_j_shift >= ws_j_n:
+                            ws_j_shift += 1
+                        ws_j_bins = (ws_j_max - ws_j_min >> ws_j_shift) + 1
+                        for ws_j_t in range(ws_j_bins + 1):
+                            ws_j_bin[np.uintp(ws_j_t)] = 0
+                        for ws_j_t in range(ws_j_n):
+                            ws_j_bin[np.uintp((ws_j_list[np.uintp(ws_j_t)] - ws_j_min >> ws_j_shift) + 1)] += 1
+                        ws_j_fullest = 0
+                        for ws_j_t in range(ws_j_bins):
+                            ws_j_fullest = max(ws_j_fullest, ws_j_bin[np.uintp(ws_j_t + 1)])
+                            ws_j_bin[np.uintp(ws_j_t + 1)] += ws_j_bin[np.uintp(ws_j_t)]
+                        for ws_j_t in range(ws_j_n):
+                            ws_j_key = ws_j_list[np.uintp(ws_j_t)]
+                            ws_j_q = ws_j_key - ws_j_min >> ws_j_shift
+                            ws_j_spare[np.uintp(ws_j_bin[np.uintp(ws_j_q)])] = ws_j_key
+                            ws_j_bin[np.uintp(ws_j_q)] += 1
+                        if ws_j_fullest <= 32:
+                            for ws_j_t in range(1, ws_j_n):
+                                ws_j_key = ws_j_spare[np.uintp(ws_j_t)]
+                                ws_j_q = ws_j_t - 1
+                                while ws_j_q >= 0 and ws_j_spare[np.uintp(ws_j_q)] > ws_j_key:
+                                    ws_j_spare[np.uintp(ws_j_q + 1)] = ws_j_spare[np.uintp(ws_j_q)]
+                                    ws_j_q = ws_j_q - 1
+                                ws_j_spare[np.uintp(ws_j_q + 1)] = ws_j_key
+                        else:
+                            ws_j_spare[0:ws_j_n].sort()
+                        for ws_j_t in range(ws_j_n):
+                            ws_j_list[np.uintp(ws_j_t)] = ws_j_spare[np.uintp(ws_j_t)]
             for ws_j_t in range(ws_j_n):
                 j = ws_j_list[np.uintp(ws_j_t)]
                 ws_j_v = ws_j_vals[np.uintp(j)]
@@ -62,14 +129,39 @@ def kernel_0_serial(emit, C_crd0, C_crd1, C_vals, C_offsets, A_lvl1_pos, A_lvl1_
     """C[i, j] = A[i, k] * B[k, j] (serial: for small operands)"""
     C_cap = len(C_vals)
     i_rows = max(n_i, 0)
-    i_chunks = min(i_rows, n_threads * 8)
+    i_chunks = min(i_rows, n_threads)
+    i_border = np.empty(i_chunks + 1, dtype=np.intp)
+    i_border[0] = 0
+    i_border[np.uintp(i_chunks)] = i_rows
+    if i_chunks > 1:
+        i_work = np.empty(i_rows + 1, dtype=np.intp)
+        i_work[0] = 0
+        for i in range(n_i):
+            i_w = 1
+            for A_p1 in range(np.intp(A_lvl1_pos[np.uintp(i)]), np.intp(A_lvl1_pos[np.uintp(i + 1)])):
+                k = np.intp(A_lvl1_crd[np.uintp(A_p1)])
+                i_w += np.intp(B_lvl1_pos[np.uintp(k + 1)]) - np.intp(B_lvl1_pos[np.uintp(k)])
+            i_work[np.uintp(i + 1)] = i_w
+        for i_r in range(i_rows):
+            i_work[np.uintp(i_r + 1)] += i_work[np.uintp(i_r)]
+        for i_chunk in range(1, i_chunks):
+            i_goal = i_work[np.uintp(i_rows)] * i_chunk // i_chunks
+            i_lo = i_border[np.uintp(i_chunk - 1)]
+            i_hi = i_rows
+            while i_lo < i_hi:
+                i_mid = i_lo + i_hi >> 1
+                if i_work[np.uintp(i_mid)] < i_goal:
+                    i_lo = i_mid + 1
+                else:
+                    i_hi = i_mid
+            i_border[np.uintp(i_chunk)] = i_lo
     for i_chunk in range(i_chunks):
-        i_lo = i_rows * i_chunk // i_chunks
-        i_hi = i_rows * (i_chunk + 1) // i_chunks
         ws_j_vals = np.empty(n_j, dtype=np.float64)
         ws_j_mark = np.zeros(n_j, dtype=np.bool_)
         ws_j_list = np.empty(n_j, dtype=np.intp)
-        for i in range(i_lo, i_hi):
+        ws_j_spare = np.empty(n_j, dtype=np.intp)
+        ws_j_bin = np.empty(n_j + 1, dtype=np.intp)
+        for i in range(i_border[np.uintp(i_chunk)], i_border[np.uintp(i_chunk + 1)]):
             C_n = C_offsets[np.uintp(i)] if emit else 0
             ws_j_n = 0
             for A_p1 in range(np.intp(A_lvl1_pos[np.uintp(i)]), np.intp(A_lvl1_pos[np.uintp(i + 1)])):
@@ -95,7 +187,48 @@ def kernel_0_serial(emit, C_crd0, C_crd1, C_vals, C_offsets, A_lvl1_pos, A_lvl1_
                             ws_j_q = ws_j_q - 1
                         ws_j_list[np.uintp(ws_j_q + 1)] = ws_j_key
                 else:
-                    ws_j_list[0:ws_j_n].sort()
+                    ws_j_min = ws_j_list[0]
+                    ws_j_max = ws_j_min
+                    for ws_j_t in range(1, ws_j_n):
+                        ws_j_key = ws_j_list[np.uintp(ws_j_t)]
+                        ws_j_min = min(ws_j_min, ws_j_key)
+                        ws_j_max = max(ws_j_max, ws_j_key)
+                    if ws_j_max - ws_j_min < ws_j_n * 4:
+                        ws_j_q = 0
+                        for ws_j_key in range(ws_j_min, ws_j_max + 1):
+                            if ws_j_mark[np.uintp(ws_j_key)]:
+                                ws_j_list[np.uintp(ws_j_q)] = ws_j_key
+                                ws_j_q += 1
+                    else:
+                        ws_j_shift = 0
+                        while ws_j_max - ws_j_min >> ws_j_shift >= ws_j_n:
+                            ws_j_shift += 1
+                        ws_j_bins = (ws_j_max - ws_j_min >> ws_j_shift) + 1
+                        for ws_j_t in range(ws_j_bins + 1):
+                            ws_j_bin[np.uintp(ws_j_t)] = 0
+                        for ws_j_t in range(ws_j_n):
+                            ws_j_bin[np.uintp((ws_j_list[np.uintp(ws_j_t)] - ws_j_min >> ws_j_shift) + 1)] += 1
+                        ws_j_fullest = 0
+                        for ws_j_t in range(ws_j_bins):
+                            ws_j_fullest = max(ws_j_fullest, ws_j_bin[np.uintp(ws_j_t + 1)])
+                            ws_j_bin[np.uintp(ws_j_t + 1)] += ws_j_bin[np.uintp(ws_j_t)]
+                        for ws_j_t in range(ws_j_n):
+                            ws_j_key = ws_j_list[np.uintp(ws_j_t)]
+                            ws_j_q = ws_j_key - ws_j_min >> ws_j_shift
+                            ws_j_spare[np.uintp(ws_j_bin[np.uintp(ws_j_q)])] = ws_j_key
+                            ws_j_bin[np.uintp(ws_j_q)] += 1
+                        if ws_j_fullest <= 32:
+                            for ws_j_t in range(1, ws_j_n):
+                                ws_j_key = ws_j_spare[np.uintp(ws_j_t)]
+                                ws_j_q = ws_j_t - 1
+                                while ws_j_q >= 0 and ws_j_spare[np.uintp(ws_j_q)] > ws_j_key:
+                                    ws_j_spare[np.uintp(ws_j_q + 1)] = ws_j_spare[np.uintp(ws_j_q)]
+                                    ws_j_q = ws_j_q - 1
+                                ws_j_spare[np.uintp(ws_j_q + 1)] = ws_j_key
+                        else:
+                            ws_j_spare[0:ws_j_n].sort()
+                        for ws_j_t in range(ws_j_n):
+                            ws_j_list[np.uintp(ws_j_t)] = ws_j_spare[np.uintp(ws_j_t)]
             for ws_j_t in range(ws_j_n):
                 j = ws_j_list[np.uintp(ws_j_t)]
                 ws_j_v = ws_j_vals[np.uintp(j)]

@@ -16,6 +16,8 @@ def kernel_0(emit, C_lvl0_pos, C_lvl0_crd, C_lvl1_pos, C_lvl1_crd, C_vals, C_cou
     ws_j_vals = np.empty(n_j, dtype=np.float64)
     ws_j_mark = np.zeros(n_j, dtype=np.bool_)
     ws_j_list = np.empty(n_j, dtype=np.intp)
+    ws_j_spare = np.empty(n_j, dtype=np.intp)
+    ws_j_bin = np.empty(n_j + 1, dtype=np.intp)
     for A_p0 in range(np.intp(A_lvl0_pos[0]), np.intp(A_lvl0_pos[1])):
         i = np.intp(A_lvl0_crd[np.uintp(A_p0)])
         ws_j_n = 0
@@ -81,7 +83,48 @@ def kernel_0(emit, C_lvl0_pos, C_lvl0_crd, C_lvl1_pos, C_lvl1_crd, C_vals, C_cou
                         ws_j_q = ws_j_q - 1
                     ws_j_list[np.uintp(ws_j_q + 1)] = ws_j_key
             else:
-                ws_j_list[0:ws_j_n].sort()
+                ws_j_min = ws_j_list[0]
+                ws_j_max = ws_j_min
+                for ws_j_t in range(1, ws_j_n):
+                    ws_j_key = ws_j_list[np.uintp(ws_j_t)]
+                    ws_j_min = min(ws_j_min, ws_j_key)
+                    ws_j_max = max(ws_j_max, ws_j_key)
+                if ws_j_max - ws_j_min < ws_j_n * 4:
+                    ws_j_q = 0
+                    for ws_j_key in range(ws_j_min, ws_j_max + 1):
+                        if ws_j_mark[np.uintp(ws_j_key)]:
+                            ws_j_list[np.uintp(ws_j_q)] = ws_j_key
+                            ws_j_q += 1
+                else:
+                    ws_j_shift = 0
+                    while ws_j_max - ws_j_min >> ws_j_shift >= ws_j_n:
+                        ws_j_shift += 1
+                    ws_j_bins = (ws_j_max - ws_j_min >> ws_j_shift) + 1
+                    for ws_j_t in range(ws_j_bins + 1):
+                        ws_j_bin[np.uintp(ws_j_t)] = 0
+                    for ws_j_t in range(ws_j_n):
+                        ws_j_bin[np.uintp((ws_j_list[np.uintp(ws_j_t)] - ws_j_min >> ws_j_shift) + 1)] += 1
+                    ws_j_fullest = 0
+                    for ws_j_t in range(ws_j_bins):
+                        ws_j_fullest = max(ws_j_fullest, ws_j_bin[np.uintp(ws_j_t + 1)])
+                        ws_j_bin[np.uintp(ws_j_t + 1)] += ws_j_bin[np.uintp(ws_j_t)]
+                    for ws_j_t in range(ws_j_n):
+                        ws_j_key = ws_j_list[np.uintp(ws_j_t)]
+                        ws_j_q = ws_j_key - ws_j_min >> ws_j_shift
+                        ws_j_spare[np.uintp(ws_j_bin[np.uintp(ws_j_q)])] = ws_j_key
+                        ws_j_bin[np.uintp(ws_j_q)] += 1
+                    if ws_j_fullest <= 32:
+                        for ws_j_t in range(1, ws_j_n):
+                            ws_j_key = ws_j_spare[np.uintp(ws_j_t)]
+                            ws_j_q = ws_j_t - 1
+                            while ws_j_q >= 0 and ws_j_spare[np.uintp(ws_j_q)] > ws_j_key:
+                                ws_j_spare[np.uintp(ws_j_q + 1)] = ws_j_spare[np.uintp(ws_j_q)]
+                                ws_j_q = ws_j_q - 1
+                            ws_j_spare[np.uintp(ws_j_q + 1)] = ws_j_key
+                    else:
+                        ws_j_spare[0:ws_j_n].sort()
+                    for ws_j_t in range(ws_j_n):
+                        ws_j_list[np.uintp(ws_j_t)] = ws_j_spare[np.uintp(ws_j_t)]
         for ws_j_t in range(ws_j_n):
             j = ws_j_list[np.uintp(ws_j_t)]
             ws_j_v = ws_j_vals[np.uintp(j)]
