@@ -181,3 +181,40 @@ def test_balanced_chunks_other_dtypes(dtype, threads):
     assert C.dtype == np.dtype(dtype)
     tol = 1e-5 if dtype == np.float32 else 1e-12
     np.testing.assert_allclose(C.to_dense(), a @ b, rtol=tol, atol=tol)
+
+
+# -- routes: one conversion for A @ A, DIA through CSR ------------------------------------------
+def test_a_at_a_converts_the_shared_operand_once(monkeypatch):
+    rng = np.random.default_rng(1)
+    a = skewed(rng, 30, 30, heavy_rows=(4,), empty_rows=(9,))
+    X = ustc.Tensor.from_dense(a, F.COO(2))
+    converted = []
+    convert = ustc.Tensor.convert
+
+    def counting(self, *args, **kwargs):
+        converted.append(self is X)
+        return convert(self, *args, **kwargs)
+
+    with ustc.Matmul(X, X) as mm:
+        mm.plan()
+        assert "a = b (COO) once" in mm.plan_info, mm.plan_info
+        monkeypatch.setattr(ustc.Tensor, "convert", counting)
+        C = mm.execute()
+        assert converted.count(True) == 1
+        np.testing.assert_allclose(C.to_dense(), a @ a, rtol=1e-12, atol=1e-12)
+        X.values[...] *= 3        # changed in place: seen at the next execute
+        np.testing.assert_allclose(mm.execute().to_dense(), 9 * (a @ a), rtol=1e-12, atol=1e-12)
+
+
+def test_a_kernel_that_converts_its_operands_goes_through_csr():
+    """DIAI's own kernel converts both operands to DCSR at every execute and runs serially: the
+    route takes the row-parallel CSR kernel instead."""
+    rng = np.random.default_rng(2)
+    a = skewed(rng, 25, 25, heavy_rows=(3,))
+    D = ustc.Tensor.from_dense(a, F.DIAI)
+    with ustc.Matmul(D, D) as mm:
+        mm.plan()
+        assert "row-parallel CSR" in mm.plan_info, mm.plan_info
+        C = mm.execute()
+        assert C.format == D.format
+        np.testing.assert_allclose(C.to_dense(), a @ a, rtol=1e-12, atol=1e-12)

@@ -155,15 +155,17 @@ def _generated_spgemm(p: Problem, a, b, out_format) -> Route | None:
     other routes): for the operands' own formats when that kernel reduces each row in a workspace
     in parallel, or serially where the operands' conversion to CSR has no fast path (DCSR: the
     serial kernel measured 153 ms against 251 ms through CSR on the 512,000-row stencil), else
-    through CSR (:class:`ViaRowsRoute`: COO converts in O(nnz), BSR and DIA take no workspace)."""
+    through CSR (:class:`ViaRowsRoute`: COO converts in O(nnz), BSR takes no workspace, DIA's kernel
+    would convert its operands to DCSR at every execute and run serially)."""
     if p.target != "cpu" or not np.issubdtype(np.result_type(a.dtype, b.dtype), np.number):
         return None
     if out_format is not None and not all(lv.type.ordered for lv in out_format.levels):
         return None  # an unordered output: the registered kernel skips the row sort (the workspace sorts)
     route = GeneratedRoute(p, "cpu", out_format)
-    workspace, rows = route.facts(a, b)
+    workspace, rows, converts = route.facts(a, b)
     cheap = all(fastpaths.family(x.format) is not None for x in (a, b))  # CSR / COO family: O(nnz) to CSR
-    return route if workspace and (rows or not cheap) else ViaRowsRoute(p, a, b, out_format)
+    own = workspace and not converts  # a kernel that converts its operands walks no own format (DIA: to DCSR)
+    return route if own and (rows or not cheap) else ViaRowsRoute(p, a, b, out_format)
 
 
 class ViaRowsRoute(Route):
@@ -181,6 +183,8 @@ class ViaRowsRoute(Route):
         self.csr, self.out_format = CSR, out_format
         self.inner = GeneratedRoute(p, "cpu", CSR)
         converted = [f"{name} ({_fmt_name_text(x.format)})" for name, x in (("a", a), ("b", b)) if not self._is_csr(x)]
+        if b is a and converted:
+            converted = [f"a = b ({_fmt_name_text(a.format)}) once"]
         self._head = "generated row-parallel CSR SpGEMM" + (
             f" after converting {' and '.join(converted)} to CSR at every execute" if converted else "")
         self.info = self._head
@@ -190,15 +194,17 @@ class ViaRowsRoute(Route):
 
         return plain_format(x.format) == self.csr
 
-    def _rows(self, x):
-        return x if self._is_csr(x) else x.convert(self.csr)
+    def _rows(self, a, b):
+        """Both operands in CSR; one operand passed twice (``A @ A``) is converted once."""
+        ca = a if self._is_csr(a) else a.convert(self.csr)
+        return ca, ca if b is a else (b if self._is_csr(b) else b.convert(self.csr))
 
     def prepare(self, a, b, out, alpha) -> None:
-        self.inner.prepare(self._rows(a), self._rows(b), None, alpha)
+        self.inner.prepare(*self._rows(a, b), None, alpha)
         self.info = f"{self._head}; {self.inner.info}"  # not appended: plan() may prepare again
 
     def run(self, a, b, out, alpha):
-        c = self.inner.run(self._rows(a), self._rows(b), None, alpha)
+        c = self.inner.run(*self._rows(a, b), None, alpha)
         return c if self.out_format is None or c.format == self.out_format else c.convert(self.out_format)
 
     def unbind(self) -> None:
@@ -323,15 +329,17 @@ class GeneratedRoute(Route):
         if not self.sparse_out and self.target == "cpu":
             self._compile(key, self._cpu_function(a, b), self._arguments(a, b, out, alpha))
 
-    def facts(self, a, b) -> tuple[bool, bool]:
-        """``(workspace, rows)``: whether the kernel for these operands writes each output entry once
-        (a reduction into a sparse output through a workspace: ``codegen.workspace``) and whether it
-        builds the output's rows in parallel, as the lowering recorded them in the plan. Prepares
-        the route (compiles or loads its kernel)."""
+    def facts(self, a, b) -> tuple[bool, bool, bool]:
+        """``(workspace, rows, converts)``: whether the kernel for these operands writes each output
+        entry once (a reduction into a sparse output through a workspace: ``codegen.workspace``),
+        whether it builds the output's rows in parallel, and whether it converts an operand at
+        every execute, as the compiler recorded them in the plan. Prepares the route (compiles or
+        loads its kernel)."""
         with warnings.catch_warnings():  # a conversion this kernel would make is moot if it is not chosen
             warnings.simplefilter("ignore", ConversionWarning)
             self.prepare(a, b, None, 1)
-        return self._plan.get("workspace") is not None, self._plan.get("rows") is not None
+        plan = self._plan
+        return plan.get("workspace") is not None, plan.get("rows") is not None, bool(plan["convert"])
 
     def _cpu_function(self, a, b):
         """The njit function these operands run: the serial twin when they are small."""
