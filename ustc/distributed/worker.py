@@ -137,46 +137,6 @@ class _Operator:
         return out
 
 
-def gmres(op, b, x, dinv, rtol, atol, maxiter, restart: int, nglobal: int):
-    """:func:`ustc.ops.krylov.gmres` with the restart length bounded by the global size."""
-    vec = op.vec
-    n, m, dt = b.size, max(1, min(restart, nglobal)), b.dtype
-    stop = max(rtol * vec.norm2(b), atol)
-    r, w, z = vec.empty(n, dt), vec.empty(n, dt), vec.empty(n, dt)
-    V = vec.basis(m + 1, n, dt)
-    done = 0
-    while True:
-        beta = math.sqrt(vec.residual(r, b, op.apply(x, w)))
-        krylov.check_finite("gmres", done, stop, beta)
-        if beta <= stop or done >= maxiter:
-            return x, done, beta, beta <= stop
-        H = np.zeros((m + 1, m), dtype=dt)
-        cs, sn = np.zeros(m, dtype=dt), np.zeros(m, dtype=dt)
-        g = np.zeros(m + 1, dtype=dt)
-        g[0] = beta
-        vec.set_row(V, 0, r, beta)
-        k = 0
-        while k < m and done < maxiter:
-            krylov._precondition(vec, z, dinv, V.rows[k])
-            op.apply(z, w)
-            done += 1
-            h, h_next = vec.orthogonalize(V, k + 1, w)
-            H[:k + 1, k] = h
-            H[k + 1, k] = h_next
-            if h_next != 0:
-                vec.set_row(V, k + 1, w, h_next)
-            krylov._givens(H, cs, sn, g, k)
-            krylov.check_finite("gmres", done, h_next, g[k + 1])
-            k += 1
-            if abs(g[k]) <= stop or h_next == 0:
-                break
-        y = np.linalg.solve(np.triu(H[:k, :k]), g[:k]) if k else np.zeros(0, dtype=dt)
-        krylov.check_finite("gmres", done, *y)
-        vec.combine(w, V, y)
-        krylov._precondition(vec, z, dinv, w)
-        vec.axpy(x, dt.type(1), z)
-
-
 class BlockWorker:
     """The Dask actor of one block index (rank) of a partition."""
 
@@ -394,7 +354,7 @@ class BlockWorker:
             dinv = (1 / block.diag).astype(dtype)
         comm.reset_counters()
         if method == "gmres":
-            x, it, _, _ = gmres(op, b, x, dinv, rtol, atol, maxiter, restart, nglobal)
+            x, it, _, _ = krylov.gmres(op, b, x, dinv, rtol, atol, maxiter, restart, size=nglobal)
         else:
             x, it, _, _ = krylov.SOLVERS[method](op, b, x, dinv, rtol, atol, maxiter)
         loop_counters = {"messages": comm.messages, "bytes": comm.bytes, "syncs": comm.syncs,

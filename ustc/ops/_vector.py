@@ -205,6 +205,29 @@ def gs_subtract(V, k1, c, w, partial, norms, again):
 
 
 @njit_cached(nogil=True)
+def givens_column(H, cs, sn, g, k):
+    """GMRES's step on the host: rotate column ``k`` of ``H`` by the earlier rotations, make
+    rotation ``k`` (``cs`` real, ``sn`` carrying the phase) that zeroes ``H[k + 1, k]``, apply it
+    to ``g`` (whose entry ``k + 1`` is then the residual norm's estimate)."""
+    for j in range(k):
+        t = cs[j] * H[j, k] + sn[j] * H[j + 1, k]
+        H[j + 1, k] = -np.conj(sn[j]) * H[j, k] + cs[j] * H[j + 1, k]
+        H[j, k] = t
+    a, c = H[k, k], H[k + 1, k]
+    d = np.hypot(abs(a), abs(c))
+    if d == 0:
+        cs[k], sn[k] = 1, 0
+    else:
+        cs[k] = abs(a) / d
+        phase = a / abs(a) if a != 0 else H.dtype.type(1)
+        sn[k] = phase * np.conj(c) / d
+    H[k, k] = cs[k] * a + sn[k] * c
+    H[k + 1, k] = 0
+    g[k + 1] = -np.conj(sn[k]) * g[k]
+    g[k] = cs[k] * g[k]
+
+
+@njit_cached(nogil=True)
 def triangular_csr(pos, crd, vals, b, x, unit, lower):
     """Substitution on canonical CSR rows: forward (``lower``: ``L x = b``) from the first row,
     else backward (``U x = b``) from the last; ``b``, ``x`` are (n, k). Entries on the other

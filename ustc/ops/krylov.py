@@ -39,6 +39,7 @@ import numpy as np
 
 from ..errors import SolveError
 from ..tensor import packages
+from ._vector import givens_column
 from .vectors import HOST
 
 
@@ -230,12 +231,13 @@ def _precondition(vec, out, dinv, v) -> None:
         vec.scale_into(out, dinv, v)
 
 
-def gmres(op: Operator, b, x, dinv, rtol, atol, maxiter, restart: int):
+def gmres(op: Operator, b, x, dinv, rtol, atol, maxiter, restart: int, size: int | None = None):
     """Restarted GMRES(m): Arnoldi with classical Gram-Schmidt, a second pass where the first
     cancelled much (the host's DGKS test) or always (a device), Givens rotations; ``maxiter``
-    counts inner iterations (matrix products)."""
+    counts inner iterations (matrix products); ``size``: the system's size where ``b`` holds only
+    a part of it (one block of a distributed solve), which bounds the restart length."""
     vec = op.vec
-    n, m, dt = b.size, max(1, min(restart, b.size)), b.dtype
+    n, m, dt = b.size, max(1, min(restart, b.size if size is None else size)), b.dtype
     stop = max(rtol * vec.norm2(b), atol)
     r, w, z = vec.empty(n, dt), vec.empty(n, dt), vec.empty(n, dt)
     V = vec.basis(m + 1, n, dt)
@@ -260,7 +262,7 @@ def gmres(op: Operator, b, x, dinv, rtol, atol, maxiter, restart: int):
             H[k + 1, k] = h_next
             if h_next != 0:
                 vec.set_row(V, k + 1, w, h_next)
-            _givens(H, cs, sn, g, k)
+            givens_column(H, cs, sn, g, k)
             check_finite("gmres", done, h_next, g[k + 1])
             k += 1
             if abs(g[k]) <= stop or h_next == 0:   # converged, or the Krylov space is exhausted
@@ -270,24 +272,6 @@ def gmres(op: Operator, b, x, dinv, rtol, atol, maxiter, restart: int):
         vec.combine(w, V, y)
         _precondition(vec, z, dinv, w)
         vec.axpy(x, dt.type(1), z)
-
-
-def _givens(H, cs, sn, g, k) -> None:
-    for j in range(k):
-        t = cs[j] * H[j, k] + sn[j] * H[j + 1, k]
-        H[j + 1, k] = -np.conj(sn[j]) * H[j, k] + cs[j] * H[j + 1, k]
-        H[j, k] = t
-    a, c = H[k, k], H[k + 1, k]
-    d = math.hypot(abs(a), abs(c))
-    if d == 0:
-        cs[k], sn[k] = 1, 0
-    else:
-        cs[k] = abs(a) / d
-        sn[k] = (a / abs(a) if a != 0 else 1) * np.conj(c) / d
-    H[k, k] = cs[k] * a + sn[k] * c
-    H[k + 1, k] = 0
-    g[k + 1] = -np.conj(sn[k]) * g[k]
-    g[k] = cs[k] * g[k]
 
 
 SOLVERS = {"cg": cg, "bicgstab": bicgstab, "gmres": gmres}
