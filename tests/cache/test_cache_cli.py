@@ -1,4 +1,4 @@
-"""``ustc cache list | show KEY | stats | clear | path | prune --older-than DAYS``."""
+"""``ustc cache list | show KEY | stats | clear | path | prune [--older-than DAYS] [--max-size SIZE]``."""
 
 from __future__ import annotations
 
@@ -102,7 +102,8 @@ def test_clear_and_prune(capsys, cache_dir):
 
 
 @pytest.mark.parametrize("argv", [["cache"], ["cache", "nope"], ["cache", "prune"],
-                                  ["cache", "prune", "--older-than", "-2"], ["cache", "show"]])
+                                  ["cache", "prune", "--older-than", "-2"], ["cache", "prune", "--max-size", "lots"],
+                                  ["cache", "show"]])
 def test_usage_errors_exit_2(capsys, argv):
     with pytest.raises(SystemExit) as info:
         main(argv)
@@ -128,3 +129,15 @@ def test_human_time_and_short_format():
     assert short_format("(d0, d1, d2) -> (d0 : compressed, d1 : compressed, d2 : compressed)") == "CSF(3)"
     assert short_format("ndarray") == "ndarray"
     assert short_format("(d0) -> (d0 : delta(4))") == "(d0:delta(4))"
+
+
+def test_prune_to_a_size_removes_the_least_recently_used(capsys, cache_dir):
+    keys = [_load(n) for n in range(3)]
+    now = time.time()
+    for age, key in zip((1, 3, 2), keys):   # keys[1] oldest, then keys[2]
+        _store.update_record(key, lambda r, t=now - age * 86400: r.update(last_used=t) or True)
+    cache._forget()                          # nothing held by this process
+    one = sum(p.stat().st_size for p in (cache_dir / "kernels").glob(f"{cache.module_name(keys[0])}.*"))
+    code, out, _ = _cli(capsys, "prune", "--max-size", str(one))
+    assert code == 0 and out == f"removed 2 least recently used kernels to fit {one} bytes\n"
+    assert [e.key for e in cache.entries()] == [keys[0]]

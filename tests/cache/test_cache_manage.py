@@ -141,3 +141,80 @@ def test_housekeeping_on_a_missing_directory(cache_dir):
     s = cache.stats()
     assert (s["entries"], s["bytes"]) == (0, 0)
     assert not cache_dir.exists()
+
+
+def _entry_bytes(cache_dir, key) -> int:
+    kernels = cache_dir / "kernels"
+    name = cache.module_name(key)
+    return sum(p.stat().st_size for p in [*kernels.glob(f"{name}.*"), *(kernels / "__pycache__").glob(f"{name}.*")])
+
+
+def test_trim_removes_least_recently_used_first_with_their_numba_files(cache_dir):
+    keys = [cache.load(fields(op=f"numba{n}"), Generator(numba_source(n)))[1] for n in range(4)]
+    for n, key in enumerate(keys):
+        module = cache.load(fields(op=f"numba{n}"), Generator(numba_source(n)))[0]
+        assert module.k(1.0) == 2.0 + n            # compiled: Numba's files are in __pycache__
+    now = time.time()
+    for age, key in zip((4, 1, 3, 2), keys):
+        _set_last_used(key, now - age * DAY)
+    sizes = {key: _entry_bytes(cache_dir, key) for key in keys}
+    assert all(size > 0 for size in sizes.values())
+    cache._forget()                                  # this process holds none of them now
+    assert cache.trim(sum(sizes.values())) == 0
+    keep = sizes[keys[1]] + sizes[keys[3]]
+    assert cache.trim(keep) == 2
+    assert {e.key for e in cache.entries()} == {keys[1], keys[3]}
+    assert _entry_bytes(cache_dir, keys[0]) == _entry_bytes(cache_dir, keys[2]) == 0
+    assert cache.trim(0) == 0                        # 0: no bound
+    with pytest.raises(ValueError):
+        cache.trim(-1)
+
+
+def test_trim_keeps_what_this_process_uses(cache_dir):
+    used = _load(1)
+    old = _load(2)
+    _set_last_used(used, time.time() - 9 * DAY)      # the oldest, but loaded here
+    from ustc.cache import _state
+
+    _state.forget([old])
+    assert cache.trim(1) == 1
+    assert [e.key for e in cache.entries()] == [used]
+
+
+def test_new_entries_keep_the_directory_within_the_bound(cache_dir, monkeypatch):
+    from ustc.cache import _manage, _state
+
+    monkeypatch.setattr(_manage, "TRIM_EVERY", 1)
+    first = _load(0)
+    per_entry = _entry_bytes(cache_dir, first)
+    monkeypatch.setenv("USTC_CACHE_MAX_BYTES", str(3 * per_entry + per_entry // 2))
+    for n in range(1, 8):
+        _state.forget()                              # as separate processes would: nothing held
+        _load(n)
+    total = sum(_entry_bytes(cache_dir, e.key) for e in cache.entries())
+    assert total <= 3 * per_entry + per_entry // 2 and len(cache.entries()) >= 2
+    assert cache.entries()[0].op == "op7"            # the newest stays
+
+
+@pytest.mark.parametrize("text, expected", [("0", 0), ("123", 123), ("2G", 2 << 30), ("500M", 500 << 20),
+                                            ("1.5GiB", 3 << 29), ("64kb", 64 << 10), (" 1t ", 1 << 40)])
+def test_sizes(text, expected):
+    from ustc.cache._manage import parse_size
+
+    assert parse_size(text) == expected
+
+
+@pytest.mark.parametrize("text", ["", "-1", "lots", "2X", "nan", "G"])
+def test_bad_sizes(text, monkeypatch):
+    from ustc.cache._manage import parse_size
+
+    with pytest.raises(ValueError, match="is not a size"):
+        parse_size(text)
+    monkeypatch.setenv("USTC_CACHE_MAX_BYTES", text or "x")
+    with pytest.raises(KernelError, match="USTC_CACHE_MAX_BYTES"):
+        cache.max_bytes()
+
+
+def test_default_bound(monkeypatch):
+    monkeypatch.delenv("USTC_CACHE_MAX_BYTES", raising=False)
+    assert cache.max_bytes() == 2 << 30

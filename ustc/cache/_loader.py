@@ -6,9 +6,11 @@ Contract of :func:`load` (``fields`` as for :func:`ustc.cache.kernel_key`):
 2. disk: a valid entry (see :func:`ustc.cache._store.inspect`) is imported (a disk hit) and its
    record's ``hits`` / ``last_used`` are bumped (best effort);
 3. otherwise ``generate()`` is called (timed) and its source is written atomically, the ``.py``
-   first and then the ``.json``, and imported. An entry that was present but invalid (missing
-   half, unreadable record, other key or fields, hash mismatch) is never trusted: a warning on
-   the ``"ustc.cache"`` logger says what was wrong, and it is rebuilt.
+   first and then the ``.json``, and imported; the directory is then kept within its size bound
+   (:func:`ustc.cache._manage.after_write`, least recently used entries removed first). An
+   entry that was present but invalid (missing half, unreadable record, other key or fields,
+   hash mismatch) is never trusted: a warning on the ``"ustc.cache"`` logger says what was
+   wrong, and it is rebuilt.
 
 The module is imported under ``module_name(key)`` with ``spec_from_file_location`` and is put
 in ``sys.modules`` *before* ``exec_module``: Numba's ``@njit(cache=True)`` keys its on-disk cache
@@ -99,6 +101,7 @@ def load(fields: dict, generate: Callable[[], str]) -> tuple[types.ModuleType, s
             _state.bump("rebuilt")
         module = _import(key, py)
         _state.remember(key, module)
+        _manage.after_write()
         return module, key
 
 

@@ -1,4 +1,5 @@
-"""Housekeeping of the kernel directory: listing, lookup by key prefix, clearing, pruning.
+"""Housekeeping of the kernel directory: listing, lookup by key prefix, clearing, pruning and
+trimming to a size bound (:func:`trim`, also run after new entries by :func:`after_write`).
 
 Contract: every function here reads records without trusting them. Unreadable records are
 skipped by :func:`entries` (and so by :func:`find` / :func:`source`); :func:`clear` and
@@ -10,6 +11,7 @@ Removing an entry also removes Numba's and Python's cache files for it
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -212,3 +214,99 @@ def disk_bytes() -> int:
         except OSError:
             pass
     return total
+
+
+# -- the size bound ----------------------------------------------------------------------------
+MAX_BYTES_VAR = "USTC_CACHE_MAX_BYTES"
+DEFAULT_MAX_BYTES = 2 << 30  # as ccache: a bound large enough that a project's kernels all stay
+TRIM_EVERY = 32              # new entries a process writes between two checks of the bound
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def parse_size(text: str) -> int:
+    """Bytes of a size such as ``"500M"``, ``"2G"``, ``"1.5GiB"`` or ``"123456"`` (0: no bound).
+    Raises ValueError naming the text."""
+    t = str(text).strip().upper().removesuffix("IB").removesuffix("B")
+    unit = t[-1:] if t[-1:] in _UNITS and t[-1:] else ""
+    try:
+        value = float(t[:-1] if unit else t)
+    except ValueError:
+        value = -1.0
+    if not value >= 0 or value != value:
+        raise ValueError(f"{text!r} is not a size (expected bytes, or a number with K, M, G or T)")
+    return int(value * _UNITS[unit])
+
+
+def max_bytes() -> int:
+    """The bound on the kernel directory: ``$USTC_CACHE_MAX_BYTES`` (read at each call; ``0`` turns
+    it off), else :data:`DEFAULT_MAX_BYTES`. A malformed value raises KernelError naming it."""
+    env = os.environ.get(MAX_BYTES_VAR, "").strip()
+    if not env:
+        return DEFAULT_MAX_BYTES
+    try:
+        return parse_size(env)
+    except ValueError as exc:
+        raise KernelError(f"{MAX_BYTES_VAR}: {exc}") from None
+
+
+def _sizes(kernels: Path) -> dict[str, int]:
+    """Bytes per entry stem: its source, record and Numba / Python cache files (one scan each)."""
+    sizes: dict[str, int] = {}
+    for directory in (kernels, kernels / "__pycache__"):
+        try:
+            scan = list(os.scandir(directory))
+        except OSError:
+            continue
+        for item in scan:
+            if not item.name.startswith(MODULE_PREFIX):
+                continue
+            try:
+                size = item.stat().st_size
+            except OSError:
+                continue
+            stem = item.name.split(".", 1)[0]
+            sizes[stem] = sizes.get(stem, 0) + size
+    return sizes
+
+
+def trim(limit: int) -> int:
+    """Remove the least recently used entries until the kernel directory holds at most ``limit``
+    bytes (``limit`` 0: nothing is removed); returns how many. Entries this process has loaded
+    are kept, so the bound can be exceeded by what is in use."""
+    if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
+        raise ValueError(f"limit must be a non-negative number of bytes, got {limit!r}")
+    kernels = kernels_dir()
+    if limit == 0 or not kernels.is_dir():
+        return 0
+    sizes = _sizes(kernels)
+    total = sum(sizes.values())
+    if total <= limit:
+        return 0
+    aged = sorted((_last_used(kernels, stem) + (stem,) for stem in sizes), key=lambda e: e[1])
+    removed = 0
+    for key, _, stem in aged:
+        if total <= limit:
+            break
+        if key is not None and _state.in_use(key):
+            continue
+        _remove_entry(kernels, stem)
+        if key is not None:
+            _state.forget([key])
+        total -= sizes[stem]
+        removed += 1
+    return removed
+
+
+_written = 0
+
+
+def after_write() -> None:
+    """Called by the loader after each new entry: every :data:`TRIM_EVERY`-th one (the first
+    included), trim the directory to 90% of :func:`max_bytes` once it is above the bound."""
+    global _written
+    _written += 1
+    if (_written - 1) % TRIM_EVERY:
+        return
+    limit = max_bytes()
+    if limit and sum(_sizes(kernels_dir()).values()) > limit:
+        trim(limit * 9 // 10)   # below the bound, so the next check does not trim again at once

@@ -62,6 +62,12 @@ def remembered(key: str) -> types.ModuleType | None:
         return module
 
 
+def in_use(key: str) -> bool:
+    """Whether this process holds the module for ``key`` (without marking it used)."""
+    with LOCK:
+        return key in _memory
+
+
 def remember(key: str, module: types.ModuleType) -> None:
     """Put ``module`` in the memory layer, evicting the least recently used beyond capacity."""
     with LOCK:

@@ -153,11 +153,31 @@ def _path(args) -> int:
 def _prune(args) -> int:
     from .. import cache
 
-    removed = cache.prune(args.older_than)
-    days = args.older_than
-    print(f"removed {removed} cached kernel{'s' if removed != 1 else ''} "
-          f"not used for {days:g} day{'s' if days != 1 else ''}")
+    if args.older_than is None and args.max_size is None:
+        args.prune_parser.error("give --older-than DAYS, --max-size SIZE or both")
+    if args.older_than is not None:
+        removed = cache.prune(args.older_than)
+        days = args.older_than
+        print(f"removed {removed} cached kernel{'s' if removed != 1 else ''} "
+              f"not used for {days:g} day{'s' if days != 1 else ''}")
+    if args.max_size is not None:
+        removed = cache.trim(args.max_size)
+        print(f"removed {removed} least recently used kernel{'s' if removed != 1 else ''} "
+              f"to fit {_size_text(args.max_size)}")
     return 0
+
+
+def _size(text: str) -> int:
+    from ..cache._manage import parse_size
+
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _size_text(n: int) -> str:
+    return f"{n / (1 << 20):.1f} MiB" if n >= 1 << 20 else f"{n} bytes"
 
 
 def _warm(args) -> int:
@@ -215,10 +235,14 @@ def register(sub) -> None:
     commands.add_parser("stats", help="totals recorded on disk").set_defaults(run=_guarded(_stats))
     commands.add_parser("clear", help="remove every cached kernel").set_defaults(run=_guarded(_clear))
     commands.add_parser("path", help="print the cache directory").set_defaults(run=_guarded(_path))
-    prune = commands.add_parser("prune", help="remove kernels not used for a while")
-    prune.add_argument("--older-than", metavar="DAYS", type=_days, required=True,
+    prune = commands.add_parser("prune", help="remove kernels not used for a while, or beyond a size")
+    prune.add_argument("--older-than", metavar="DAYS", type=_days, default=None,
                        help="remove kernels last used more than DAYS days ago")
-    prune.set_defaults(run=_guarded(_prune))
+    prune.add_argument("--max-size", metavar="SIZE", type=_size, default=None,
+                       help="then remove the least recently used kernels until the cache holds at most "
+                            "SIZE (e.g. 500M, 2G); new kernels keep it within $USTC_CACHE_MAX_BYTES "
+                            "(default 2G) by themselves")
+    prune.set_defaults(run=_guarded(_prune), prune_parser=prune)
     warm = commands.add_parser("warm", help="compile chosen operations ahead of time, in parallel processes",
                                description="Compile and cache the kernels of operations given as "
                                            "OP:FORMATS:DTYPE (e.g. spmv:CSR:float64, add:CSR,COO:float32); "
