@@ -196,6 +196,25 @@ def test_new_entries_keep_the_directory_within_the_bound(cache_dir, monkeypatch)
     assert cache.entries()[0].op == "op7"            # the newest stays
 
 
+def test_a_process_first_write_skips_the_scan_after_a_recent_check(cache_dir, monkeypatch):
+    from ustc.cache import _manage
+
+    scans = []
+    real = _manage._sizes
+    monkeypatch.setattr(_manage, "_sizes", lambda k: scans.append(1) or real(k))
+    monkeypatch.setattr(_manage, "_written", 0)
+    _load(1)                                         # no check recorded yet: scans, marks
+    assert len(scans) == 1 and (cache_dir / "kernels" / _manage.CHECKED).exists()
+    monkeypatch.setattr(_manage, "_written", 0)      # a new process
+    _load(2)
+    assert len(scans) == 1                           # checked within the day: skipped
+    old = time.time() - 2 * DAY
+    os.utime(cache_dir / "kernels" / _manage.CHECKED, (old, old))
+    monkeypatch.setattr(_manage, "_written", 0)
+    _load(3)
+    assert len(scans) == 2
+
+
 @pytest.mark.parametrize("text, expected", [("0", 0), ("123", 123), ("2G", 2 << 30), ("500M", 500 << 20),
                                             ("1.5GiB", 3 << 29), ("64kb", 64 << 10), (" 1t ", 1 << 40)])
 def test_sizes(text, expected):
