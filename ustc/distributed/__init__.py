@@ -14,12 +14,14 @@ from __future__ import annotations
 
 from ..errors import DistributedError, require
 from .comm import ActorCommunicator, Communicator, MPICommunicator
-from .dtensor import DTensor, DVector, Matmul, SolveResult, solve
+from .dtensor import DTensor, DVector, Matmul, SolveResult, matmul, solve
+from .spgemm import FetchPlan, SpGEMM
 from .partition import RowBlocks
 from .runtime import Runtime, connect, runtime, shutdown
 
-__all__ = ["ActorCommunicator", "Communicator", "DTensor", "DVector", "DistributedError", "MPICommunicator",
-           "Matmul", "RowBlocks", "Runtime", "SolveResult", "connect", "map", "runtime", "shutdown", "solve"]
+__all__ = ["ActorCommunicator", "Communicator", "DTensor", "DVector", "DistributedError", "FetchPlan",
+           "MPICommunicator", "Matmul", "RowBlocks", "Runtime", "SolveResult", "SpGEMM", "connect", "map", "matmul",
+           "runtime", "shutdown", "solve"]
 
 
 def _apply_chunk(fn, items, shared):

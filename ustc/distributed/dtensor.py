@@ -183,6 +183,9 @@ class DTensor:
         return Tensor.from_coo((r, c), v, self.shape, tensor_format)
 
     def __matmul__(self, x):
+        if isinstance(x, DTensor):
+            from .spgemm import SpGEMM
+            return SpGEMM(self, x).execute()
         if isinstance(x, DVector):
             return Matmul(self, x).execute()
         x = np.asarray(x)
@@ -217,7 +220,14 @@ class Matmul:
     """``y = alpha * A @ x (+ beta * c)`` for a DTensor ``A`` and a DVector ``x`` (a vector:
     SpMV; a dense matrix: SpMM). :meth:`plan` plans a ustc.Matmul per block (local and ghost
     parts); :meth:`execute` does one halo exchange and the block products, with no
-    scheduler task, and returns the DVector ``y`` (the same one at every execute)."""
+    scheduler task, and returns the DVector ``y`` (the same one at every execute).
+    ``Matmul(A, B)`` with a DTensor ``B`` is an :class:`~ustc.distributed.spgemm.SpGEMM`."""
+
+    def __new__(cls, a=None, x=None, *args, **kwargs):
+        if isinstance(x, DTensor):
+            from .spgemm import SpGEMM
+            return SpGEMM(a, x, *args, **kwargs)
+        return super().__new__(cls)
 
     def __init__(self, a: DTensor, x, c=None, alpha=1, beta=None):
         if not isinstance(a, DTensor):
@@ -279,6 +289,18 @@ class SolveResult:
         return (f"SolveResult(method={self.method!r}, converged={self.converged}, iterations={self.iterations}, "
                 f"relative_residual={self.relative_residual:.3g}, syncs={self.syncs}, messages={self.messages}, "
                 f"bytes={self.bytes}, scheduler_transitions={self.scheduler_transitions})")
+
+
+def matmul(a, b, **options):
+    """``a @ b`` for a DTensor ``a``: SpGEMM (a new DTensor) when ``b`` is a DTensor (``options``:
+    ``alpha``, ``block_format``, ``ghost_format``), else the SpMV / SpMM ``Matmul`` gathered
+    to NumPy (a DVector ``b``: the DVector result; ``options``: ``c``, ``alpha``, ``beta``)."""
+    if isinstance(b, DTensor):
+        from .spgemm import SpGEMM
+        return SpGEMM(a, b, **options).execute()
+    if isinstance(b, DVector):
+        return Matmul(a, b, **options).execute()
+    return Matmul(a, np.asarray(b), **options).execute(gather=True)
 
 
 def solve(a: DTensor, b, method: str = "cg", *, x0=None, rtol: float = 1e-8, atol: float = 0.0, maxiter=None,

@@ -30,6 +30,7 @@ from ..errors import DistributedError, SolveError
 from ..ops import krylov
 from ..ops.vectors import HostVectors
 from .comm import ActorCommunicator
+from .fetch import SpGEMMBlocks
 
 
 def _as_coo(block, nrows: int, ncols: int):
@@ -71,6 +72,7 @@ class _Block:
         self.send: dict = {}
         self.recv: dict = {}
         self.products: dict = {}
+        self.formats = (None, None)       # (block format, ghost format) as resolved for this block
 
     @property
     def nrows(self):
@@ -137,13 +139,15 @@ class _Operator:
         return out
 
 
-class BlockWorker:
+class BlockWorker(SpGEMMBlocks):
     """The Dask actor of one block index (rank) of a partition."""
 
     def __init__(self, rank: int, size: int, timeout: float = 120.0):
         self.rank, self.size, self.timeout = int(rank), int(size), float(timeout)
         self.blocks: dict = {}
         self.vecs: dict = {}
+        self.spgemms: dict = {}
+        self._needs: dict = {}
         self.comm = None
         self.loop = None
         self._pool = ThreadPoolExecutor(1, thread_name_prefix=f"ustc-block-{rank}")
@@ -214,7 +218,8 @@ class BlockWorker:
         diag = np.zeros(nrows, dtype=v.dtype)
         on = own & (r + rows[0] == c)
         np.add.at(diag, r[on], v[on])
-        self.blocks[key] = _Block(tuple(rows), tuple(cols), local, ghost, garray, v.dtype, diag)
+        block = self.blocks[key] = _Block(tuple(rows), tuple(cols), local, ghost, garray, v.dtype, diag)
+        block.formats = (fmt, ghost_fmt)
         return {"garray": garray, "nse_local": int(own.sum()), "nse_ghost": int((~own).sum()),
                 "format": str(local.format) if local is not None else str(fmt)}
 
@@ -227,6 +232,7 @@ class BlockWorker:
         for key in keys:
             self.blocks.pop(key, None)
             self.vecs.pop(key, None)
+            self.spgemms.pop(key, None)
 
     async def gather_block(self, key):
         """``(rows, cols, values)`` of this rank's rows, global column indices."""
@@ -285,6 +291,13 @@ class BlockWorker:
 
         await asyncio.gather(*(comm.send(dst, tag, data) for dst, data in sends),
                              *(take(src, lo, hi) for src, (lo, hi) in recv.items()))
+
+    async def _exchange(self, sends, srcs, tag) -> dict:
+        """Send ``(dst, data)`` pairs and receive from ``srcs`` under ``tag``: ``{src: data}``."""
+        comm = self.comm
+        got = await asyncio.gather(*(comm.send(dst, tag, data) for dst, data in sends),
+                                   *(comm.recv(src, tag) for src in srcs))
+        return dict(zip(srcs, got[len(sends):]))
 
     def _apply(self, block, x, out) -> None:
         """``out = (A x)[this rank's rows]`` from this rank's slice ``x``: the halo values go out
