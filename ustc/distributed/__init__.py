@@ -14,12 +14,14 @@ from __future__ import annotations
 
 from ..errors import DistributedError, require
 from .comm import ActorCommunicator, Communicator, MPICommunicator
-from .dtensor import DTensor, DVector, Matmul, SolveResult, matmul, solve
+from .checkpoint import Checkpoint
+from .dtensor import DTensor, DVector, Matmul, matmul
 from .spgemm import FetchPlan, SpGEMM
 from .partition import RowBlocks
 from .runtime import Runtime, connect, runtime, shutdown
+from .solve import SolveResult, solve
 
-__all__ = ["ActorCommunicator", "Communicator", "DTensor", "DVector", "DistributedError", "FetchPlan",
+__all__ = ["ActorCommunicator", "Checkpoint", "Communicator", "DTensor", "DVector", "DistributedError", "FetchPlan",
            "MPICommunicator", "Matmul", "RowBlocks", "Runtime", "SolveResult", "SpGEMM", "connect", "map", "matmul",
            "runtime", "shutdown", "solve"]
 

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import ShapeError, SolveError, UstcError
+from ..errors import DistributedError, ShapeError, UstcError
 from .partition import RowBlocks
+from .recipe import Loaded, Scattered
 from .runtime import runtime as _default_runtime
 
 
@@ -21,17 +22,38 @@ def _rt(rt):
     return rt if rt is not None else _default_runtime()
 
 
+def _checked(obj, group):
+    """``group`` unless ``obj``'s blocks were lost with no recipe to rebuild them."""
+    if obj.lost:
+        raise DistributedError(f"{obj.name}: blocks {list(obj.lost)} were lost with their worker and have no "
+                               f"recipe to rebuild them (made by a product or a solve): compute it again",
+                               lost_blocks=obj.lost)
+    return group
+
+
 class DVector:
     """A vector (``shape (n,)``) or dense matrix (``(n, k)``) split by rows over the blocks of
-    ``partition``; the slices live on the block actors under ``name``."""
+    ``partition``; the slices live on the block actors under ``name``. ``source``: the driver's
+    array it was scattered from (its recipe after a worker loss), or None."""
 
-    def __init__(self, rt, partition: RowBlocks, name: str, shape, dtype):
+    def __init__(self, rt, partition: RowBlocks, name: str, shape, dtype, source=None):
         self.runtime, self.partition, self.name = rt, partition, name
         self.shape, self.dtype = tuple(shape), np.dtype(dtype)
+        self.source = source
+        self.lost = ()
+        rt.group(partition.parts).members[name] = self
 
     @property
     def group(self):
-        return self.runtime.group(self.partition.parts)
+        return _checked(self, self.runtime.group(self.partition.parts))
+
+    def _rebuild(self, ranks) -> None:
+        """After a repair: scatter the lost slices again from ``source``, else mark them lost."""
+        if self.source is None:
+            self.lost = tuple(ranks)
+            return
+        args = {r: (self.name, self.source[slice(*self.partition.range(r))]) for r in ranks}
+        self.runtime.groups[self.partition.parts].call("set_vec", args, ranks=ranks)
 
     @classmethod
     def from_array(cls, x, partition=None, *, runtime=None) -> "DVector":
@@ -44,7 +66,7 @@ class DVector:
         name = rt.name("vec")
         group = rt.group(part.parts)
         group.call("set_vec", [(name, x[slice(*part.range(b))]) for b in range(part.parts)])
-        return cls(rt, part, name, x.shape, x.dtype)
+        return cls(rt, part, name, x.shape, x.dtype, source=x)
 
     def gather(self) -> np.ndarray:
         """The whole vector on the driver."""
@@ -55,23 +77,50 @@ class DVector:
         return self.gather()
 
     def free(self) -> None:
-        self.group.call("drop", [(self.name,)] * self.partition.parts)
+        group = self.group
+        group.members.pop(self.name, None)
+        group.call("drop", [(self.name,)] * self.partition.parts)
 
 
 class DTensor:
     """A row-partitioned sparse matrix; see the module text. Build with :meth:`from_tensor`
     (scatter from the driver), :meth:`from_loader` (each block made on its worker) or
-    :meth:`from_file` (a Matrix Market file each worker reads)."""
+    :meth:`from_file` (a Matrix Market file each worker reads). ``recipe``: how the blocks were
+    made (:mod:`ustc.distributed.recipe`), to rebuild those lost with a worker; None for results."""
 
-    def __init__(self, rt, rows: RowBlocks, cols: RowBlocks, name: str, shape, dtype, infos):
+    def __init__(self, rt, rows: RowBlocks, cols: RowBlocks, name: str, shape, dtype, infos, recipe=None):
         self.runtime, self.rows, self.cols, self.name = rt, rows, cols, name
         self.shape, self.dtype = tuple(shape), np.dtype(dtype)
-        self.blocks = infos
+        self.blocks = list(infos)
+        self.recipe = recipe
+        self.lost = ()
         self._halo(infos)
+        rt.group(rows.parts).members[name] = self
 
     @property
     def group(self):
-        return self.runtime.group(self.rows.parts)
+        return _checked(self, self.runtime.group(self.rows.parts))
+
+    @classmethod
+    def _build(cls, rt, rows, cols, shape, dtype, recipe) -> "DTensor":
+        """Every block made by ``recipe`` on its rank."""
+        name = rt.name("mat")
+        calls = [recipe.call(name, rows.range(b), cols.range(b)) for b in range(rows.parts)]
+        infos = rt.group(rows.parts).call(calls[0][0], [c[1] for c in calls])
+        return cls(rt, rows, cols, name, shape, dtype, infos, recipe)
+
+    def _rebuild(self, ranks) -> None:
+        """After a repair: the lost blocks made again by the recipe, their halo lists sent again
+        (the same partition gives the same lists); without a recipe, marked lost."""
+        if self.recipe is None:
+            self.lost = tuple(ranks)
+            return
+        group = self.runtime.groups[self.rows.parts]
+        calls = {r: self.recipe.call(self.name, self.rows.range(r), self.cols.range(r)) for r in ranks}
+        infos = group.call(calls[ranks[0]][0], {r: c[1] for r, c in calls.items()}, ranks=ranks)
+        for r, info in zip(ranks, infos):
+            self.blocks[r] = info
+        group.call("set_halo", {r: (self.name, self._send[r], self._recv[r]) for r in ranks}, ranks=ranks)
 
     @property
     def partition(self) -> RowBlocks:
@@ -103,15 +152,7 @@ class DTensor:
         (r, c), v = t.entries()
         csr = sp.csr_array((v, (r, c)), shape=(m, n))
         csr.sum_duplicates()
-        name = rt.name("mat")
-        group = rt.group(rows.parts)
-        args = []
-        for b in range(rows.parts):
-            r0, r1 = rows.range(b)
-            blk = csr[r0:r1].tocoo()
-            args.append((name, (r0, r1), cols.range(b), (blk.row, blk.col, blk.data), fmt, ghost_format))
-        infos = group.call("set_block", args)
-        return cls(rt, rows, cols, name, (m, n), t.dtype, infos)
+        return cls._build(rt, rows, cols, (m, n), t.dtype, Scattered(csr, fmt, ghost_format))
 
     @classmethod
     def from_loader(cls, loader, shape, partition=None, *, dtype=np.float64, block_format="CSR",
@@ -123,11 +164,7 @@ class DTensor:
         m, n = (int(s) for s in shape)
         rows = RowBlocks.of(m, partition)
         cols = RowBlocks.of(n, col_partition) if col_partition is not None else rows.like(n)
-        name = rt.name("mat")
-        group = rt.group(rows.parts)
-        infos = group.call("load_block", [(name, rows.range(b), cols.range(b), n, loader, block_format,
-                                           ghost_format) for b in range(rows.parts)])
-        return cls(rt, rows, cols, name, (m, n), dtype, infos)
+        return cls._build(rt, rows, cols, (m, n), dtype, Loaded(loader, n, block_format, ghost_format))
 
     @classmethod
     def from_file(cls, path, partition=None, **options) -> "DTensor":
@@ -157,7 +194,8 @@ class DTensor:
                 send[s][d] = garray[lo:hi] - self.cols.bounds[s]
                 recv[d][int(s)] = (int(lo), int(hi))
                 self.halo_counts[s, d] = hi - lo
-        self.group.call("set_halo", [(self.name, send[b], recv[b]) for b in range(P)])
+        self._send, self._recv = send, recv
+        self.runtime.group(P).call("set_halo", [(self.name, send[b], recv[b]) for b in range(P)])
 
     def plan_info(self, k: int = 1, dtype=None) -> dict:
         """What one product with a ``k``-column operand sends: ``messages``, ``entries`` and
@@ -192,7 +230,9 @@ class DTensor:
         return Matmul(self, DVector.from_array(x, self.cols, runtime=self.runtime)).execute(gather=True)
 
     def free(self) -> None:
-        self.group.call("drop", [(self.name,)] * self.rows.parts)
+        group = self.group
+        group.members.pop(self.name, None)
+        group.call("drop", [(self.name,)] * self.rows.parts)
 
 
 class _MtxRows:
@@ -258,37 +298,12 @@ class Matmul:
         cname = self.c.name if self.c is not None else None
         self.a.group.call("matmul", [(self.a.name, self.x.name, self.y.name, self.dtype.str, self.alpha,
                                       self.beta, cname)] * self.a.rows.parts)
+        self.y.lost = ()              # every slice written again (after a repair too)
         return self.y.gather() if gather else self.y
 
     def counters(self) -> list:
         """Per block: messages, bytes and synchronisations its communicator counted so far."""
         return self.a.group.call("counters")
-
-
-class SolveResult:
-    """What a distributed solve did (as :class:`ustc.SolveInfo`, plus communication counts)."""
-
-    def __init__(self, method, stats, rtol, atol, transitions):
-        first = stats[0]
-        self.method = method
-        self.iterations = first["iterations"]
-        self.residual_norm = first["residual"]
-        self.relative_residual = first["residual"] / (first["bnorm"] or 1.0)
-        self.converged = first["residual"] <= max(rtol * first["bnorm"], atol)
-        self.plan_info = first["plan_info"]
-        self.messages = sum(s["messages"] for s in stats)
-        self.bytes = sum(s["bytes"] for s in stats)
-        self.syncs = first["syncs"]
-        self.applications = first["applications"]
-        self.scheduler_transitions = transitions
-
-    def syncs_per_iteration(self) -> float:
-        return self.syncs / max(self.iterations, 1)
-
-    def __repr__(self):
-        return (f"SolveResult(method={self.method!r}, converged={self.converged}, iterations={self.iterations}, "
-                f"relative_residual={self.relative_residual:.3g}, syncs={self.syncs}, messages={self.messages}, "
-                f"bytes={self.bytes}, scheduler_transitions={self.scheduler_transitions})")
 
 
 def matmul(a, b, **options):
@@ -301,44 +316,3 @@ def matmul(a, b, **options):
     if isinstance(b, DVector):
         return Matmul(a, b, **options).execute()
     return Matmul(a, np.asarray(b), **options).execute(gather=True)
-
-
-def solve(a: DTensor, b, method: str = "cg", *, x0=None, rtol: float = 1e-8, atol: float = 0.0, maxiter=None,
-          restart: int = 30, preconditioner=None, check: bool = True, return_info: bool = False,
-          gather: bool = True):
-    """Solve ``A x = b`` with CG, BiCGSTAB or GMRES(restart), SPMD on the block actors: one call
-    per block, halo exchanges and all-reduces peer to peer, no scheduler work per iteration.
-    ``preconditioner``: None or ``"jacobi"``. Convergence as :func:`ustc.solve` (the true
-    residual, recomputed at the end); ``SolveError`` unless ``check=False``. Returns ``x``
-    (NumPy, or the DVector with ``gather=False``) and with ``return_info`` a :class:`SolveResult`."""
-    if method not in ("cg", "bicgstab", "gmres"):
-        raise UstcError(f"ustc.distributed.solve: method must be cg, bicgstab or gmres, got {method!r}")
-    if preconditioner not in (None, "jacobi"):
-        raise UstcError("ustc.distributed.solve: preconditioner must be None or 'jacobi'")
-    if a.shape[0] != a.shape[1] or a.rows != a.cols:
-        raise ShapeError(f"solve: a must be square with aligned row and column blocks, got {a.shape}")
-    rt = a.runtime
-    n = a.shape[0]
-    if not isinstance(b, DVector):
-        b = DVector.from_array(np.asarray(b), a.rows, runtime=rt)
-    if b.shape != (n,):
-        raise ShapeError(f"solve: b has shape {b.shape}, expected ({n},)")
-    x0name = None
-    if x0 is not None:
-        x0 = x0 if isinstance(x0, DVector) else DVector.from_array(np.asarray(x0), a.rows, runtime=rt)
-        x0name = x0.name
-    dtype = np.result_type(a.dtype, b.dtype, np.float32)
-    if dtype.kind not in "fc":
-        dtype = np.dtype(np.float64)
-    maxiter = 10 * n if maxiter is None else int(maxiter)
-    x = DVector(rt, a.rows, rt.name("vec"), (n,), dtype)
-    before = rt.scheduler_transitions()
-    stats = a.group.call("solve", [(a.name, b.name, x.name, x0name, method, dtype.str, rtol, atol, maxiter,
-                                    restart, preconditioner == "jacobi", n)] * a.rows.parts)
-    transitions = rt.scheduler_transitions() - before
-    info = SolveResult(method, stats, rtol, atol, transitions)
-    if check and not info.converged:
-        raise SolveError(f"ustc.distributed.solve: {method} did not converge in {info.iterations} iterations "
-                         f"(relative residual {info.relative_residual:.3g} > rtol {rtol:.1e})")
-    out = x.gather() if gather else x
-    return (out, info) if return_info else out

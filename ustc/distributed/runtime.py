@@ -10,7 +10,8 @@ ustc).
 
 A runtime keeps one group of block actors per partition size ``P`` (rank ``b``
 on worker ``b mod workers``), connected peer to peer; every distributed matrix
-and vector of that size lives in that group.
+and vector of that size lives in that group. A group that lost a worker is
+repaired on its next use (:func:`ustc.distributed.recipe.repair`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import atexit
 import itertools
 import os
 import threading
+import weakref
 
 from ..errors import DistributedError, require
 
@@ -63,20 +65,29 @@ class Runtime:
     def name(self, kind: str) -> str:
         return f"{kind}-{next(self._names)}"
 
-    def group(self, size: int):
-        """The ``size`` block actors (created and connected on first use)."""
+    def place(self, size: int, rank: int, worker: str):
+        """A new block actor for ``rank`` of ``size`` on ``worker``: its future (the actor is
+        ``future.result()``)."""
         from .worker import BlockWorker
 
+        return self.client.submit(BlockWorker, rank, size, self.timeout, actor=True, workers=[worker],
+                                  allow_other_workers=False, pure=False,
+                                  key=f"ustc-block-{size}-{rank}-{os.urandom(4).hex()}")
+
+    def group(self, size: int):
+        """The ``size`` block actors (created and connected on first use; repaired first when a
+        worker was lost: :func:`ustc.distributed.recipe.repair`)."""
         group = self.groups.get(size)
         if group is not None:
+            if group.lost:
+                from .recipe import repair
+                repair(group)
             return group
         workers = self.workers
-        futures = [self.client.submit(BlockWorker, rank, size, self.timeout, actor=True,
-                                      workers=[workers[rank % len(workers)]], allow_other_workers=False,
-                                      pure=False, key=f"ustc-block-{size}-{rank}-{os.urandom(4).hex()}")
-                   for rank in range(size)]
+        where = [workers[r % len(workers)] for r in range(size)]
+        futures = [self.place(size, rank, where[rank]) for rank in range(size)]
         actors = [f.result() for f in futures]
-        group = _Group(self, size, actors, futures, [workers[r % len(workers)] for r in range(size)])
+        group = _Group(self, size, actors, futures, where)
         group.call("connect", [(actors,)] * size)
         self.groups[size] = group
         return group
@@ -99,25 +110,32 @@ class Runtime:
 
 
 class _Group:
-    """The block actors of one partition size and the driver's way of calling them all."""
+    """The block actors of one partition size and the driver's way of calling them all.
+    ``lost``: ranks whose worker died (repaired on the next ``Runtime.group``); ``generation``
+    counts repairs; ``members``: the live matrices and vectors of the group, by name (weak)."""
 
     def __init__(self, runtime, size, actors, futures, workers):
         self.runtime, self.size, self.actors, self.futures, self.workers = runtime, size, actors, futures, workers
+        self.lost = ()
+        self.generation = 0
+        self.members = weakref.WeakValueDictionary()
 
-    def call(self, method: str, args=None, kwargs=None, ranks=None):
-        """Call ``method`` on every rank (``args[r]`` a tuple per rank) concurrently, SPMD; the
-        results in rank order. When one rank fails because its worker is gone, the others are
-        aborted and :class:`ustc.DistributedError` names the lost blocks."""
+    def call(self, method: str, args=None, kwargs=None, ranks=None, poll=None):
+        """Call ``method`` on ``ranks`` (all by default; ``args[r]`` a tuple per rank)
+        concurrently, SPMD; the results in rank order. When one rank fails because its worker
+        is gone, the others are aborted, the group is marked broken and
+        :class:`ustc.DistributedError` names the lost blocks. ``poll``: a coroutine function
+        awaited while the call runs, every 0.25 s (its failures are ignored)."""
         ranks = list(range(self.size)) if ranks is None else list(ranks)
         args = args if args is not None else [()] * self.size
-        return self.runtime.client.sync(self._call, method, ranks, args, kwargs or {})
+        return self.runtime.client.sync(self._call, method, ranks, args, kwargs or {}, poll)
 
-    async def _call(self, method, ranks, args, kwargs):
+    async def _call(self, method, ranks, args, kwargs, poll=None):
         async def one(rank):
             return await getattr(self.actors[rank], method)(*args[rank], **kwargs)
 
         tasks = {asyncio.ensure_future(one(r)): r for r in ranks}
-        watch = asyncio.ensure_future(self._watch(ranks))
+        watch = asyncio.ensure_future(self._watch(ranks, poll))
         lost, failed = [], None
         waiting = set(tasks)
         while waiting:
@@ -146,7 +164,7 @@ class _Group:
             else:
                 t.cancel()
         if lost:
-            self.runtime.groups.pop(self.size, None)      # a later call makes a fresh group
+            self.lost = tuple(sorted(set(self.lost) | set(lost)))      # the next Runtime.group repairs
             raise DistributedError(f"{method}: the workers holding blocks {lost} of {self.size} were lost "
                                    f"({', '.join(sorted({self.workers[b] for b in lost}))})",
                                    lost_blocks=lost)
@@ -159,14 +177,20 @@ class _Group:
         info = await self.runtime.client.scheduler.identity(n_workers=-1)
         return set(info["workers"])
 
-    async def _watch(self, ranks, interval=0.25):
-        """Returns the ranks whose worker left the cluster (polls the scheduler, no tasks)."""
+    async def _watch(self, ranks, poll=None, interval=0.25):
+        """Returns the ranks whose worker left the cluster (polls the scheduler, no tasks);
+        awaits ``poll()`` after each look while all are alive."""
         while True:
             await asyncio.sleep(interval)
             alive = await self._alive_workers()
             lost = [r for r in ranks if self.workers[r] not in alive]
             if lost:
                 return lost
+            if poll is not None:
+                try:
+                    await poll()
+                except Exception:  # noqa: BLE001 - a lost worker is found by the next look
+                    pass
 
     async def _lost(self, ranks, wait=3.0):
         """After a failure: the ranks whose worker the scheduler no longer lists (waits up to

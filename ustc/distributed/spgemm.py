@@ -107,14 +107,15 @@ class SpGEMM:
         own = np.array([runs[d][d][1] - runs[d][d][0] if d in runs[d] else 0 for d in range(P)], np.int64)
         self.fetch = FetchPlan(rows, counts, values, own)
         self.plan_info = self.fetch.info()
+        self._generation = group.generation
         return self.plan_info
 
     def execute(self):
         """The product as a new DTensor (SPMD: one call per block, one message per pair)."""
         from .dtensor import DTensor
 
-        if self.fetch is None:
-            self.plan()
+        if self.fetch is None or self.a.group.generation != self._generation:
+            self.plan()                 # first use, or the group was repaired since the plan
         a, b = self.a, self.b
         name = a.runtime.name("mat")
         infos = a.group.call("spgemm", [(self.key, a.name, name, b.cols.range(r), self.alpha, self.block_format,

@@ -13,7 +13,9 @@ sees nothing until the solve returns.
 
 The Krylov methods are :mod:`ustc.ops.krylov`'s own (CG, BiCGSTAB; GMRES here,
 with the restart length taken from the global size) over a vector backend
-whose reductions are all-reduces (:class:`BlockVectors`).
+whose reductions are all-reduces (:class:`BlockVectors`); with checkpoints, the
+backend tells a :class:`~ustc.distributed.checkpoint.Watch` when ``x`` changes
+and the driver pulls its copies through :meth:`BlockWorker.checkpoints`.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import numpy as np
 from ..errors import DistributedError, SolveError
 from ..ops import krylov
 from ..ops.vectors import HostVectors
+from .checkpoint import Watch
 from .comm import ActorCommunicator
 from .fetch import SpGEMMBlocks
 
@@ -96,6 +99,24 @@ class BlockVectors(HostVectors):
     def __init__(self, worker: "BlockWorker"):
         super().__init__()
         self.worker = worker
+        self.watch = None          # a checkpoint Watch, told when x changes
+
+    def cg_step(self, x, r, z, p, q, dinv, alpha, jacobi: bool):
+        rr, rz = super().cg_step(x, r, z, p, q, dinv, alpha, jacobi)
+        total = self._sum(rr, rz)
+        if self.watch is not None:
+            self.watch.updated(x)
+        return float(np.real(total[0])), r.dtype.type(total[1])
+
+    def bicg_x(self, x, alpha, ph, omega, sh) -> None:
+        super().bicg_x(x, alpha, ph, omega, sh)
+        if self.watch is not None:
+            self.watch.updated(x)
+
+    def axpy(self, y, alpha, x) -> None:
+        super().axpy(y, alpha, x)
+        if self.watch is not None:
+            self.watch.updated(y)
 
     def _sum(self, *values):
         return self.worker._wait(self.worker.comm.allreduce(np.array(values)))
@@ -106,11 +127,6 @@ class BlockVectors(HostVectors):
     def norm2(self, a) -> float:
         local = float(np.real(self._k(a).dot(a, a))) if a.size else 0.0
         return math.sqrt(max(float(np.real(self._sum(local)[0])), 0.0))
-
-    def cg_step(self, x, r, z, p, q, dinv, alpha, jacobi: bool):
-        rr, rz = super().cg_step(x, r, z, p, q, dinv, alpha, jacobi)
-        total = self._sum(rr, rz)
-        return float(np.real(total[0])), r.dtype.type(total[1])
 
     def residual(self, r, b, ax) -> float:
         return float(np.real(self._sum(super().residual(r, b, ax))[0]))
@@ -135,6 +151,8 @@ class _Operator:
 
     def apply(self, v, out):
         self.applications += 1
+        if self.vec.watch is not None:
+            self.vec.watch.product(v)
         self.worker._apply(self.block, v, out)
         return out
 
@@ -147,6 +165,7 @@ class BlockWorker(SpGEMMBlocks):
         self.blocks: dict = {}
         self.vecs: dict = {}
         self.spgemms: dict = {}
+        self.watches: dict = {}
         self._needs: dict = {}
         self.comm = None
         self.loop = None
@@ -154,10 +173,13 @@ class BlockWorker(SpGEMMBlocks):
 
     # -- plumbing -------------------------------------------------------------------------
     async def connect(self, peers) -> int:
-        """Learn the peer actors (one per rank, this one included); returns the process id."""
+        """Learn the peer actors (one per rank, this one included) with a fresh communicator;
+        returns the process id. Waits first for this block's thread to finish what it runs (after
+        a repair: an aborted call), so nothing uses the old communicator afterwards."""
         from distributed import get_worker
 
         self.loop = asyncio.get_running_loop()
+        await self._run(lambda: None)
         worker = get_worker()
         for peer in peers:          # bound here: the block thread's calls run outside the worker's context
             peer._worker = worker
@@ -346,11 +368,28 @@ class BlockWorker(SpGEMMBlocks):
 
     # -- solves ---------------------------------------------------------------------------
     async def solve(self, key, bname, xname, x0name, method, dtype, rtol, atol, maxiter, restart,
-                    jacobi, nglobal, checkpoint_every=None):
+                    jacobi, nglobal, checkpoint_every=None, offset=0):
+        """The SPMD solve of this block (every rank calls it together); with ``checkpoint_every``
+        a :class:`~ustc.distributed.checkpoint.Watch` keeps copies of ``x`` for
+        :meth:`checkpoints` (``offset``: iterations done before, for a resumed solve)."""
         return await self._run(self._solve, key, bname, xname, x0name, method, np.dtype(dtype), rtol,
-                               atol, maxiter, restart, jacobi, nglobal)
+                               atol, maxiter, restart, jacobi, nglobal, checkpoint_every, offset)
 
-    def _solve(self, key, bname, xname, x0name, method, dtype, rtol, atol, maxiter, restart, jacobi, nglobal):
+    async def checkpoints(self, xname, since) -> list:
+        """The copies of the running solve's ``x`` slice taken after iteration ``since``."""
+        watch = self.watches.get(xname)
+        return watch.since(since) if watch is not None else []
+
+    def _solve(self, key, bname, xname, x0name, method, dtype, rtol, atol, maxiter, restart, jacobi, nglobal,
+               checkpoint_every=None, offset=0):
+        try:
+            return self._solve_block(key, bname, xname, x0name, method, dtype, rtol, atol, maxiter, restart,
+                                     jacobi, nglobal, checkpoint_every, offset)
+        finally:
+            self.watches.pop(xname, None)
+
+    def _solve_block(self, key, bname, xname, x0name, method, dtype, rtol, atol, maxiter, restart, jacobi,
+                     nglobal, checkpoint_every, offset):
         block = self.blocks[key]
         comm = self.comm
         op = _Operator(self, block, dtype)
@@ -366,10 +405,13 @@ class BlockWorker(SpGEMMBlocks):
                                  "some block has a zero or missing diagonal entry")
             dinv = (1 / block.diag).astype(dtype)
         comm.reset_counters()
+        if checkpoint_every:
+            vec.watch = self.watches[xname] = Watch(x, method, checkpoint_every, offset)
         if method == "gmres":
             x, it, _, _ = krylov.gmres(op, b, x, dinv, rtol, atol, maxiter, restart, size=nglobal)
         else:
             x, it, _, _ = krylov.SOLVERS[method](op, b, x, dinv, rtol, atol, maxiter)
+        vec.watch = None
         loop_counters = {"messages": comm.messages, "bytes": comm.bytes, "syncs": comm.syncs,
                          "applications": op.applications}
         r = np.empty_like(b)

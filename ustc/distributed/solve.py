@@ -1,0 +1,142 @@
+"""The distributed Krylov solve: one SPMD call per block, with checkpoints and resume.
+
+:func:`solve` runs :mod:`ustc.ops.krylov`'s CG, BiCGSTAB or GMRES on every block at once
+(:meth:`ustc.distributed.worker.BlockWorker.solve`). With ``checkpoint_every=k`` the driver
+holds the newest complete :class:`~ustc.distributed.checkpoint.Checkpoint` while the solve
+runs; when a worker is lost the :class:`ustc.DistributedError` carries it
+(``err.checkpoint``), and ``solve(..., resume=err.checkpoint)`` (or ``retries=n``, which
+does so itself) repairs the group (:mod:`ustc.distributed.recipe`: the lost blocks rebuilt
+from their recipes on the workers alive) and continues from it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import DistributedError, ShapeError, SolveError, UstcError
+from .checkpoint import Checkpoint, Collector
+from .dtensor import DTensor, DVector
+
+
+class SolveResult:
+    """What a distributed solve did (as :class:`ustc.SolveInfo`, plus communication counts)."""
+
+    def __init__(self, method, stats, rtol, atol, transitions, offset=0):
+        first = stats[0]
+        self.method = method
+        self.iterations = offset + first["iterations"]
+        self.resumed_from = offset          # iterations done before a resume (0: none)
+        self.checkpoints = 0                # complete checkpoints the driver received
+        self.restarts = 0                   # automatic resumes after a worker loss
+        self.residual_norm = first["residual"]
+        self.relative_residual = first["residual"] / (first["bnorm"] or 1.0)
+        self.converged = first["residual"] <= max(rtol * first["bnorm"], atol)
+        self.plan_info = first["plan_info"]
+        self.messages = sum(s["messages"] for s in stats)
+        self.bytes = sum(s["bytes"] for s in stats)
+        self.syncs = first["syncs"]
+        self.applications = first["applications"]
+        self.scheduler_transitions = transitions
+
+    def syncs_per_iteration(self) -> float:
+        return self.syncs / max(self.iterations, 1)
+
+    def __repr__(self):
+        return (f"SolveResult(method={self.method!r}, converged={self.converged}, iterations={self.iterations}, "
+                f"relative_residual={self.relative_residual:.3g}, syncs={self.syncs}, messages={self.messages}, "
+                f"bytes={self.bytes}, scheduler_transitions={self.scheduler_transitions}, "
+                f"checkpoints={self.checkpoints}, restarts={self.restarts})")
+
+
+def _validate(a, method, preconditioner, checkpoint_every, resume) -> None:
+    if method not in ("cg", "bicgstab", "gmres"):
+        raise UstcError(f"ustc.distributed.solve: method must be cg, bicgstab or gmres, got {method!r}")
+    if preconditioner not in (None, "jacobi"):
+        raise UstcError("ustc.distributed.solve: preconditioner must be None or 'jacobi'")
+    if a.shape[0] != a.shape[1] or a.rows != a.cols:
+        raise ShapeError(f"solve: a must be square with aligned row and column blocks, got {a.shape}")
+    if checkpoint_every is not None and int(checkpoint_every) < 1:
+        raise UstcError(f"ustc.distributed.solve: checkpoint_every must be a positive count, got {checkpoint_every}")
+    if resume is not None:
+        if not isinstance(resume, Checkpoint) or resume.method != method or resume.x.shape != (a.shape[0],):
+            raise UstcError(f"ustc.distributed.solve: resume= needs a Checkpoint of {method} for {a.shape[0]} "
+                            f"unknowns, got {resume!r}")
+
+
+def solve(a: DTensor, b, method: str = "cg", *, x0=None, rtol: float = 1e-8, atol: float = 0.0, maxiter=None,
+          restart: int = 30, preconditioner=None, check: bool = True, return_info: bool = False,
+          gather: bool = True, checkpoint_every=None, resume: Checkpoint | None = None, retries: int = 0,
+          on_checkpoint=None):
+    """Solve ``A x = b`` with CG, BiCGSTAB or GMRES(restart), SPMD on the block actors: one call
+    per block, halo exchanges and all-reduces peer to peer, no scheduler work per iteration.
+    ``preconditioner``: None or ``"jacobi"``. Convergence as :func:`ustc.solve` (the true
+    residual, recomputed at the end); ``SolveError`` unless ``check=False``. Returns ``x``
+    (NumPy, or the DVector with ``gather=False``) and with ``return_info`` a :class:`SolveResult`.
+
+    ``checkpoint_every=k``: the driver keeps the iterate every ``k`` iterations (pulled every
+    0.25 s; ``on_checkpoint(checkpoint)`` is called on the client's event loop with each new
+    one: keep it short). A lost worker raises :class:`ustc.DistributedError` with
+    ``err.checkpoint`` (the newest complete checkpoint, else ``resume``, else None).
+    ``resume=checkpoint``: start from its ``x`` (``x0`` ignored) with ``maxiter`` counting the
+    iterations done before; the group is repaired first if a worker was lost. ``retries=n``:
+    resume so by itself after up to ``n`` losses (from the start when no checkpoint was taken).
+    ``b`` as a NumPy array is scattered at every attempt; a DVector ``b`` is rebuilt from its
+    recipe."""
+    _validate(a, method, preconditioner, checkpoint_every, resume)
+    n = a.shape[0]
+    maxiter = 10 * n if maxiter is None else int(maxiter)
+    options = dict(rtol=rtol, atol=atol, maxiter=maxiter, restart=restart, jacobi=preconditioner == "jacobi",
+                   checkpoint_every=checkpoint_every, on_checkpoint=on_checkpoint)
+    restarts = 0
+    while True:
+        try:
+            x, info = _attempt(a, b, method, x0, resume, **options)
+            break
+        except DistributedError as err:
+            if restarts >= int(retries):
+                raise
+            restarts += 1
+            resume = getattr(err, "checkpoint", None) or resume
+    info.restarts = restarts
+    if check and not info.converged:
+        raise SolveError(f"ustc.distributed.solve: {method} did not converge in {info.iterations} iterations "
+                         f"(relative residual {info.relative_residual:.3g} > rtol {rtol:.1e})")
+    out = x.gather() if gather else x
+    return (out, info) if return_info else out
+
+
+def _attempt(a, b, method, x0, resume, *, rtol, atol, maxiter, restart, jacobi, checkpoint_every, on_checkpoint):
+    """One SPMD solve on the (repaired) group; DistributedError with ``.checkpoint`` on a loss."""
+    rt, n = a.runtime, a.shape[0]
+    group = a.group                                 # repairs the group and rebuilds a after a loss
+    made = []
+    if not isinstance(b, DVector):
+        b = DVector.from_array(np.asarray(b), a.rows, runtime=rt)
+        made.append(b)
+    if b.shape != (n,):
+        raise ShapeError(f"solve: b has shape {b.shape}, expected ({n},)")
+    if resume is not None:
+        x0 = resume.x
+    if x0 is not None and not isinstance(x0, DVector):
+        x0 = DVector.from_array(np.asarray(x0), a.rows, runtime=rt)
+        made.append(x0)
+    dtype = np.result_type(a.dtype, b.dtype, np.float32)
+    if dtype.kind not in "fc":
+        dtype = np.dtype(np.float64)
+    offset = resume.iterations if resume is not None else 0
+    x = DVector(rt, a.rows, rt.name("vec"), (n,), dtype)
+    collector = (Collector(group, x.name, method, resume, on_checkpoint) if checkpoint_every else None)
+    args = (a.name, b.name, x.name, x0.name if x0 is not None else None, method, dtype.str, rtol, atol,
+            max(maxiter - offset, 0), restart, jacobi, n, checkpoint_every, offset)
+    before = rt.scheduler_transitions()
+    try:
+        stats = group.call("solve", [args] * a.rows.parts, poll=collector.poll if collector else None)
+    except DistributedError as err:
+        err.checkpoint = collector.latest if collector is not None else resume
+        raise
+    transitions = rt.scheduler_transitions() - before
+    for v in made:
+        v.free()
+    info = SolveResult(method, stats, rtol, atol, transitions, offset)
+    info.checkpoints = collector.count if collector is not None else 0
+    return x, info
