@@ -14,6 +14,7 @@ from . import compiled  # noqa: E402,F401  (the ustc:: custom ops for torch.comp
 from .checkpoint import add_safe_globals, install as _install_checkpoints, register_load_hooks, safe_globals  # noqa: E402
 from .autograd import sddmm  # noqa: E402
 from .pruning import fold_torch_pruning, prune_model  # noqa: E402
+from .propagate import PropagationReport, UntraceableModel, propagate  # noqa: E402
 from .reformat import LayerSummary, ReformatSummary, default_reformat, reformat_model  # noqa: E402
 from .subclass import TorchUST, dense_fallback, set_dense_fallback  # noqa: E402
 
