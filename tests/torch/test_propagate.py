@@ -316,6 +316,52 @@ def test_annotations_on_the_result():
     assert dict(report.activations)["_0"] == fast.tesa["_0"]
 
 
+def test_every_output_dead():
+    torch.manual_seed(0)
+    model = mlp((8, 16, 4))
+    pruned_rows(model[0], slice(0, 16))
+    fast, report = propagate(model, torch.randn(3, 8))
+    assert weight(fast, "0").shape == (0, 0) and weight(fast, "2").shape == (0, 0)
+    assert report.layer("2").output.constant == tuple((j, float(model[2].bias[j].detach())) for j in range(4))
+    same_function(fast, model, (5, 8))
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16])
+def test_other_dtypes(dtype):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 32), nn.GELU(), nn.Dropout(0.1), nn.Linear(32, 8)).eval().to(dtype)
+    pruned_rows(model[0], slice(0, 16))
+    fast, _ = propagate(model, torch.randn(3, 8, dtype=dtype))
+    assert weight(fast, "3").shape == (8, 16) and weight(fast, "3").dtype == dtype
+    x = torch.randn(5, 8, dtype=dtype)
+    torch.testing.assert_close(fast(x), model(x))
+
+
+class Scaled(nn.Module):
+    """Element-wise ops of every kind between two layers: products, numbers, a parameter per feature."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(8, 16), nn.Linear(16, 8)
+        self.scale = nn.Parameter(torch.randn(16))
+
+    def forward(self, x):
+        h = self.a(x)
+        h = (h * h - 0.5 * h).relu() * self.scale + 1
+        return self.b(h / 2)
+
+
+def test_element_wise_chain_with_a_parameter():
+    torch.manual_seed(0)
+    model = Scaled().eval()
+    pruned_rows(model.a, slice(0, 8))
+    fast, report = propagate(model, torch.randn(3, 8))
+    assert weight(fast, "a").shape == (8, 8) and weight(fast, "b").shape == (8, 8)
+    assert report.layer("b").folded == 8  # (0 * scale + 1) / 2 on the dead features
+    assert report.conversions == ("gather after scale: 16 -> 8 features",)  # the parameter, not the activation
+    same_function(fast, model, (5, 8))
+
+
 # -- sparse ReLU, timing, report -------------------------------------------------------------------
 
 def test_sparse_relu_feeds_the_product():

@@ -82,7 +82,7 @@ def propagate(model: nn.Module, example_inputs, *, measure: bool = True, sparse_
     sources = _fold(work)
     gm, opaque = trace(work)
     ops, facts, seen = _analyse(gm, inputs)
-    new, plans, conversions = Rewriter(gm, ops, facts, seen.shape, seen.dtype, min_share).run()
+    new, plans, conversions = Rewriter(gm, ops, facts, seen, min_share).run()
     keep = {n.args[0].name for n in new.graph.nodes if n.op != "output" and n.args and isinstance(n.args[0], fx.Node)}
     after = observe(new, inputs, keep)
     chosen = _choose(new, plans, after, sources, dict(gm.named_modules()), measure)

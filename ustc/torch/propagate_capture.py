@@ -85,11 +85,12 @@ def trace(model: nn.Module) -> tuple:
 
 @dataclass
 class Observed:
-    """What one run of the traced model saw, per node name: the output's ``shape`` and ``dtype``
-    (tensors only), its share of nonzeros (``density``), and the outputs asked for (``values``)."""
+    """What one run of the traced model saw, per node name: the output's ``shape``, ``dtype`` and
+    ``device`` (tensors only), its share of nonzeros (``density``), and the outputs asked for (``values``)."""
 
     shape: dict = field(default_factory=dict)
     dtype: dict = field(default_factory=dict)
+    device: dict = field(default_factory=dict)
     density: dict = field(default_factory=dict)
     values: dict = field(default_factory=dict)
     output: object = None
@@ -107,6 +108,7 @@ class _Recorder(fx.Interpreter):
         if isinstance(result, torch.Tensor) and result.layout == torch.strided:
             self.seen.shape[n.name] = tuple(result.shape)
             self.seen.dtype[n.name] = result.dtype
+            self.seen.device[n.name] = result.device
             if result.numel() and (result.is_floating_point() or result.dtype == torch.bool):
                 self.seen.density[n.name] = float(torch.count_nonzero(result)) / result.numel()
         return result

@@ -12,7 +12,9 @@ facts (``known``, ``unused``, ``needed = not known and not unused``):
   is narrowed first (a gather);
 * an element-wise op in one tensor works on its input's ``K`` (widened first
   when a needed feature is missing: random dropout of a known constant);
-* ``a + b``, ``a * b``: both operands brought to ``K_a ∪ K_b``;
+* ``a + b``, ``a * b``: both operands brought to ``K_a``, ``K_b`` or ``K_a ∪ K_b``, the
+  cheapest that holds the needed features (a parameter is cheaper to gather
+  than an activation to scatter);
 * boundaries and the model's output get full-width tensors.
 
 Bringing a tensor from ``K_src`` to ``K_dst`` (:class:`FeatureGather`,
@@ -84,10 +86,12 @@ def compact_linear(module: nn.Linear, rows, cols, facts_in: Facts) -> nn.Linear:
     with warnings.catch_warnings(), torch.device("meta"):
         warnings.simplefilter("ignore")  # an empty layer (every output known) warns at init
         new = nn.Linear(len(keep_cols), len(keep_rows), bias=module.bias is not None or bool(bias.any()))
-    new.weight = nn.Parameter(w_rows[:, keep_cols].to(dtype).contiguous(), requires_grad=module.weight.requires_grad)
+    device = module.weight.device
+    new.weight = nn.Parameter(w_rows[:, keep_cols].to(device, dtype).contiguous(),
+                              requires_grad=module.weight.requires_grad)
     if new.bias is not None:
         grad = module.bias is not None and module.bias.requires_grad
-        new.bias = nn.Parameter(bias.to(dtype), requires_grad=grad)
+        new.bias = nn.Parameter(bias.to(device, dtype), requires_grad=grad)
     new.train(module.training)
     return new
 
@@ -111,16 +115,24 @@ def _indices(mask: torch.Tensor):
     return None if bool(mask.all()) else torch.nonzero(mask).flatten()
 
 
+def _numel(shape) -> int:
+    count = 1
+    for n in shape:
+        count *= n
+    return count
+
+
 def _full(kept, width: int) -> torch.Tensor:
     return torch.arange(width) if kept is None else kept
 
 
 class Rewriter:
-    """Builds the compact graph; :meth:`run` returns ``(GraphModule, [LayerPlan], conversions)``."""
+    """Builds the compact graph; :meth:`run` returns ``(GraphModule, [LayerPlan], conversions)``.
+    ``seen``: the :class:`~ustc.torch.propagate_capture.Observed` run (shapes, dtypes, devices)."""
 
-    def __init__(self, gm: fx.GraphModule, ops: dict, facts: dict, shapes: dict, dtypes: dict,
-                 min_share: float = MIN_SHARE):
-        self.gm, self.ops, self.facts, self.shapes, self.dtypes = gm, ops, facts, shapes, dtypes
+    def __init__(self, gm: fx.GraphModule, ops: dict, facts: dict, seen, min_share: float = MIN_SHARE):
+        self.gm, self.ops, self.facts, self.seen = gm, ops, facts, seen
+        self.shapes = seen.shape
         self.min_share = min_share
         self.old_modules = dict(gm.named_modules())
         self.graph, self.root = fx.Graph(), {}
@@ -208,15 +220,36 @@ class Rewriter:
 
     def _binary(self, node: fx.Node, op) -> None:
         a, b = op.inputs
-        ka, kb = self.kept.get(a.name), self.kept.get(b.name)
-        kept = None
-        if ka is not None and kb is not None:
-            union = torch.zeros(self.shapes[node.name][-1], dtype=torch.bool)
-            union[ka] = True
-            union[kb] = True
-            kept = _indices(union)
+        kept = self._meeting_point(node, op.inputs)
         self.kept[node.name] = kept
         self._copy(node, {a: self.convert(a, kept), b: self.convert(b, kept)})
+
+    def _meeting_point(self, node: fx.Node, inputs):
+        """The features both operands are brought to: ``K_a``, ``K_b`` or their union, whichever holds
+        the needed features and copies the fewest elements (a scatter counts twice: it also fills)."""
+        width = self.shapes[node.name][-1]
+        needed = self.facts[node.name].needed
+        masks = {}
+        for arg in inputs:
+            mask = torch.zeros(width, dtype=torch.bool)
+            mask[_full(self.kept.get(arg.name), width)] = True
+            masks[arg] = mask
+        union = torch.zeros(width, dtype=torch.bool)
+        for mask in masks.values():
+            union |= mask
+        best = None
+        for candidate in [*masks.values(), union]:
+            if bool((needed & ~candidate).any()):
+                continue
+            cost = 0
+            for arg, mask in masks.items():
+                size = max(1, _numel(self.shapes[arg.name]))
+                if not torch.equal(mask, candidate):
+                    cost += size * (2 if bool((candidate & ~mask).any()) else 1)
+            key = (cost, int(candidate.sum()))
+            if best is None or key < best[0]:
+                best = (key, candidate)
+        return _indices(best[1])
 
     # -- conversions ----------------------------------------------------------------------------
 
@@ -248,12 +281,12 @@ class Rewriter:
             node = self._insert(FeatureGather(torch.nonzero(want[src]).flatten()), node, "gather", source,
                                 len(src), int(want[src].sum()))
             src = src[want[src]]
-        fill = torch.where(facts.known[dst], facts.value[dst], 0.0).to(self.dtypes[source.name])
+        fill = torch.where(facts.known[dst], facts.value[dst], 0.0).to(self.seen.dtype[source.name])
         return self._insert(FeatureScatter(torch.searchsorted(dst, src), fill), node, "scatter", source,
                             len(src), len(dst))
 
     def _insert(self, module: nn.Module, node: fx.Node, kind: str, source: fx.Node, n_in: int, n_out: int):
         name = f"ustc_{kind}_{len(self.conversions)}"
-        self.root[name] = module
+        self.root[name] = module.to(self.seen.device[source.name])
         self.conversions.append(f"{kind} after {source.name}: {n_in} -> {n_out} features")
         return self.graph.call_module(name, (node,))
