@@ -52,6 +52,8 @@ class Runtime:
                                         scheduler_kwargs={"dashboard_address": "127.0.0.1:0"},
                                         env=dict(WORKER_ENV), silence_logs=40, worker_dashboard_address=None)
             self.client = Client(self.cluster)
+            from ._setup import WorkerSetup
+            self.client.register_plugin(WorkerSetup())
         self.timeout = float(timeout)
         self.groups: dict = {}
         self._names = itertools.count()
