@@ -378,6 +378,28 @@ def test_sparse_relu_feeds_the_product():
     assert not any(isinstance(m, SparseReluLinear) for m in untouched.modules())
 
 
+def test_format_candidates_follow_the_structure():
+    from ustc.torch.propagate_choose import candidates, choose_format
+
+    torch.manual_seed(0)
+    blocks = nn.Linear(64, 64)
+    with torch.no_grad():
+        blocks.weight *= (torch.rand(8, 8) > 0.7).repeat_interleave(8, 0).repeat_interleave(8, 1)
+    found = candidates(blocks, None)
+    assert list(found) == ["dense", "CSR", "BSR(8, 8)"]
+    x = torch.randn(4, 64)
+    for layer in found.values():
+        torch.testing.assert_close(layer(x), blocks(x))
+    label, layer, samples = choose_format(blocks, None, x, measure=True)
+    assert set(samples) == set(found) and all(len(v) == 7 for v in samples.values())
+    assert min(samples[label]) == min(min(v) for v in samples.values())
+    one_in_four = nn.Linear(16, 8)
+    with torch.no_grad():
+        one_in_four.weight[:, [i for i in range(16) if i % 4]] = 0
+    assert "Structured(1, 4)" in candidates(one_in_four, None)
+    assert choose_format(one_in_four, ustc.formats.CSR, None, measure=False)[0] == "CSR"  # the incoming one
+
+
 def test_measured_report():
     torch.manual_seed(0)
     model = mlp((16, 32, 8))
