@@ -105,6 +105,8 @@ def compile_statement(statement: nt.Statement, operands: dict[str, Operand], nam
             "statement": str(statement), "accumulate": statement.accumulate, "overwrites": overwrites,
             "writer": lowering.writer.passes if lowering.writer is not None else 0,
             "workspace": lowering.ws.index if lowering.ws is not None else None}
+    if lowering.writer is not None and lowering.writer.split:  # the writer's chunks run in parallel
+        plan["split"] = True
     if not stmt.semiring.is_plus_times:
         plan["semiring"] = stmt.semiring.name
     if stmt.epilog is not None:  # "fused" (in the kernel's store or insert), or the function to run after it

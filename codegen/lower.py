@@ -151,7 +151,8 @@ class Lowering:
         if strategies is None or any(v in self.space.derived for v in indices):
             return None
         extents = {v: self.space.loopvars[v].extent for v in indices}
-        return Writer(self.out.tensor, self.out.format, indices, strategies, self.names, ir.Var("emit"), extents)
+        return Writer(self.out.tensor, self.out.format, indices, strategies, self.names, ir.Var("emit"), extents,
+                      self.written_order(), parallel=self.ws is None)
 
     def reserved(self) -> set[str]:
         """Names fresh variables must avoid: tensors, indices, loop variables, scalars, and every
@@ -182,6 +183,8 @@ class Lowering:
         if self.ws is not None and self.rows is None:  # a serial kernel: one workspace for all rows
             body = wsp.allocate(self.ws) + body
         if self.writer is not None:
+            if self.writer.split:  # each chunk of the outermost loop keeps its own insertion state
+                return body + [ir.Return(ir.Const(0))]
             return self.writer.init() + body + self.writer.finish() + [ir.Return(ir.Const(0))]
         # entries past the arrays' capacity are counted, not written (the host then re-runs)
         capacity = [ir.Assign(self.capacity, ir.Call("len", (ir.Var(f"{self.out.tensor}_vals"),)))]
@@ -278,6 +281,8 @@ class Lowering:
                     work = self.costed(inner, depth, v, {}, lattice.points[0].expr, tight)
                     return wsp.chunked_rows(self.ws, self.names, v, start, stop, rows, tuple(work))
                 return [ir.For(v, start, stop, rows, parallel=True)]
+            if self.writes_split(depth, v):
+                return self.writer.chunked_range(v, start, stop, tuple(body))
             full = (var.lo, ir.add(var.lo, var.extent)) if parallel and depth > 0 else None
             return [ir.For(v, start, stop, tuple(body), parallel, full=full)]
         cursors = [self.cursor(ctx, s, dedup=True) for s in lattice.iterators]
@@ -301,6 +306,8 @@ class Lowering:
         parallel = ref.ltype.unique and not ref.ltype.stateful and self.parallel_ok(ctx, depth, v, dense=False)
         inner = replace(ctx, in_parallel=ctx.in_parallel or parallel)
         body = self.bind(inner, depth, v, {slot: (ref.level, *c.child())}, expr, frozenset())
+        if self.writes_split(depth, v) and not (ref.ltype.one_child or ref.ltype.stateful):
+            return self.writer.chunked_positions(c, v, tuple(body))
         return c.for_loop(v, tuple(body), parallel)
 
     def while_loop(self, ctx: Ctx, depth: int, v: str, lattice: lat.Lattice) -> list[ir.Stmt]:
@@ -310,6 +317,9 @@ class Lowering:
             return pre + [self.union_loop(ctx, depth, v, lattice, cursors)]
         if _intersection(lattice, cursors):
             return pre + [self.leapfrog_loop(ctx, depth, v, lattice, cursors)]
+        if len(cursors) == 1 and len(lattice.points) == 1 and not cursors[0].stateful and self.writes_split(depth, v):
+            return self.writer.chunked_walk(cursors[0], [self.point_loop(ctx, depth, v, lattice, lattice.points[0],
+                                                                         cursors)])
         return pre + [self.point_loop(ctx, depth, v, lattice, point, cursors) for point in lattice.points]
 
     def point_loop(self, ctx: Ctx, depth: int, v: str, lattice: lat.Lattice, point: lat.Point,
@@ -517,6 +527,10 @@ class Lowering:
             if all(0 < self.space.loopvars[u].modulus <= abs(lin[0]) for u in inside if u in self.space.loopvars):
                 return True
         return False
+
+    def writes_split(self, depth: int, v: str) -> bool:
+        """The outermost loop, over ``v``, goes to the writer as chunks written in parallel."""
+        return depth == 0 and self.writer is not None and self.writer.splits(v)
 
     def sparse_rows(self, ctx: Ctx, depth: int, v: str) -> bool:
         """A sparse output built in parallel over the outermost output index (its rows)."""

@@ -25,16 +25,34 @@ the filling pass (2). No coordinate list is sorted on the host. Entries whose
 value is zero are not stored (sums that cancel, explicit zeros of a source),
 as the host assembler does — except under a semiring other than plus-times,
 where the output's pattern is structural (a min-plus distance of 0 is an entry).
+
+**Chunks in parallel** (:meth:`Writer.chunked_range`, :meth:`~Writer.chunked_positions`,
+:meth:`~Writer.chunked_walk`). When the output's first level pins the walk's
+outermost index (``i`` or ``i floordiv c`` of a walk over ``i``: COO, DCSR, CSF,
+BSR, batched formats) and every iterated level can be written in pieces (the
+level types' ``split_append``), the lowering hands the outermost loop to the
+writer, which splits it into chunks run by ``prange``: each chunk is a range of
+the loop (borders moved to the start of a block of ``c`` rows, or of a run of
+equal coordinates, so no output parent spans two chunks) with its own insertion
+state and workspaces. The counting pass leaves one row of level counts per chunk
+in ``counts`` (a table of ``len(counts)`` rows the host sizes); the host turns
+the rows into each chunk's starting positions (a prefix over chunks) and every
+later pass starts each chunk there, so the chunks write disjoint ranges that
+together are exactly the serial result. The root's ``pos`` (the only parent
+every chunk shares) is set by the level's ``finalize``. The plan records the
+fact as ``split``.
 """
 
 from __future__ import annotations
 
 import enum
+import math
 from dataclasses import dataclass
+from typing import Callable
 
 from ustc.format import expr as fx
 from ustc.format.ir import TensorFormat
-from ustc.format.levels.base import LevelType, LevelWrite
+from ustc.format.levels.base import LevelType, LevelWrite, signed
 
 from . import loopir as ir
 from .names import FreshNames, buffer_name
@@ -152,13 +170,24 @@ class WrittenLevel:
     names: LevelWrite
 
 
+@dataclass(frozen=True)
+class Chunking:
+    """How a writer may split the walk: its outermost loop ``index``, chunk borders kept at
+    multiples of ``align`` (the block rows of ``index floordiv align`` levels)."""
+
+    index: str
+    align: int
+
+
 class Writer:
     """Loop IR that inserts the entries of output ``tensor`` (format ``fmt``) level by level."""
 
     def __init__(self, tensor: str, fmt: TensorFormat, indices: tuple[str, ...], strategies: tuple[Strategy, ...],
-                 names: FreshNames, emit: ir.Expr, extents: dict[str, ir.Expr]):
+                 names: FreshNames, emit: ir.Expr, extents: dict[str, ir.Expr], order: tuple[str, ...] = (),
+                 parallel: bool = False):
         """``indices``: the statement's output indices; ``extents``: each index's extent (a level
-        over a plain index locates with it; other levels' sizes and origins are parameters)."""
+        over a plain index locates with it; other levels' sizes and origins are parameters);
+        ``order``: the walk's loop order; ``parallel``: the lowering allows chunks in parallel."""
         self.tensor, self.names, self.emit = tensor, names, emit
         self.vals = buffer_name(tensor, "vals")
         self.counts = buffer_name(tensor, "counts")
@@ -167,6 +196,8 @@ class Writer:
         by_dim = {d.name: i for d, i in zip(fmt.dims, indices)}
         self.levels = tuple(self._level(k, lv, strategy, by_dim, extents)
                             for k, (lv, strategy) in enumerate(zip(fmt.levels, strategies)))
+        self.chunking = _chunking(fmt, by_dim, self.levels, tuple(order)) if parallel else None
+        self.split = False  # set once the lowering has handed the writer its outermost loop
 
     def _level(self, k: int, lv, strategy: Strategy, indices: dict[str, str], extents) -> WrittenLevel:
         """Level ``k`` (``indices``: the format's dimension -> the statement's index)."""
@@ -182,7 +213,9 @@ class Writer:
                            last_parent=fresh(("write_parent", k), f"{t}_last_p{k}"),
                            last_coord=fresh(("write_coord", k), f"{t}_last_c{k}"),
                            scratch=fresh(("write_gap", k), f"{t}_gap{k}"), emit=self.emit,
-                           last_pass=self.last_pass, work=work)
+                           last_pass=self.last_pass, work=work, root=k == 0,
+                           hole=fresh(("write_hole", k), f"{t}_hole{k}") if work else "",
+                           key=fresh(("write_key", k), f"{t}_key{k}") if work else "")
         return WrittenLevel(lv.type, strategy, to_loop(rename(lv.expr, indices)), names)
 
     @property
@@ -196,7 +229,7 @@ class Writer:
             for role, expr in (("out_size", lv.names.size), ("out_lo", lv.names.lo)):
                 if isinstance(expr, ir.Var) and expr.name == buffer_name(self.tensor, role[4:], k):
                     out.append(ir.Param(expr.name, (role, self.tensor, k)))
-            if lv.names.work:
+            if lv.names.work and not self.split:  # a split writer allocates one per chunk
                 out.append(ir.Param(lv.names.work, ("out_work", self.tensor, k)))
         out.append(ir.Param(self.vals, ("out_vals", self.tensor)))
         out.append(ir.Param(self.counts, ("out_counts", self.tensor)))
@@ -250,3 +283,114 @@ class Writer:
         """Each iterated level's position count into ``counts`` (locate levels report 0)."""
         return [ir.Store(self.counts, (ir.Const(k),), ir.Var(lv.names.count))
                 for k, lv in enumerate(self.levels) if lv.strategy is not Strategy.LOCATE]
+
+    # -- chunks in parallel (module docstring) ------------------------------------------------
+    def splits(self, index: str) -> bool:
+        """Whether the lowering may hand this writer the outermost loop, over ``index``."""
+        return self.chunking is not None and self.chunking.index == index
+
+    def chunked_range(self, var: str, start: ir.Expr, stop: ir.Expr, body: tuple[ir.Stmt, ...]) -> list[ir.Stmt]:
+        """``for var in range(start, stop): body`` as parallel chunks (borders at block rows)."""
+        align = self.chunking.align
+
+        def border(b: str, first: ir.Expr, last: ir.Expr) -> list[ir.Stmt]:
+            if align == 1:
+                return []
+            up = ir.mul(ir.Bin("//", ir.add(ir.Var(b), align - 1), ir.Const(align)), align)
+            return [ir.If(ir.Bin(">", ir.Var(b), first), (ir.Assign(b, ir.Call("min", (last, up))),))]
+
+        return self._chunks(start, stop, border, lambda lo, hi: [ir.For(var, lo, hi, body)])
+
+    def chunked_positions(self, cursor, var: str, body: tuple[ir.Stmt, ...]) -> list[ir.Stmt]:
+        """The position loop of ``cursor`` (a unique level, ``Cursor.for_loop``) as parallel chunks
+        of positions (borders moved past positions of one block row)."""
+        head = ir.Assign(var, cursor.coord_at(ir.Var(cursor.p)))
+        border = self._run_border(cursor) if self.chunking.align > 1 else (lambda b, first, last: [])
+        start, stop = cursor.segment()
+        return self._chunks(start, stop, border, lambda lo, hi: [ir.For(cursor.p, lo, hi, (head,) + body)])
+
+    def chunked_walk(self, cursor, loops: list[ir.Stmt]) -> list[ir.Stmt]:
+        """``loops``, the walk of one deduplicated ``cursor`` (``while p < end``), as parallel chunks
+        of positions, each starting at a run of equal coordinates (and of one block row)."""
+        start, stop = cursor.segment()
+        return self._chunks(start, stop, self._run_border(cursor),
+                            lambda lo, hi: [ir.Assign(cursor.p, lo), ir.Assign(cursor.end, hi), *loops])
+
+    def _run_border(self, cursor) -> Callable:
+        """A border between positions ``first`` and ``last`` moved forward while the position before
+        it holds the same coordinate (``floordiv align``)."""
+        align = self.chunking.align
+
+        def key(q: ir.Expr) -> ir.Expr:
+            c = cursor.coord_at(q)
+            return c if align == 1 else ir.Bin("//", c, ir.Const(align))
+
+        def border(b: str, first: ir.Expr, last: ir.Expr) -> list[ir.Stmt]:
+            at = ir.Var(b)
+            inside = ir.conj([ir.Bin(">", at, first), ir.lt(at, last), ir.eq(key(at), key(ir.sub(at, 1)))])
+            return [ir.While(inside, (ir.Assign(b, ir.Const(1), "+"),))]
+
+        return border
+
+    def _chunks(self, start: ir.Expr, stop: ir.Expr, border: Callable,
+                walk: Callable[[ir.Expr, ir.Expr], list[ir.Stmt]]) -> list[ir.Stmt]:
+        """``walk(lo, hi)`` over ``len(counts)`` (at most) chunks of ``[start, stop)`` in parallel, each
+        with its own insertion state starting at the chunk's row of ``counts`` (0 while counting),
+        its counts stored there by the counting pass. ``border(name, first, last)``: statements
+        that move a chunk border forward (the same for both ends of neighbouring chunks)."""
+        t, fresh = self.tensor, self.names
+        chunk, chunks = fresh("write_chunk", f"{t}_chunk"), fresh("write_chunks", f"{t}_chunks")
+        first, span = fresh("write_first", f"{t}_first"), fresh("write_span", f"{t}_span")
+        lo, hi = fresh("write_lo", f"{t}_lo"), fresh("write_hi", f"{t}_hi")
+        f, n, k = ir.Var(first), ir.Var(span), ir.Var(chunks)
+        last = ir.add(f, n)
+
+        def at(name: str, index: ir.Expr) -> list[ir.Stmt]:
+            return [ir.Assign(name, ir.add(f, ir.Bin("//", ir.mul(n, index), k))), *border(name, f, last)]
+
+        row = ir.Index(ir.Var(chunk))
+        init: list[ir.Stmt] = []
+        done: list[ir.Stmt] = []
+        for q, lv in enumerate(self.levels):
+            if lv.strategy is Strategy.LOCATE:
+                continue
+            w = lv.names
+            init += [ir.Assign(w.count, ir.Select(self.emit, ir.Load(self.counts, (row, ir.Const(q))), ir.Const(0))),
+                     ir.Assign(w.last_parent, ir.Const(-1)), ir.Assign(w.last_coord, ir.Const(0))]
+            if lv.strategy is Strategy.WORKSPACE:  # the chunk's own: its parents are its own
+                init += [ir.Alloc(w.work, w.size, "intp"),
+                         ir.For(w.scratch, ir.Const(0), w.size, (ir.Store(w.work, (ir.Index(ir.Var(w.scratch)),),
+                                                                          ir.Const(-1)),))]
+            done.append(ir.Store(self.counts, (row, ir.Const(q)), ir.Var(w.count)))
+        body = (*at(lo, ir.Var(chunk)), *at(hi, ir.add(ir.Var(chunk), 1)), *init,
+                *walk(ir.Var(lo), ir.Var(hi)), ir.If(ir.eq(self.emit, 0), tuple(done)))
+        self.split = True
+        return [ir.Assign(first, signed(start)), ir.Assign(span, ir.Call("max", (ir.sub(signed(stop), f), ir.Const(0)))),
+                ir.Assign(chunks, ir.Call("min", (n, ir.Call("len", (ir.Var(self.counts),))))),
+                ir.For(chunk, ir.Const(0), k, body, parallel=True)]
+
+
+def _chunking(fmt: TensorFormat, indices: dict[str, str], levels: tuple[WrittenLevel, ...],
+              order: tuple[str, ...]) -> Chunking | None:
+    """Whether the walk's outermost loop can be split into chunks written in parallel: the first
+    level pins that index (``i``, ``c * i``, ``i floordiv c``), so every deeper parent belongs to
+    one chunk, and every iterated level can be written in pieces (``split_append``; a singleton
+    writes at its parent's position; a workspace level needs parents of its own)."""
+    if not order:
+        return None
+    index, first = order[0], fmt.levels[0].expr
+    if isinstance(first, fx.Mod) or _single_index(first) is None or indices[_single_index(first)] != index:
+        return None
+    for k, lv in enumerate(levels):
+        if lv.strategy is Strategy.LOCATE:
+            continue
+        if lv.strategy is Strategy.WORKSPACE and k == 0:
+            return None  # every chunk meets the root's coordinates (DIA's diagonals)
+        if not (lv.ltype.split_append or lv.ltype.one_child):
+            return None
+    align = 1
+    for lv in fmt.levels:
+        e = lv.expr
+        if isinstance(e, fx.FloorDiv) and isinstance(e.operand, fx.Dimension) and indices[e.operand.name] == index:
+            align = math.lcm(align, e.constant)
+    return Chunking(index, align)

@@ -43,7 +43,6 @@ from ..format import levels
 from ..format.ir import TensorFormat
 from ..tensor import packages
 from ..tensor.dtypes import index_dtype
-from ..tensor.storage import Layout
 from ..tensor.safety import ensure_safe
 from ..tensor.tensor import Tensor, as_format
 from ..codegen import functions as user_functions
@@ -352,22 +351,10 @@ class Run:
 
     def _written(self, statement, fn, plan, views, out):
         """A sparse output the kernel writes in its own format: count, size, (collect,) fill,
-        finalize (``ops.written``)."""
-        counts = np.zeros(out.format.nlevels, np.int64)
-        layout = Layout.of(out.format, out.shape)
-        buffers, values = written.count_buffers(out.format, out.dtype)
-        work = written.workspaces(out.format, layout, plan["params"])
-        state = {"levels": buffers, "vals": values, "counts": counts, "layout": layout, "work": work}
-        fn(*self._arguments(plan, views, {**state, "emit": 0}))
-        sizes = written.plan_buffers(out.format, out.shape, counts, out.dtype)
-        buffers, values = sizes.allocate()
-        state.update(levels=buffers, vals=values)
-        if plan["writer"] == 3:  # collect each parent's coordinates, place them, then fill
-            written.reset(work)
-            fn(*self._arguments(plan, views, {**state, "emit": 1}))
-            written.finalize(out.format, sizes, buffers)
-        fn(*self._arguments(plan, views, {**state, "emit": plan["writer"] - 1}))
-        return self._deliver(out, written.tensor_of(out.format, sizes, buffers, values))
+        finalize (``ops.written.run``)."""
+        result = written.run(out.format, out.shape, out.dtype, plan,
+                             lambda state: fn(*self._arguments(plan, views, state)))
+        return self._deliver(out, result)
 
     def _entries(self, plan, fn, views, out, offsets, capacity):
         """The output's coordinates and values: one appending pass into arrays of ``capacity``

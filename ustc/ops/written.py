@@ -9,11 +9,20 @@ writes the buffers; :func:`tensor_of` lets each level finalize its buffers
 workspace level (``codegen.writer.Strategy.WORKSPACE``) runs three times:
 count, collect (``emit`` 1, the workspaces reset in between; then the levels
 finalize, so every segment is in place), fill (``emit`` 2).
+
+A kernel that writes in chunks (the plan's ``split``: ``codegen.writer``'s
+parallel chunks) gets a table of counts, one row per chunk (one per thread:
+Numba hands each thread a fixed block of a ``prange``, so more chunks would
+not balance better): the counting pass fills the rows, :func:`run` turns them
+into each chunk's starting positions (an exclusive prefix over the rows, per
+level) and the totals size the buffers.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
@@ -81,16 +90,59 @@ def plan_buffers(fmt: TensorFormat, shape, counts: np.ndarray, value_dtype: np.d
     return plan
 
 
+CHUNKS_PER_THREAD = 1  # rows of a split kernel's count table per thread (a prange is split statically)
+_INT32_MAX = np.iinfo(np.int32).max
+
+
+def run(fmt: TensorFormat, shape, dtype, plan: dict, call: Callable[[dict], object]) -> Tensor:
+    """The output of a kernel that writes ``fmt`` itself: ``call(state)`` runs the kernel once with
+    the buffers in ``state`` (``levels``, ``vals``, ``counts``, ``layout``, ``work``, ``emit``);
+    count, size (refused past the memory budget), (collect, finalize,) fill, finalize."""
+    layout = Layout.of(fmt, shape)
+    rows = chunk_rows() if plan.get("split") else 0
+    counts = np.zeros((rows, fmt.nlevels) if rows else fmt.nlevels, np.int64)
+    buffers, values = count_buffers(fmt, dtype)
+    work = workspaces(fmt, layout, plan["params"])
+    state = {"levels": buffers, "vals": values, "counts": counts, "layout": layout, "work": work}
+    call({**state, "emit": 0})
+    totals = counts
+    if rows:  # each chunk's counts -> where it starts, per level
+        totals = counts.sum(axis=0)
+        ends = np.cumsum(counts, axis=0)
+        counts[0] = 0
+        counts[1:] = ends[:-1]
+    sizes = plan_buffers(fmt, shape, totals, dtype)
+    buffers, values = sizes.allocate()
+    state.update(levels=buffers, vals=values)
+    if plan["writer"] == 3:  # collect each parent's coordinates, place them, then fill
+        reset(work)
+        call({**state, "emit": 1})
+        finalize(fmt, sizes, buffers)
+    call({**state, "emit": plan["writer"] - 1})
+    return tensor_of(fmt, sizes, buffers, values)
+
+
+def chunk_rows() -> int:
+    """Rows of a split kernel's count table: :data:`CHUNKS_PER_THREAD` per Numba thread."""
+    import numba
+
+    return numba.get_num_threads() * CHUNKS_PER_THREAD
+
+
 def workspaces(fmt: TensorFormat, layout: Layout, roles) -> dict[int, np.ndarray]:
     """One workspace per level the kernel writes through one (``out_work`` roles): a slot per
-    coordinate of the level, each -1 (no parent met it yet). They are O(level extent), which the
-    shape bounds, and are counted against the memory budget."""
+    coordinate of the level, each -1 (no parent met it yet), holding parent positions and then
+    the level's own positions: int32 when the level's positions fit (a DIA output's diagonals),
+    else int64. They are O(level extent), which the shape bounds, and are counted against the
+    memory budget."""
     levels = [role[2] for role in roles if role[0] == "out_work"]
-    nbytes = sum(layout.level_shape[k] for k in levels) * 8
+    dtypes = {k: np.dtype(np.int32 if math.prod(layout.level_shape[:k + 1]) <= _INT32_MAX else np.int64)
+              for k in levels}
+    nbytes = sum(layout.level_shape[k] * dtypes[k].itemsize for k in levels)
     if nbytes > memory_budget():
         raise StorageError(f"the workspaces writing a {fmt} tensor of shape {layout.shape} need {nbytes:,} bytes, "
                            f"more than the memory budget ({BUDGET_VARIABLE} sets it)")
-    return {k: np.full(layout.level_shape[k], -1, dtype=np.int64) for k in levels}
+    return {k: np.full(layout.level_shape[k], -1, dtype=dtypes[k]) for k in levels}
 
 
 def reset(work: dict[int, np.ndarray]) -> None:

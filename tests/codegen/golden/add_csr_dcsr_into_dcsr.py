@@ -5,7 +5,7 @@ from numba import njit, prange
 
 
 @njit(cache=True, nogil=True)
-def kernel_0(emit, C_lvl0_pos, C_lvl0_crd, C_lvl1_pos, C_lvl1_crd, C_vals, C_counts, A_lvl1_pos, A_lvl1_crd, A_vals, B_lvl0_pos, B_lvl0_crd, B_lvl1_pos, B_lvl1_crd, B_vals, n_i):
+def kernel_0(emit, C_lvl0_crd, C_lvl1_pos, C_lvl1_crd, C_vals, C_counts, A_lvl1_pos, A_lvl1_crd, A_vals, B_lvl0_pos, B_lvl0_crd, B_lvl1_pos, B_lvl1_crd, B_vals, n_i):
     """C[i, j] = A[i, j] + B[i, j]"""
     C_n0 = 0
     C_last_p0 = -1
@@ -37,7 +37,6 @@ def kernel_0(emit, C_lvl0_pos, C_lvl0_crd, C_lvl1_pos, C_lvl1_crd, C_vals, C_cou
                         if C_last_p0 != 0 or C_last_c0 != i:
                             if emit:
                                 C_lvl0_crd[np.uintp(C_n0)] = i
-                                C_lvl0_pos[1] = C_n0 + 1
                             C_n0 += 1
                             C_last_p0 = 0
                             C_last_c0 = i
@@ -58,7 +57,6 @@ def kernel_0(emit, C_lvl0_pos, C_lvl0_crd, C_lvl1_pos, C_lvl1_crd, C_vals, C_cou
                         if C_last_p0 != 0 or C_last_c0 != i:
                             if emit:
                                 C_lvl0_crd[np.uintp(C_n0)] = i
-                                C_lvl0_pos[1] = C_n0 + 1
                             C_n0 += 1
                             C_last_p0 = 0
                             C_last_c0 = i
@@ -79,7 +77,6 @@ def kernel_0(emit, C_lvl0_pos, C_lvl0_crd, C_lvl1_pos, C_lvl1_crd, C_vals, C_cou
                         if C_last_p0 != 0 or C_last_c0 != i:
                             if emit:
                                 C_lvl0_crd[np.uintp(C_n0)] = i
-                                C_lvl0_pos[1] = C_n0 + 1
                             C_n0 += 1
                             C_last_p0 = 0
                             C_last_c0 = i
@@ -106,7 +103,6 @@ def kernel_0(emit, C_lvl0_pos, C_lvl0_crd, C_lvl1_pos, C_lvl1_crd, C_vals, C_cou
                     if C_last_p0 != 0 or C_last_c0 != i:
                         if emit:
                             C_lvl0_crd[np.uintp(C_n0)] = i
-                            C_lvl0_pos[1] = C_n0 + 1
                         C_n0 += 1
                         C_last_p0 = 0
                         C_last_c0 = i
@@ -130,7 +126,6 @@ def kernel_0(emit, C_lvl0_pos, C_lvl0_crd, C_lvl1_pos, C_lvl1_crd, C_vals, C_cou
                     if C_last_p0 != 0 or C_last_c0 != i:
                         if emit:
                             C_lvl0_crd[np.uintp(C_n0)] = i
-                            C_lvl0_pos[1] = C_n0 + 1
                         C_n0 += 1
                         C_last_p0 = 0
                         C_last_c0 = i
@@ -154,7 +149,6 @@ def kernel_0(emit, C_lvl0_pos, C_lvl0_crd, C_lvl1_pos, C_lvl1_crd, C_vals, C_cou
                     if C_last_p0 != 0 or C_last_c0 != i:
                         if emit:
                             C_lvl0_crd[np.uintp(C_n0)] = i
-                            C_lvl0_pos[1] = C_n0 + 1
                         C_n0 += 1
                         C_last_p0 = 0
                         C_last_c0 = i
@@ -176,4 +170,4 @@ def kernel_0(emit, C_lvl0_pos, C_lvl0_crd, C_lvl1_pos, C_lvl1_crd, C_vals, C_cou
     return 0
 
 
-PLAN = [{'function': 'kernel_0', 'params': [['emit'], ['out_level', 'C', 0, 'pos'], ['out_level', 'C', 0, 'crd'], ['out_level', 'C', 1, 'pos'], ['out_level', 'C', 1, 'crd'], ['out_vals', 'C'], ['out_counts', 'C'], ['pos', 'A', 1], ['crd', 'A', 1], ['vals', 'A'], ['pos', 'B', 0], ['crd', 'B', 0], ['pos', 'B', 1], ['crd', 'B', 1], ['vals', 'B'], ['extent', 'i']], 'convert': {}, 'alias': {}, 'order': ['i', 'j'], 'sparse_output': True, 'rows': None, 'statement': 'C[i, j] = A[i, j] + B[i, j]', 'accumulate': False, 'overwrites': False, 'writer': 2, 'workspace': None}]
+PLAN = [{'function': 'kernel_0', 'params': [['emit'], ['out_level', 'C', 0, 'crd'], ['out_level', 'C', 1, 'pos'], ['out_level', 'C', 1, 'crd'], ['out_vals', 'C'], ['out_counts', 'C'], ['pos', 'A', 1], ['crd', 'A', 1], ['vals', 'A'], ['pos', 'B', 0], ['crd', 'B', 0], ['pos', 'B', 1], ['crd', 'B', 1], ['vals', 'B'], ['extent', 'i']], 'convert': {}, 'alias': {}, 'order': ['i', 'j'], 'sparse_output': True, 'rows': None, 'statement': 'C[i, j] = A[i, j] + B[i, j]', 'accumulate': False, 'overwrites': False, 'writer': 2, 'workspace': None}]

@@ -26,14 +26,22 @@ def kernel_0(emit, B_lvl0_pos, B_lvl0_crd, B_lvl0_lo, B_lvl0_work, B_vals, B_cou
                 if emit == 2:
                     if B_last_p0 != 0:
                         B_last_p0 = 0
-                        B_lvl0_crd[np.intp(B_lvl0_pos[0]):np.intp(B_lvl0_pos[1])].sort()
+                        if np.intp(B_lvl0_pos[1]) - np.intp(B_lvl0_pos[0]) <= 32:
+                            for B_gap0 in range(np.intp(B_lvl0_pos[0]) + 1, np.intp(B_lvl0_pos[1])):
+                                B_key0 = B_lvl0_crd[np.uintp(B_gap0)]
+                                B_hole0 = B_gap0 - 1
+                                while B_hole0 >= np.intp(B_lvl0_pos[0]) and B_lvl0_crd[np.uintp(B_hole0)] > B_key0:
+                                    B_lvl0_crd[np.uintp(B_hole0 + 1)] = B_lvl0_crd[np.uintp(B_hole0)]
+                                    B_hole0 = B_hole0 - 1
+                                B_lvl0_crd[np.uintp(B_hole0 + 1)] = B_key0
+                        else:
+                            B_lvl0_crd[np.intp(B_lvl0_pos[0]):np.intp(B_lvl0_pos[1])].sort()
                         for B_gap0 in range(np.intp(B_lvl0_pos[0]), np.intp(B_lvl0_pos[1])):
                             B_lvl0_work[np.uintp(np.intp(B_lvl0_crd[np.uintp(B_gap0)]) - B_lvl0_lo)] = B_gap0
                 elif B_lvl0_work[np.uintp(B_c0 - B_lvl0_lo)] != 0:
                     B_lvl0_work[np.uintp(B_c0 - B_lvl0_lo)] = 0
                     if emit:
                         B_lvl0_crd[np.uintp(B_n0)] = B_c0
-                        B_lvl0_pos[1] = B_n0 + 1
                         B_last_p0 = 0
                     B_n0 += 1
                 B_q0 = B_lvl0_work[np.uintp(B_c0 - B_lvl0_lo)]

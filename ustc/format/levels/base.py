@@ -78,6 +78,14 @@ never the keyword; the vocabulary of TACO's ``ModeFormatImpl`` and MLIR's
     block columns from the rows of a CSR matrix, the diagonals of a matrix
     walked by rows. Its :meth:`workspace_insert` hook uses a workspace of one
     slot per coordinate; only locate levels may lie below it.
+``split_append``
+    (``append`` / ``workspace`` levels) the level can be written in chunks by
+    parallel threads, each chunk over its own parents: a chunk that starts
+    its ``count`` where the chunks before it ended writes exactly the
+    positions a serial write would, and the chunks' counts add up (no buffer
+    word is shared between positions; bit-packed delta's words are). A level
+    whose parent is the root (``LevelWrite.root``) stores no ``pos`` in the
+    kernel: every chunk shares that parent, and ``finalize`` sets its end.
 
 Read hooks (loop IR, given a :class:`LevelAccess` naming the level's buffers):
 ``segment(acc, p, run_end)``, ``coordinate(acc, q)`` (stateless levels) or
@@ -159,8 +167,10 @@ class LevelWrite:
     """How a generated kernel names one level of the tensor it writes: the buffers, extent and
     smallest coordinate, the insertion state (``count`` positions so far; ``last_parent`` and
     ``last_coord`` of the last one; ``scratch``, a local), ``emit``, true in the passes that write
-    buffers, ``last_pass``, true in the pass that writes values, and ``work``, the workspace of a
-    level written through :meth:`LevelType.workspace_insert` (else empty)."""
+    buffers, ``last_pass``, true in the pass that writes values, ``work``, the workspace of a
+    level written through :meth:`LevelType.workspace_insert` (else empty), ``root``: the
+    level's only parent is the root (level 0), so its ``pos`` is left to ``finalize``, and
+    ``hole`` / ``key``: locals of :func:`sort_segment`."""
 
     pos: str
     crd: str
@@ -173,6 +183,9 @@ class LevelWrite:
     emit: ir.Expr
     last_pass: ir.Expr | None = None
     work: str = ""
+    root: bool = False
+    hole: str = ""
+    key: str = ""
 
     @property
     def access(self) -> LevelAccess:
@@ -197,6 +210,7 @@ class LevelType:
     completes_affine: ClassVar[bool] = False
     append: ClassVar[bool] = False
     workspace: ClassVar[bool] = False
+    split_append: ClassVar[bool] = False
     pads: ClassVar[bool] = False
 
     properties: tuple[LevelProperty, ...] = ()
@@ -407,6 +421,24 @@ def unique_append(w: LevelWrite, unique: bool, p: ir.Expr, c: ir.Expr,
     return [ir.If(new, tuple(body))]
 
 
+SHORT_SEGMENT = 32  # segments up to this long are insertion-sorted (a library sort call costs more)
+
+
+def sort_segment(w: LevelWrite, start: ir.Expr, stop: ir.Expr) -> ir.Stmt:
+    """Sort ``w.crd[start:stop]`` in place: an insertion sort (locals ``w.scratch``, ``w.hole``,
+    ``w.key``) for a short segment (block columns of a block row), the library's sort above."""
+    a, q, key = w.scratch, w.hole, w.key
+    start, stop = signed(start), signed(stop)  # the hole walks down to start - 1
+    shift = ir.While(ir.conj([ir.Bin(">=", ir.Var(q), start), ir.Bin(">", ir.load(w.crd, subscript(ir.Var(q))), ir.Var(key))]),
+                     (ir.Store(w.crd, (subscript(ir.add(ir.Var(q), 1)),), ir.load(w.crd, subscript(ir.Var(q)))),
+                      ir.Assign(q, ir.sub(ir.Var(q), 1))))
+    insertion = ir.For(a, ir.add(start, 1), stop, (ir.Assign(key, ir.load(w.crd, subscript(ir.Var(a)))),
+                                                    ir.Assign(q, ir.sub(ir.Var(a), 1)), shift,
+                                                    ir.Store(w.crd, (subscript(ir.add(ir.Var(q), 1)),), ir.Var(key))))
+    return ir.If(ir.Bin("<=", ir.sub(stop, start), ir.Const(SHORT_SEGMENT)), (insertion,),
+                 (ir.Sort(w.crd, start, stop),))
+
+
 def store(array: str, index: ir.Expr, value: ir.Expr) -> ir.Stmt:
     return ir.Store(array, (subscript(index),), value)
 
@@ -414,6 +446,13 @@ def store(array: str, index: ir.Expr, value: ir.Expr) -> ir.Stmt:
 def subscript(q: ir.Expr) -> ir.Expr:
     """A position as a subscript: positions are never negative, so targets may skip the wrap check."""
     return q if isinstance(q, (ir.Const, ir.Index)) else ir.Index(q)
+
+
+def signed(e: ir.Expr) -> ir.Expr:
+    """``e`` as a signed machine integer (:func:`as_intp`) unless it is one already."""
+    if isinstance(e, ir.Const) or (isinstance(e, ir.Call) and e.fn == "np.intp"):
+        return e
+    return as_intp(e)
 
 
 def as_intp(load: ir.Expr) -> ir.Expr:

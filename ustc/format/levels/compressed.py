@@ -18,7 +18,7 @@ import numpy as np
 from ...codegen import loopir as ir
 from ...errors import StorageError
 from .base import (LevelProperty, LevelType, Packed, as_intp, check_range, check_segments, pos_end, prefix_sum,
-                   segment_parents, store, subscript, unique_append)
+                   segment_parents, sort_segment, store, subscript, unique_append)
 
 
 @dataclass(frozen=True)
@@ -29,6 +29,7 @@ class Compressed(LevelType):
     coo_parent = True
     append = True
     workspace = True
+    split_append = True
 
     # -- segment bounds: the one thing loose_compressed changes ---------------------
     def bounds(self, pos: np.ndarray, nparents: int) -> tuple[np.ndarray, np.ndarray]:
@@ -63,6 +64,8 @@ class Compressed(LevelType):
 
     def append_stores(self, w, p, c) -> list:
         n = ir.Var(w.count)
+        if w.root:  # one parent: finalize sets pos[1] (chunks written in parallel all share it)
+            return [store(w.crd, n, c)]
         return [store(w.crd, n, c), store(w.pos, ir.add(p, 1), ir.add(n, 1))]
 
     def write_lengths(self, nparents, count):
@@ -78,7 +81,7 @@ class Compressed(LevelType):
                    ir.If(w.emit, tuple(self.append_stores(w, p, c)) + (ir.Assign(w.last_parent, p),)),
                    ir.Assign(w.count, ir.Const(1), "+"))
         start, stop = self.segment(w.access, p, None)
-        place = (ir.Assign(w.last_parent, p), ir.Sort(w.crd, start, stop),
+        place = (ir.Assign(w.last_parent, p), sort_segment(w, start, stop),
                  ir.For(w.scratch, start, stop,
                         (ir.Store(w.work, (ir.Index(ir.sub(as_intp(ir.load(w.crd, subscript(ir.Var(w.scratch)))),
                                                           w.lo)),), ir.Var(w.scratch)),)))
@@ -87,8 +90,12 @@ class Compressed(LevelType):
         return [code], ir.Load(w.work, (slot,))
 
     def finalize(self, buffers, nparents, count):
-        """Parents without children: their ``pos[p + 1]`` takes the count before them."""
-        np.maximum.accumulate(buffers["pos"], out=buffers["pos"])
+        """Parents without children: their ``pos[p + 1]`` takes the count before them; the last
+        parent's end is the level's count (a root level's only ``pos`` entry the kernel leaves)."""
+        pos = buffers["pos"]
+        np.maximum.accumulate(pos, out=pos)
+        if len(pos) > nparents:
+            pos[nparents] = count
         return buffers
 
     # -- storage hooks ----------------------------------------------------------

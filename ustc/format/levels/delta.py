@@ -48,6 +48,11 @@ class Delta(LevelType):
     bits: int = 8
     packed: bool = False
 
+    @property
+    def split_append(self) -> bool:
+        """Chunks may be written in parallel unless gaps are bit-packed (a word holds several)."""
+        return not self.packed
+
     def __post_init__(self):
         super().__post_init__()
         if isinstance(self.bits, bool) or not isinstance(self.bits, int) or not 1 <= self.bits <= 32:
@@ -105,7 +110,7 @@ class Delta(LevelType):
                ir.Assign(w.scratch, ir.sub(gap, full)))
         body = [ir.Assign(w.scratch, ir.sub(ir.sub(c, prev), 1)),
                 ir.While(ir.Bin(">=", gap, ir.Const(full)), pad),
-                ir.If(w.emit, (self._write_gap(w, n, gap), store(w.pos, ir.add(p, 1), ir.add(n, 1)))),
+                ir.If(w.emit, (self._write_gap(w, n, gap),) + (() if w.root else (store(w.pos, ir.add(p, 1), ir.add(n, 1)),))),
                 ir.Assign(w.count, ir.Const(1), "+")]
         return unique_append(w, True, p, c, body), ir.sub(n, 1)
 

@@ -41,11 +41,16 @@ class LooseCompressed(Compressed):
     # -- write hooks: (start, end) per parent, segments back to back -------------------------
     def append_stores(self, w, p, c):
         n = ir.Var(w.count)
+        if w.root:  # one parent: finalize sets its pair
+            return [store(w.crd, n, c)]
         first = ir.If(ir.Bin("!=", ir.Var(w.last_parent), p), (store(w.pos, ir.mul(2, p), n),))
         return [store(w.crd, n, c), first, store(w.pos, ir.add(ir.mul(2, p), 1), ir.add(n, 1))]
 
     def finalize(self, buffers, nparents, count):
         pos = buffers["pos"]
+        if nparents == 1:  # one segment: [0, count) (a root level's pair, which the kernel leaves)
+            pos[0], pos[1] = 0, count
+            return buffers
         buffers["pos"] = self.make_pos(pos[1::2] - pos[0::2]).astype(pos.dtype, copy=False)
         return buffers
 
