@@ -40,6 +40,8 @@ SCHEDULES = ("thread_per_row", "warp_per_row", "merge_path", "block_tile", "seri
 ATOMIC = {"+": "add", "min": "min", "max": "max"}
 LANED = ("warp_per_row", "block_tile")
 WARP = 32
+#: 32-bit registers of one sm_90 multiprocessor; ptxas allocates them to a thread in units of 8
+REGISTERS_PER_SM = 65536
 SCALAR_ROLES = ("size", "lo", "extent", "scalar")
 
 
@@ -53,12 +55,23 @@ class Schedule:
     max_blocks: int = 4096   # grid-stride loops cover any trip count with at most this many blocks
     loop: str = ""           # block_tile: the variable of the loop lanes share ("": the innermost one)
     reason: str = field(default="", compare=False)
+    min_blocks: int = 2      # blocks of `threads` each multiprocessor must hold at once (launch bounds)
 
     def __post_init__(self):
         if self.kind not in SCHEDULES:
             raise ValueError(f"unknown CUDA schedule {self.kind!r} (schedules: {', '.join(SCHEDULES)})")
         if self.width not in (2, 4, 8, 16, 32) or self.threads % WARP or self.threads <= 0:
             raise ValueError(f"bad schedule {self}: width in 2..32 (a power of two), threads a multiple of 32")
+        if self.min_blocks < 1 or self.threads * self.min_blocks > 2048:
+            raise ValueError(f"bad schedule {self}: min_blocks >= 1 and at most 2048 threads per multiprocessor")
+
+    @property
+    def max_registers(self) -> int:
+        """The register budget of a thread: the multiprocessor's registers shared by
+        ``min_blocks`` blocks of ``threads`` (rounded down to ptxas' unit of 8), at most 255.
+        The kernel declares it as launch bounds ``(threads, min_blocks)``, so ptxas keeps to
+        it (spilling rather than exceeding: the static checks require zero spills)."""
+        return min(255, REGISTERS_PER_SM // (self.threads * self.min_blocks) // 8 * 8)
 
     def describe(self) -> str:
         text = f"{self.kind}" + (f"(width={self.width})" if self.kind in LANED else "")

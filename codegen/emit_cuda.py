@@ -1,7 +1,8 @@
 """Numba CUDA emitter: the same loop IR as the CPU target → readable ``numba.cuda`` source.
 
 A visitor over :mod:`codegen.loopir`; it never sees formats. Per loop-IR function it
-writes a device kernel ``kernel_k`` (``@cuda.jit(cache=True)``) and a host wrapper
+writes a device kernel ``kernel_k`` (``@cuda.jit(cache=True)``, launch bounds from the
+schedule: :attr:`~codegen.cuda_schedule.Schedule.max_registers`) and a host wrapper
 ``launch_kernel_k`` taking the CPU kernel's arguments (plus ``stream``), choosing the
 grid and returning what the CPU kernel returns (the entry count of a serial
 sparse-output pass). Which loop runs on which threads, and how, is decided by
@@ -51,10 +52,14 @@ class CudaEmitter(CpuEmitter):
 
     def emit(self, module: ir.Module, schedules: dict | None = None) -> str:
         lines = [f"# {line}" if line else "#" for line in module.header]
-        lines += ["", "import numpy as np", "from numba import cuda", "", "",
+        lines += ["", "import numpy as np", "from numba import config, cuda", "", "",
                   "def blocks_for(work, threads, limit):",
                   '    """Blocks for `work` grid-stride iterations: at least 1, at most `limit`."""',
-                  "    return max(1, min(limit, (work + threads - 1) // threads))", ""]
+                  "    return max(1, min(limit, (work + threads - 1) // threads))", "", "",
+                  "def bounds(threads, blocks):",
+                  '    """cuda.jit launch bounds: at most `threads` a block, registers left for `blocks` blocks',
+                  "    a multiprocessor (none in the CUDA simulator, whose cuda.jit takes none).\"\"\"",
+                  '    return {} if config.ENABLE_CUDASIM else {"launch_bounds": (threads, blocks)}', ""]
         lines += extern_lines(module, "cuda")
         for fn in module.functions:
             schedule = (schedules or {}).get(fn.name) or choose_schedule(fn)
@@ -67,7 +72,9 @@ class CudaEmitter(CpuEmitter):
         self._index_arrays = {p.name for p in fn.params if p.role[0] in ("pos", "crd")}
         m = planned(fn, schedule)
         params = [p.name for p in fn.params] + (["result"] if _returns(fn) else [])
-        out = [f"# schedule: {schedule.describe()}", "@cuda.jit(cache=True)",
+        out = [f"# schedule: {schedule.describe()}",
+               f"# promises: {promises(m, schedule)}",
+               f"@cuda.jit(cache=True, **bounds({schedule.threads}, {schedule.min_blocks}))",
                f"def {fn.name}({', '.join(params)}):"]
         if fn.doc:
             out.append(f'    """{fn.doc}"""')
@@ -256,6 +263,17 @@ class CudaEmitter(CpuEmitter):
         return out
 
     width = WARP
+
+
+def promises(m: Mapping, schedule: Schedule) -> str:
+    """The kernel's ``# promises:`` comment, what :mod:`codegen.cuda_checks` holds its machine
+    code to: the register budget its launch bounds give ptxas, and whether it shuffles
+    (warp_per_row) and updates memory atomically (conflicting iterations, merge path)."""
+    shuffles = m.warp is not None and schedule.kind == "warp_per_row"
+    atomics = m.atomic or (m.warp is not None and schedule.kind == "merge_path")
+    return (f"at most {schedule.max_registers} registers a thread ({schedule.min_blocks} blocks of "
+            f"{schedule.threads} threads a multiprocessor), {'' if shuffles else 'no '}warp shuffles, "
+            f"{'' if atomics else 'no '}atomics")
 
 
 def _search(diagonal: str, into: str, stop: ir.Expr, var: str) -> list[ir.Stmt]:

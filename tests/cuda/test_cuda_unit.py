@@ -128,11 +128,14 @@ def test_cli_emits_cuda_source_and_ptx(capsys, tmp_path, monkeypatch):
     monkeypatch.setenv("USTC_CACHE_DIR", str(tmp_path))
     assert cli_main(["compile", "CSR", "--op", "spmv", "--target", "cuda", "--schedule", "warp_per_row:8"]) == 0
     source = capsys.readouterr().out
-    assert "@cuda.jit(cache=True)" in source and "def launch_kernel_0(" in source
+    assert "@cuda.jit(cache=True, **bounds(256, 2))" in source and "def launch_kernel_0(" in source
+    assert "# promises: at most 128 registers a thread" in source
     assert "cuda.shfl_down_sync" in source and "A_lvl1_pos" in source
     assert cli_main(["compile", "COO", "--op", "spmv", "--target", "cuda", "--emit", "ptx", "--verbose"]) == 0
     ptx = capsys.readouterr().out
-    assert ".target sm_90" in ptx and " registers, 0 bytes spill stores" in ptx
+    assert ".target sm_90" in ptx and ".maxntid 256, 1, 1" in ptx and ".minnctapersm 2" in ptx
+    assert " registers (budget 128), spills 0/0 bytes" in ptx and "// occupancy at 256 threads: " in ptx
+    assert "// checks: ok" in ptx
 
 
 def test_merge_path_needs_contiguous_row_segments_and_linear_stores():

@@ -17,7 +17,9 @@ the kernel cache (``ustc cache``); ``llvm`` and ``asm`` run the kernel once on
 the placeholders and print Numba's LLVM IR / assembly for every kernel
 function. ``--target cuda`` emits the numba-cuda module (``source``) or PTX for
 sm_90 (``ptx``, each kernel also linked to a cubin with nvJitLink; ``--verbose``
-adds registers and spills); neither needs a GPU or a CUDA driver. A comment
+adds registers against the schedule's budget, spills, local and shared memory,
+occupancy and the static checks of :mod:`ustc.codegen.cuda_checks`); neither needs
+a GPU or a CUDA driver. A comment
 header names the command and the index dtypes used.
 
 Errors print ``ustc compile: error: ...`` to stderr and exit 1; usage errors exit 2.
@@ -241,14 +243,16 @@ def _machine_code(run, module, emit: str) -> str:
 
 
 def _ptx(run_, verbose: bool) -> str:
-    """PTX for sm_90 of every CUDA kernel (linked to a cubin with nvJitLink as a check)."""
-    from ..ops import cuda_ptx
+    """PTX for sm_90 of every CUDA kernel, compiled with its launch bounds and linked to a
+    cubin with nvJitLink; ``verbose`` adds each kernel's resources, occupancy and static
+    checks (:mod:`ustc.codegen.cuda_checks`)."""
+    from ..codegen import cuda_checks
 
     parts = []
-    for k in cuda_ptx.compile_run(run_):
+    for k in cuda_checks.check_run(run_):
         lines = [f"// ---- {k.name}: {k.statement}", f"//      ({k.signature})"]
         if verbose:
-            lines.append(f"// {k.report()}")
+            lines += [f"// {line}" for line in k.summary().split("; ")]
         parts.append("\n".join(lines) + "\n" + k.ptx.rstrip() + "\n")
     return "\n".join(parts)
 
@@ -346,6 +350,7 @@ def register(sub) -> None:
                         help="cuda: thread_per_row, warp_per_row[:LANES], merge_path, block_tile[:LANES[:LOOP]] "
                              "or serial (default: chosen per kernel)")
     parser.add_argument("--verbose", action="store_true",
-                        help="with --emit ptx: registers, spills and stack of each kernel (from nvJitLink)")
+                        help="with --emit ptx: registers (and budget), spills, memory, occupancy and static checks "
+                             "of each kernel")
     parser.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
     parser.set_defaults(run=_guarded(parser))

@@ -1,7 +1,7 @@
 # golden file: C[i, j] = A[i, j] * B[i, j]
 
 import numpy as np
-from numba import cuda
+from numba import config, cuda
 
 
 def blocks_for(work, threads, limit):
@@ -9,8 +9,15 @@ def blocks_for(work, threads, limit):
     return max(1, min(limit, (work + threads - 1) // threads))
 
 
+def bounds(threads, blocks):
+    """cuda.jit launch bounds: at most `threads` a block, registers left for `blocks` blocks
+    a multiprocessor (none in the CUDA simulator, whose cuda.jit takes none)."""
+    return {} if config.ENABLE_CUDASIM else {"launch_bounds": (threads, blocks)}
+
+
 # schedule: thread_per_row, 256 threads/block — no shared row reduction
-@cuda.jit(cache=True)
+# promises: at most 128 registers a thread (2 blocks of 256 threads a multiprocessor), no warp shuffles, no atomics
+@cuda.jit(cache=True, **bounds(256, 2))
 def kernel_0(emit, C_crd0, C_crd1, C_vals, C_offsets, A_lvl1_pos, A_lvl1_crd, A_vals, B_lvl1_pos, B_lvl1_crd, B_vals, n_i):
     """C[i, j] = A[i, j] * B[i, j]"""
     C_cap = len(C_vals)

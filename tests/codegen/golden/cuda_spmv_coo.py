@@ -1,7 +1,7 @@
 # golden file: y[i] += A[i, j] * x[j]
 
 import numpy as np
-from numba import cuda
+from numba import config, cuda
 
 
 def blocks_for(work, threads, limit):
@@ -9,8 +9,15 @@ def blocks_for(work, threads, limit):
     return max(1, min(limit, (work + threads - 1) // threads))
 
 
+def bounds(threads, blocks):
+    """cuda.jit launch bounds: at most `threads` a block, registers left for `blocks` blocks
+    a multiprocessor (none in the CUDA simulator, whose cuda.jit takes none)."""
+    return {} if config.ENABLE_CUDASIM else {"launch_bounds": (threads, blocks)}
+
+
 # schedule: thread_per_row, 256 threads/block — no shared row reduction
-@cuda.jit(cache=True)
+# promises: at most 128 registers a thread (2 blocks of 256 threads a multiprocessor), no warp shuffles, no atomics
+@cuda.jit(cache=True, **bounds(256, 2))
 def kernel_0(y, A_lvl0_pos, A_lvl0_crd, A_lvl1_crd, A_vals, x):
     """y[i] += A[i, j] * x[j]"""
     A_p0_lo = np.intp(A_lvl0_pos[0])

@@ -1,7 +1,7 @@
 # golden file: y[i] += A[i, j] * x[j]
 
 import numpy as np
-from numba import cuda
+from numba import config, cuda
 
 
 def blocks_for(work, threads, limit):
@@ -9,8 +9,15 @@ def blocks_for(work, threads, limit):
     return max(1, min(limit, (work + threads - 1) // threads))
 
 
+def bounds(threads, blocks):
+    """cuda.jit launch bounds: at most `threads` a block, registers left for `blocks` blocks
+    a multiprocessor (none in the CUDA simulator, whose cuda.jit takes none)."""
+    return {} if config.ENABLE_CUDASIM else {"launch_bounds": (threads, blocks)}
+
+
 # schedule: warp_per_row(width=8), 256 threads/block — requested
-@cuda.jit(cache=True)
+# promises: at most 128 registers a thread (2 blocks of 256 threads a multiprocessor), warp shuffles, no atomics
+@cuda.jit(cache=True, **bounds(256, 2))
 def kernel_0(y, A_lvl1_pos, A_lvl1_crd, A_vals, x, n_i):
     """y[i] += A[i, j] * x[j]"""
     lane = cuda.threadIdx.x % 8  # 8 lanes per i
