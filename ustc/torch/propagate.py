@@ -49,11 +49,12 @@ from torch import fx, nn
 
 from .propagate_attrs import FeatureSparsity, WeightSparsity
 from .propagate_capture import UntraceableModel, observe, trace
-from .propagate_choose import MIN_SPARSITY, SparseReluLinear, choose_format, fuse_sparse_relu, median, time_us
-from .propagate_ops import BOUNDARY, LINEAR, classify, is_feature
+from .propagate_choose import MIN_SPARSITY, choose_format, fuse_sparse_relu
+from .propagate_ops import classify, is_feature
 from .propagate_report import LayerReport, PropagationReport
 from .propagate_rewrite import MIN_SHARE, Rewriter
-from .propagate_rules import backward, dense_weight, forward
+from .propagate_rules import backward, forward
+from .propagate_summary import Run, annotate, report
 from .pruning import fold_torch_pruning
 from .subclass import TorchUST, format_label
 
@@ -83,14 +84,13 @@ def propagate(model: nn.Module, example_inputs, *, measure: bool = True, sparse_
     gm, opaque = trace(work)
     ops, facts, seen = _analyse(gm, inputs)
     new, plans, conversions = Rewriter(gm, ops, facts, seen, min_share).run()
-    keep = {n.args[0].name for n in new.graph.nodes if n.op != "output" and n.args and isinstance(n.args[0], fx.Node)}
-    after = observe(new, inputs, keep)
-    chosen = _choose(new, plans, after, sources, dict(gm.named_modules()), measure)
+    after = observe(new, inputs, _first_arguments(new))
+    run = Run(gm, new, inputs, ops, facts, seen, after, plans, sources, conversions, opaque, measure)
+    run.chosen = _choose(run)
     mode = "never" if sparse_relu == "measure" and not measure else sparse_relu
-    fused = fuse_sparse_relu(new, after.density, after.values, mode, min_sparsity)
-    _annotate(new, gm, facts, seen)
-    layers = _layers(gm, new, plans, ops, facts, seen, after, sources, chosen, fused, measure)
-    return new, _report(gm, new, inputs, seen, ops, facts, layers, conversions, opaque, measure)
+    run.fused = fuse_sparse_relu(new, after.density, after.values, mode, min_sparsity)
+    annotate(run)
+    return new, report(run)
 
 
 def private_copy(model: nn.Module) -> nn.Module:
@@ -107,7 +107,7 @@ def private_copy(model: nn.Module) -> nn.Module:
 def _fold(model: nn.Module) -> dict:
     """Fold pruning masks into the Linear layers; ``{module: (source label, incoming TorchUST format)}``."""
     sources = {}
-    for name, module in model.named_modules():
+    for module in model.modules():
         if not isinstance(module, nn.Linear):
             continue
         pruned = fold_torch_pruning(module)
@@ -120,12 +120,16 @@ def _fold(model: nn.Module) -> dict:
     return sources
 
 
+def _first_arguments(gm: fx.GraphModule, modules_only: bool = False) -> set:
+    """Names of the nodes that are some node's first argument (their outputs are kept when observing)."""
+    return {n.args[0].name for n in gm.graph.nodes if n.op != "output" and n.args and
+            isinstance(n.args[0], fx.Node) and (n.op == "call_module" or not modules_only)}
+
+
 def _analyse(gm: fx.GraphModule, inputs: tuple) -> tuple:
     """``(ops, facts, observed)``: every feature node classified, facts propagated both ways."""
     modules = dict(gm.named_modules())
-    keep = {n.args[0].name for n in gm.graph.nodes if n.op == "call_module" and n.args
-            and isinstance(n.args[0], fx.Node)}
-    seen = observe(gm, inputs, keep)
+    seen = observe(gm, inputs, _first_arguments(gm, modules_only=True))
     ops = {n.name: classify(n, modules, seen.shape, seen.dtype) for n in gm.graph.nodes
            if is_feature(n, seen.shape, seen.dtype)}
     facts = forward(gm, ops, seen.shape, seen.dtype)
@@ -133,129 +137,15 @@ def _analyse(gm: fx.GraphModule, inputs: tuple) -> tuple:
     return ops, facts, seen
 
 
-def _choose(new: fx.GraphModule, plans, after, sources: dict, old_modules: dict, measure: bool) -> dict:
+def _choose(run: Run) -> dict:
     """Pick each rebuilt layer's format; ``{node name: (label, {label: µs samples})}``."""
     chosen = {}
-    nodes = {n.name: n for n in new.graph.nodes}
-    for plan in plans:
-        node = nodes[plan.node]
-        original = sources.get(old_modules[plan.source], (None, None))[1]
-        example = after.values.get(node.args[0].name)
-        label, layer, samples = choose_format(plan.module, original, example, measure)
-        new.add_submodule(plan.target, layer)
+    nodes = {n.name: n for n in run.new.graph.nodes}
+    old_modules = dict(run.gm.named_modules())
+    for plan in run.plans:
+        incoming = run.sources.get(old_modules[plan.source], (None, None))[1]
+        example = run.after.values.get(nodes[plan.node].args[0].name)
+        label, layer, samples = choose_format(plan.module, incoming, example, run.measure)
+        run.new.add_submodule(plan.target, layer)
         chosen[plan.node] = (label, samples)
     return chosen
-
-
-def feature_sparsity(facts, density=None) -> FeatureSparsity:
-    """The :class:`FeatureSparsity` of one node's propagated facts."""
-    known = torch.nonzero(facts.known).flatten().tolist()
-    constant = tuple((f, float(facts.value[f])) for f in known)
-    unused = tuple(torch.nonzero(facts.unused).flatten().tolist())
-    return FeatureSparsity(facts.known.numel(), constant, unused, density)
-
-
-def _annotate(new: fx.GraphModule, gm: fx.GraphModule, facts: dict, seen) -> None:
-    tesa = {name: feature_sparsity(f, seen.density.get(name)) for name, f in facts.items()}
-    for node in new.graph.nodes:
-        if node.name in tesa:
-            node.meta["tesa"] = tesa[node.name]
-    new.tesa = tesa
-
-
-def _nbytes(module) -> int:
-    if isinstance(module, SparseReluLinear):
-        return module.weight_t.numel() * module.weight_t.element_size()
-    w = module.weight
-    return int(w.ust.nbytes) if isinstance(w, TorchUST) else w.numel() * w.element_size()
-
-
-def _layers(gm, new, plans, ops, facts, seen, after, sources, chosen, fused, measure) -> tuple:
-    """A :class:`LayerReport` per Linear of the traced graph, timed before and after when ``measure``."""
-    old_modules, new_modules = dict(gm.named_modules()), dict(new.named_modules())
-    new_nodes = {n.name: n for n in new.graph.nodes}
-    by_node = {plan.node: plan for plan in plans}
-    reports = []
-    for node in gm.graph.nodes:
-        op = ops.get(node.name)
-        if op is None or op.kind != LINEAR:
-            continue
-        old, source = old_modules[node.target], op.inputs[0]
-        plan = by_node[node.name]
-        layer = new_modules[plan.target]
-        weight = WeightSparsity.of(dense_weight(old) != 0, sources.get(old, ("zeros", None))[0])
-        label = chosen.get(node.name, ("dense", {}))[0]
-        is_fused = fused.get(node.name, (False, {}))[0]
-        shape = (layer.out_features, layer.in_features)
-        us = (None, None)
-        if measure:
-            x_old = seen.values.get(source.name)
-            x_new = after.values.get(new_nodes[node.name].args[0].name)
-            if x_old is not None and x_new is not None:
-                timed = time_us({"before": lambda: old(x_old), "after": lambda: layer(x_new)})
-                us = (median(timed["before"]), median(timed["after"]))
-        folded = int(facts[source.name].known.sum()) - _kept_known(plan, facts[source.name])
-        reports.append(LayerReport(
-            node.target, weight, feature_sparsity(facts[source.name], seen.density.get(source.name)),
-            feature_sparsity(facts[node.name], seen.density.get(node.name)),
-            (old.out_features, old.in_features), shape, "sparse_relu + dense" if is_fused else label,
-            _nbytes(old), _nbytes(layer), *us, folded))
-    return tuple(reports)
-
-
-def _kept_known(plan, facts_in) -> int:
-    """Known input features the rebuilt layer still reads (not folded into its bias)."""
-    if plan.cols is None:
-        return int(facts_in.known.sum())
-    return int(facts_in.known[plan.cols].sum())
-
-
-def _boundaries(gm: fx.GraphModule, ops: dict, facts: dict, seen) -> tuple:
-    """Where propagation stops, one line per kind of boundary: the modules fed feature tensors
-    (LayerNorm, opaque modules, ...) and the ops that receive known features at full width."""
-    modules = dict(gm.named_modules())
-    found = {}  # (kind, what) -> [names, known features handed over]
-    for node in gm.graph.nodes:
-        op = ops.get(node.name)
-        if node.op == "output" or (op is not None and op.kind != BOUNDARY):
-            continue
-        feeds = [a for a in node.all_input_nodes if a.name in facts]
-        known = sum(int(facts[a.name].known.sum()) for a in feeds)
-        if not feeds or node.op != "call_module" and not known:
-            continue
-        what = type(modules[node.target]).__name__ if node.op == "call_module" else \
-            getattr(node.target, "__name__", str(node.target))
-        entry = found.setdefault((node.op == "call_module", what), [[], 0])
-        entry[0].append(str(node.target) if node.op == "call_module" else node.name)
-        entry[1] += known
-    notes = []
-    for (module, what), (names, known) in found.items():
-        listed = ", ".join(names[:4]) + (f", ... ({len(names)})" if len(names) > 4 else "")
-        text = f"{what}: {listed}: " + ("features mixed or moved, nothing propagates through" if module else
-                                        "features moved or mixed")
-        notes.append(text + (f"; {known} known features handed over at full width" if known else ""))
-    return tuple(notes)
-
-
-def _max_diff(a, b) -> float:
-    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
-        return float((a.double() - b.double()).abs().max()) if a.numel() else 0.0
-    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
-        return max([_max_diff(x, y) for x, y in zip(a, b)], default=0.0)
-    if isinstance(a, dict) and isinstance(b, dict):
-        return max([_max_diff(a[k], b[k]) for k in a], default=0.0)
-    return 0.0
-
-
-def _report(gm, new, inputs, seen, ops, facts, layers, conversions, opaque, measure) -> PropagationReport:
-    with torch.no_grad():
-        diff = _max_diff(seen.output, new(*inputs))
-    timed = {}
-    if measure:
-        timed = time_us({"before": lambda: gm(*inputs), "after": lambda: new(*inputs)}, rounds=7, sample_s=0.02)
-    activations = tuple(sorted(new.tesa.items(), key=lambda kv: list(facts).index(kv[0])))
-    return PropagationReport(
-        layers, activations, _boundaries(gm, ops, facts, seen), tuple(conversions),
-        tuple(f"{name}: {reason}" for name, reason in opaque.items()),
-        median(timed.get("before", [])), median(timed.get("after", [])),
-        tuple(timed.get("before", ())), tuple(timed.get("after", ())), diff)
