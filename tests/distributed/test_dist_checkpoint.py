@@ -1,5 +1,5 @@
 """Checkpoints and resume: a worker killed with SIGKILL mid-CG, the group repaired (lost blocks
-rebuilt from their recipes: scattered data or a loader), the solve resumed from the driver's
+rebuilt from their recipes: scattered data or a loader, row or grid blocks), the solve resumed from the driver's
 checkpoint and converged to the single-process solution; no worker process left behind."""
 
 from __future__ import annotations
@@ -88,6 +88,7 @@ def test_automatic_retry_rebuilds_loader_blocks(private):
     small = random_sparse(9, 9, seed=2)
     s = ud.DTensor.from_tensor(ustc.Tensor.from_package(small), 3, runtime=rt)
     v = ud.DVector.from_array(np.arange(9.0), 3, runtime=rt)
+    g = ud.GridTensor.from_tensor(ustc.Tensor.from_package(small), ud.Grid2D(9, 9, 3, 1), runtime=rt)
     product = s @ s                                  # no recipe: lost with its worker
     result, _ = _solve_killed(rt, d, b, 0, 10, rtol=1e-10, checkpoint_every=10, retries=1)
     x, info = result
@@ -97,6 +98,7 @@ def test_automatic_retry_rebuilds_loader_blocks(private):
     assert d.plan_info()["formats"][0] == str(ustc.Tensor.from_dense(np.eye(2), "DIAI").format)
     np.testing.assert_allclose(s @ np.ones(9), small @ np.ones(9), rtol=1e-13)    # rebuilt from scattered data
     np.testing.assert_array_equal(v.gather(), np.arange(9.0))                     # from the driver's array
+    np.testing.assert_allclose(g @ np.ones(9), small @ np.ones(9), rtol=1e-13)    # grid blocks too
     with pytest.raises(ud.DistributedError, match="no recipe"):
         product.gather()
 

@@ -17,12 +17,13 @@ from .comm import ActorCommunicator, Communicator, MPICommunicator
 from .checkpoint import Checkpoint
 from .dtensor import DTensor, DVector, Matmul, matmul
 from .spgemm import FetchPlan, SpGEMM
-from .partition import RowBlocks
+from .grid import GridMatmul, GridPlan, GridTensor
+from .partition import Grid2D, RowBlocks
 from .runtime import Runtime, connect, runtime, shutdown
 from .solve import SolveResult, solve
 
-__all__ = ["ActorCommunicator", "Checkpoint", "Communicator", "DTensor", "DVector", "DistributedError", "FetchPlan",
-           "MPICommunicator", "Matmul", "RowBlocks", "Runtime", "SolveResult", "SpGEMM", "connect", "map", "matmul",
+__all__ = ["ActorCommunicator", "Checkpoint", "Communicator", "DTensor", "DVector", "DistributedError", "FetchPlan", "Grid2D",
+           "GridMatmul", "GridPlan", "GridTensor", "MPICommunicator", "Matmul", "RowBlocks", "Runtime", "SolveResult", "SpGEMM", "connect", "map", "matmul",
            "runtime", "shutdown", "solve"]
 
 

@@ -87,6 +87,57 @@ class Communicator:
         return total
 
 
+    async def allgather(self, data) -> list:
+        """Every rank's ``data``, in rank order (``size - 1`` messages per rank)."""
+        if self.size == 1:
+            return [data]
+        tag = self.next_tag("allgather")
+        others = [r for r in range(self.size) if r != self.rank]
+        got = await asyncio.gather(*(self.send(dst, tag, data) for dst in others),
+                                   *(self.recv(src, tag) for src in others))
+        parts = dict(zip(others, got[len(others):]))
+        parts[self.rank] = data
+        return [parts[r] for r in range(self.size)]
+
+    async def reduce_scatter(self, parts):
+        """``parts[r]`` goes to rank ``r``; returns the sum of what every rank gave this one, added
+        in rank order (bitwise the same whichever rank adds; ``size - 1`` messages per rank)."""
+        if self.size == 1:
+            return np.array(parts[0], copy=True)
+        tag = self.next_tag("reduce_scatter")
+        others = [r for r in range(self.size) if r != self.rank]
+        got = await asyncio.gather(*(self.send(dst, tag, parts[dst]) for dst in others),
+                                   *(self.recv(src, tag) for src in others))
+        mine = dict(zip(others, got[len(others):]))
+        mine[self.rank] = parts[self.rank]
+        total = np.array(mine[0], copy=True)
+        for r in range(1, self.size):
+            total = total + mine[r]
+        return total
+
+
+class SubCommunicator(Communicator):
+    """The ranks ``ranks`` (global ranks, ascending) of ``parent`` as a communicator of their own
+    (a process row or column of a 2-D grid): local rank ``k`` is ``ranks[k]``. Messages travel
+    through ``parent`` (which counts them) under tags prefixed by ``name``, so several
+    sub-communicators and the parent never mix their messages."""
+
+    def __init__(self, parent: Communicator, ranks, name):
+        ranks = [int(r) for r in ranks]
+        super().__init__(ranks.index(parent.rank), len(ranks))
+        self.parent, self.ranks, self.name = parent, ranks, name
+
+    def next_tag(self, kind: str):
+        self._seq += 1
+        return (self.name, kind, self._seq)
+
+    async def send(self, dst: int, tag, data) -> None:
+        await self.parent.send(self.ranks[dst], tag, data)
+
+    async def recv(self, src: int, tag):
+        return await self.parent.recv(self.ranks[src], tag)
+
+
 class ActorCommunicator(Communicator):
     """Peer-to-peer messages between Dask actors: ``send`` calls the peer actor's ``put``
     method (a direct worker-to-worker RPC), ``recv`` waits for what ``put`` delivered.

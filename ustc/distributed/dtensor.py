@@ -133,11 +133,17 @@ class DTensor:
         """Scatter the 2-D matrix ``a`` (a ustc Tensor, SciPy or dense array) by rows.
         ``block_format``: a format for every block (default: ``a``'s format), or a function
         ``(rank, (rows, cols)) -> format``; ``ghost_format`` likewise for the ghost columns
-        (default: the block's)."""
+        (default: the block's). A :class:`Grid2D` partition gives a
+        :class:`~ustc.distributed.grid.GridTensor` instead."""
         import scipy.sparse as sp
 
         from ..tensor.tensor import Tensor
 
+        from .partition import Grid2D
+
+        if isinstance(partition, Grid2D):
+            from .grid import GridTensor
+            return GridTensor.from_tensor(a, partition, block_format=block_format, runtime=runtime)
         rt = _rt(runtime)
         t = a if isinstance(a, Tensor) else (Tensor.from_dense(a, "CSR") if isinstance(a, np.ndarray)
                                              else Tensor.from_package(a))

@@ -34,6 +34,7 @@ from ..ops.vectors import HostVectors
 from .checkpoint import Watch
 from .comm import ActorCommunicator
 from .fetch import SpGEMMBlocks
+from .gridblock import GridBlocks
 
 
 def _as_coo(block, nrows: int, ncols: int):
@@ -157,7 +158,7 @@ class _Operator:
         return out
 
 
-class BlockWorker(SpGEMMBlocks):
+class BlockWorker(SpGEMMBlocks, GridBlocks):
     """The Dask actor of one block index (rank) of a partition."""
 
     def __init__(self, rank: int, size: int, timeout: float = 120.0):

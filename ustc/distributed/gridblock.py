@@ -1,0 +1,128 @@
+"""Block-side pieces of the 2-D (:class:`~ustc.distributed.partition.Grid2D`) products.
+
+Rank ``(i, j)`` of a ``pr x pc`` grid holds ``A[rows_i, cols_j]`` as one ustc Tensor, its
+part of ``x`` (part ``i`` of ``cols_j``) and of ``y`` (part ``j`` of ``rows_i``). A product
+``y = A x``: the process column ``j`` all-gathers ``x[cols_j]`` (its column communicator),
+each block multiplies with its planned ``ustc.Matmul``, and the process row ``i``
+reduce-scatters the partial ``y[rows_i]`` (its row communicator; partial sums added in
+column order, so the result does not depend on message timing).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .comm import SubCommunicator
+
+
+def split(lo: int, hi: int, parts: int) -> list[tuple[int, int]]:
+    """``parts`` contiguous, near-even ranges covering ``lo:hi``."""
+    span = hi - lo
+    return [(lo + span * k // parts, lo + span * (k + 1) // parts) for k in range(parts)]
+
+
+@dataclass(eq=False)
+class GridBlock:
+    """One rank's block ``A[rows, cols]`` (``tensor``, None when it stores nothing), the grid
+    shape and its coordinates; ``products``: planned Matmuls by (dtype, trailing shape)."""
+
+    rows: tuple
+    cols: tuple
+    grid: tuple
+    coords: tuple
+    tensor: object
+    dtype: np.dtype
+    products: dict = field(default_factory=dict)
+
+    def nbytes(self) -> int:
+        return self.tensor.nbytes if self.tensor is not None else 0
+
+
+class GridBlocks:
+    """The block actor's grid methods (mixed into :class:`~ustc.distributed.worker.BlockWorker`;
+    they use its ``blocks``, ``vecs``, ``comm``, ``rank``, ``_run`` and ``_wait``)."""
+
+    async def set_grid_block(self, key, grid, rows, cols, coo, fmt) -> dict:
+        """Keep ``coo`` (block-local rows and columns) as rank ``self.rank``'s block of a grid."""
+        return await self._run(self._set_grid_block, key, grid, rows, cols, coo, fmt)
+
+    async def load_grid_block(self, key, grid, rows, cols, ncols, loader, fmt) -> dict:
+        """As :meth:`set_grid_block`, the block cut from ``loader(row_start, row_stop)``."""
+        from .worker import _as_coo
+
+        def load():
+            r, c, v = _as_coo(loader(rows[0], rows[1]), rows[1] - rows[0], ncols)
+            keep = (c >= cols[0]) & (c < cols[1])
+            return self._set_grid_block(key, grid, rows, cols, (r[keep], c[keep] - cols[0], v[keep]), fmt)
+        return await self._run(load)
+
+    def _set_grid_block(self, key, grid, rows, cols, coo, fmt) -> dict:
+        from ..tensor.tensor import Tensor
+        from .worker import _format_for
+
+        r, c, v = (np.asarray(t) for t in coo)
+        shape = (rows[1] - rows[0], cols[1] - cols[0])
+        fmt = _format_for(fmt, self.rank, shape)
+        tensor = Tensor.from_coo((r.astype(np.int64), c.astype(np.int64)), v, shape, fmt) if len(v) else None
+        self.blocks[key] = GridBlock(tuple(rows), tuple(cols), tuple(grid), divmod(self.rank, grid[1]), tensor,
+                                     v.dtype)
+        return {"nse": int(len(v)), "format": str(tensor.format) if tensor is not None else str(fmt)}
+
+    def _grid_comms(self, grid) -> tuple:
+        """This rank's (row, column) communicators in a ``grid`` (made once per communicator)."""
+        cached = getattr(self, "_grid_cache", None)
+        if cached is None or cached[0] is not self.comm:
+            cached = self._grid_cache = (self.comm, {})
+        comms = cached[1].get(tuple(grid))
+        if comms is None:
+            pr, pc = grid
+            i, j = divmod(self.rank, pc)
+            comms = cached[1][tuple(grid)] = (
+                SubCommunicator(self.comm, [i * pc + k for k in range(pc)], f"row{i}/{pr}x{pc}"),
+                SubCommunicator(self.comm, [k * pc + j for k in range(pr)], f"col{j}/{pr}x{pc}"))
+        return comms
+
+    def _grid_product(self, block, dtype, tail):
+        """The planned ``tensor @ xbuf`` of ``block`` for dtype and trailing shape (made once)."""
+        from ..ops.plan import Matmul
+
+        key = (np.dtype(dtype).str, tuple(tail))
+        prod = block.products.get(key)
+        if prod is None:
+            xbuf = np.zeros((block.cols[1] - block.cols[0],) + tuple(tail), dtype=dtype)
+            ybuf = np.zeros((block.rows[1] - block.rows[0],) + tuple(tail), dtype=dtype)
+            mm = None
+            if block.tensor is not None:
+                mm = Matmul(block.tensor, xbuf)
+                mm.plan()
+            prod = block.products[key] = (xbuf, ybuf, mm)
+        return prod
+
+    async def grid_matmul(self, key, xname, yname, dtype) -> None:
+        """``vecs[yname] = (A @ x)`` parts of this rank, from the ``x`` parts in ``vecs[xname]``
+        (SPMD: every rank of the grid calls it together)."""
+        await self._run(self._grid_matmul, key, xname, yname, np.dtype(dtype))
+
+    def _grid_matmul(self, key, xname, yname, dtype) -> None:
+        block = self.blocks[key]
+        row, col = self._grid_comms(block.grid)
+        x = np.ascontiguousarray(self.vecs[xname], dtype=dtype)
+        xbuf, ybuf, mm = self._grid_product(block, dtype, x.shape[1:])
+        self.comm.syncs += 1
+        np.concatenate(self._wait(col.allgather(x)), out=xbuf)
+        if mm is not None:
+            mm.execute(out=ybuf)
+        else:
+            ybuf.fill(0)
+        parts = [ybuf[lo:hi] for lo, hi in split(0, len(ybuf), block.grid[1])]
+        self.vecs[yname] = self._wait(row.reduce_scatter(parts))
+
+    async def grid_entries(self, key):
+        """``(rows, cols, values)`` of this rank's grid block, block-local indices."""
+        block = self.blocks[key]
+        if block.tensor is None:
+            return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, block.dtype)
+        (r, c), v = block.tensor.entries()
+        return np.asarray(r, np.int64), np.asarray(c, np.int64), np.asarray(v)
