@@ -13,17 +13,19 @@ See ``docs/distributed.md``.
 from __future__ import annotations
 
 from ..errors import DistributedError, require
-from .comm import ActorCommunicator, Communicator, MPICommunicator
 from .checkpoint import Checkpoint
+from .comm import ActorCommunicator, Communicator, MPICommunicator
 from .dtensor import DTensor, DVector, Matmul, matmul
-from .spgemm import FetchPlan, SpGEMM
 from .grid import GridMatmul, GridPlan, GridTensor
 from .partition import Grid2D, RowBlocks
+from .petsc import PetscSplit
 from .runtime import Runtime, connect, runtime, shutdown
 from .solve import SolveResult, solve
+from .spgemm import FetchPlan, SpGEMM
 
-__all__ = ["ActorCommunicator", "Checkpoint", "Communicator", "DTensor", "DVector", "DistributedError", "FetchPlan", "Grid2D",
-           "GridMatmul", "GridPlan", "GridTensor", "MPICommunicator", "Matmul", "RowBlocks", "Runtime", "SolveResult", "SpGEMM", "connect", "map", "matmul",
+__all__ = ["ActorCommunicator", "Checkpoint", "Communicator", "DTensor", "DVector", "DistributedError",
+           "FetchPlan", "Grid2D", "GridMatmul", "GridPlan", "GridTensor", "MPICommunicator", "Matmul",
+           "PetscSplit", "RowBlocks", "Runtime", "SolveResult", "SpGEMM", "connect", "map", "matmul",
            "runtime", "shutdown", "solve"]
 
 

@@ -226,6 +226,21 @@ class DTensor:
         v = np.concatenate([p[2] for p in parts]).astype(self.dtype, copy=False)
         return Tensor.from_coo((r, c), v, self.shape, tensor_format)
 
+    def petsc_split(self, rank: int):
+        """Block ``rank`` as PETSc's MPIAIJ split arrays (:class:`~ustc.distributed.petsc.PetscSplit`)."""
+        return self.group.call("petsc_split", {rank: (self.name, self.shape)}, ranks=[rank])[0]
+
+    def petsc_splits(self) -> list:
+        """Every block's :class:`~ustc.distributed.petsc.PetscSplit` (the whole matrix on the driver)."""
+        return self.group.call("petsc_split", [(self.name, self.shape)] * self.rows.parts)
+
+    def to_petsc(self, comm=None):
+        """A PETSc MPIAIJ matrix (petsc4py) from the blocks' local/ghost split; collective over
+        ``comm``, one process per block (:func:`ustc.distributed.petsc.to_petsc`)."""
+        from .petsc import to_petsc
+
+        return to_petsc(self, comm)
+
     def __matmul__(self, x):
         if isinstance(x, DTensor):
             from .spgemm import SpGEMM

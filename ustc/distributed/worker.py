@@ -271,6 +271,12 @@ class BlockWorker(SpGEMMBlocks, GridBlocks):
             return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, block.dtype)
         return tuple(np.concatenate(p) for p in zip(*parts))
 
+    async def petsc_split(self, key, shape):
+        """This rank's block in PETSc's MPIAIJ split (:func:`ustc.distributed.petsc.split_of`)."""
+        from .petsc import split_of
+
+        return await self._run(split_of, self.blocks[key], shape)
+
     # -- products -------------------------------------------------------------------------
     def _product(self, block, dtype, tail):
         """The planned products of ``block`` for operands of dtype ``dtype`` and trailing shape
