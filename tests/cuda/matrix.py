@@ -3,6 +3,7 @@
     python tests/cuda/matrix.py sim    # NUMBA_ENABLE_CUDASIM=1: run each kernel, compare with NumPy
     python tests/cuda/matrix.py ptx    # no simulator: PTX for sm_90 + nvJitLink cubin per kernel
     python tests/cuda/matrix.py gpu    # a real GPU: launch each kernel, compare with NumPy
+    python tests/cuda/matrix.py model  # no simulator, no GPU: the lock-step warp model runs each kernel
 
 Prints one JSON object per case (``{"case", "ok", ...}``) on stdout. The simulator
 replaces ``numba.cuda`` at import, so the two modes cannot share a process; tests
@@ -13,6 +14,7 @@ thread as a Python thread.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import sys
 import warnings
@@ -223,6 +225,28 @@ def run_ptx(case) -> dict:
             "kernels": [{**r.record(), "sm": "sm_90"} for r in reports]}
 
 
+MODEL_LOG: list = []
+
+
+def install_model() -> None:
+    """Launches run in the lock-step warp model (``codegen.warp_model``), with the schedules a
+    GPU gets (256 threads a block, up to 4096 blocks), each launch's stats in ``MODEL_LOG``."""
+    from ustc.codegen import warp_model
+    from ustc.ops import cuda_host
+
+    def launcher(module, plan, views):
+        name = plan["function"]
+        return functools.partial(warp_model.launch, module, name, getattr(module, "launch_" + name), log=MODEL_LOG)
+
+    cuda_host.launcher = launcher
+
+
+def run_model(case) -> dict:
+    del MODEL_LOG[:]
+    record = run_sim(case)
+    return {**record, "launches": [dataclasses.asdict(s) for s in MODEL_LOG]}
+
+
 def matmul_cases():
     """ustc.Matmul planned for the cuda target (generated route): plan once, execute twice."""
     def spmv_twice(fmt):
@@ -249,8 +273,10 @@ def run_matmul(case) -> dict:
 
 def main(mode: str) -> int:
     warnings.simplefilter("ignore")
-    runner = run_ptx if mode == "ptx" else run_sim  # "sim" and "gpu" (a real device) run the kernels
-    extra = [] if mode == "ptx" else [(case, run_matmul) for case in matmul_cases()]
+    if mode == "model":
+        install_model()
+    runner = {"ptx": run_ptx, "model": run_model}.get(mode, run_sim)  # "sim" and "gpu" (a device) run kernels
+    extra = [] if mode in ("ptx", "model") else [(case, run_matmul) for case in matmul_cases()]
     pairs = [(case, runner) for case in cases()] + extra
     return report((case[0], functools.partial(run, case)) for case, run in pairs)
 
