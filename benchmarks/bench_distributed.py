@@ -5,9 +5,12 @@ runtime start; partition + halo plan + per-block planning; CG ms per iteration f
 distributed SPMD solve, single-process ``ustc.solve`` and SciPy's ``cg`` loop (same
 matrix, rtol 1e-6, the same right-hand side); scheduler transitions and synchronisations
 per CG iteration; bytes per SpMV against the halo plan; worker memory against (own block +
-ghosts + 6 vector slices); ``map`` over 400 items of ~10 ms against a serial loop.
+ghosts + 6 vector slices); SpGEMM ``A @ A`` (distributed, single-process ``ustc.matmul``,
+SciPy) with the rows and bytes it fetched against its plan; a power-law graph's bytes per
+SpMV with row blocks and with a 2 x 2 ``Grid2D``, and both SpMVs' times; ``map`` over 400
+items of ~10 ms against a serial loop.
 
-Usage: ``python benchmarks/bench_distributed.py [--side 114] [--repeat 3] [--write]``;
+Usage: ``python benchmarks/bench_distributed.py [--side 114] [--repeat 3] [--power-law 200000] [--write]``;
 ``--write`` replaces the results section of docs/distributed.md.
 """
 
@@ -39,6 +42,86 @@ def load() -> str:
     return "load %.2f" % os.getloadavg()[0]
 
 
+def power_law(n: int, mean_degree: int = 8, seed: int = 0) -> sp.csr_matrix:
+    """A random graph whose column popularity follows a Pareto law (a few hub columns)."""
+    rng = np.random.default_rng(seed)
+    weight = rng.pareto(1.2, n) + 1
+    cols = rng.choice(n, size=n * mean_degree, p=weight / weight.sum())
+    rows = np.repeat(np.arange(n), mean_degree)
+    g = sp.csr_matrix((np.ones(len(rows)), (rows, cols)), shape=(n, n))
+    g.sum_duplicates()
+    return (g + sp.eye(n, format="csr") * mean_degree).tocsr()
+
+
+def best_of(repeat: int, fn):
+    """(min seconds, last result) of ``repeat`` calls of ``fn``."""
+    best, out = None, None
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        out = fn()
+        dt = time.perf_counter() - t0
+        best = dt if best is None or dt < best else best
+    return best, out
+
+
+def spgemm(say, ud, ustc, d, a, t, repeat):
+    """Distributed A @ A against ustc.matmul and SciPy; fetched rows and bytes against the plan."""
+    t0 = time.perf_counter()
+    mm = ud.Matmul(d, d)
+    info = mm.plan()
+    c = mm.execute()
+    first = time.perf_counter() - t0
+    c.free()
+    before = mm.counters()
+    best, c = best_of(repeat, mm.execute)
+    moved = sum(x["bytes"] - y["bytes"] for x, y in zip(mm.counters(), before)) // repeat
+    single, ct = best_of(repeat, lambda: ustc.matmul(t, t))
+    ref, cs = best_of(repeat, lambda: a @ a)
+    v = np.random.default_rng(1).standard_normal(a.shape[1])
+    same = bool(np.allclose(c @ v, cs @ v, rtol=1e-12, atol=1e-12))        # C's own distributed SpMV
+    say(f"SpGEMM A @ A ({cs.nnz:,} nonzeros): distributed plan + execute {first:.2f} s, execute min {best:.3f} s; "
+        f"ustc.matmul min {single:.3f} s; SciPy min {ref:.3f} s; {load()}")
+    say(f"SpGEMM fetched {info['rows']:,} rows of B, {info['entries']:,} entries in {info['messages']} messages: "
+        f"{info['bytes']:,} bytes per execute (plan), {moved:,} moved; C v equals SciPy's: {same}")
+    c.free()
+    mm.free()
+
+
+def grid_vs_rows(say, ud, ustc, n, repeat):
+    """A power-law graph: bytes per SpMV with 4 row blocks and a 2 x 2 grid, and both SpMVs' times."""
+    g = power_law(n)
+    t = ustc.Tensor.from_package(g)
+    x = np.ones(n)
+    rows = ud.DTensor.from_tensor(t, 4)
+    grid = ud.GridTensor.from_tensor(t, ud.Grid2D(n, n, 2, 2))
+    one, two = ud.Matmul(rows, x), ud.GridMatmul(grid, x)
+    i1, i2 = one.plan(), two.plan()
+    t1, y1 = best_of(repeat, lambda: one.execute(gather=True))
+    t2, y2 = best_of(repeat, two.execute)
+    say(f"power-law graph {n:,} rows, {g.nnz:,} nonzeros, 4 blocks: row blocks {i1['bytes']:,} bytes per SpMV "
+        f"(ghosts per block {i1['ghosts']}), Grid2D 2x2 {i2['bytes']:,} bytes; SpMV min {1e3 * t1:.1f} ms vs "
+        f"{1e3 * t2:.1f} ms (results equal: {np.allclose(y1, y2)}); {load()}")
+    rows.free()
+    grid.free()
+    for p in (16, 64):
+        side = int(round(p ** 0.5))
+        plan = ud.GridPlan.of(ud.Grid2D(n, n, side, side), 8)
+        say(f"  the same graph on {p} blocks (counted on the driver): row blocks {halo_entries(g, p):,} entries "
+            f"per SpMV, Grid2D {side}x{side} {plan.x_entries + plan.y_entries:,}")
+
+
+def halo_entries(g: sp.csr_matrix, parts: int) -> int:
+    """The 1-D halo of ``g`` split into ``parts`` even row blocks: the distinct columns each
+    block's rows touch outside its own range, summed."""
+    n = g.shape[0]
+    bounds = [n * b // parts for b in range(parts + 1)]
+    total = 0
+    for lo, hi in zip(bounds, bounds[1:]):
+        used = np.unique(g.indices[g.indptr[lo]:g.indptr[hi]])
+        total += int(np.count_nonzero((used < lo) | (used >= hi)))
+    return total
+
+
 def busy(item, shared):
     """~10 ms of single-threaded NumPy work on one item."""
     x = shared + item
@@ -54,6 +137,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--side", type=int, default=114)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--power-law", type=int, default=200_000, help="rows of the power-law graph")
     ap.add_argument("--write", action="store_true")
     args = ap.parse_args()
     lines = []
@@ -142,6 +226,9 @@ def main():
             f"(block + ghosts + 6 slices) {expect / 2**20:.1f} MiB")
     say("worker RSS (interpreter, NumPy, Numba and Dask included): "
         + ", ".join(f"{v / 2**20:.0f} MiB" for v in rss.values()))
+
+    spgemm(say, ud, ustc, d, a, t, args.repeat)
+    grid_vs_rows(say, ud, ustc, args.power_law, args.repeat)
 
     shared = np.random.default_rng(0).standard_normal(60_000)
     items = list(range(400))
