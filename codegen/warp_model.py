@@ -33,7 +33,7 @@ import inspect
 import operator
 import textwrap
 import types
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -472,15 +472,9 @@ class _Launch:
         return out
 
 
-@dataclass
-class Recorder:
-    """Collects the :class:`Stats` of every modelled launch while installed."""
-
-    launches: list = field(default_factory=list)
-
-
 def launch(module, name: str, wrapper, *args, log: list | None = None, **kwargs):
-    """Call ``wrapper`` (a generated ``launch_kernel_k``) with ``module.<name>`` modelled."""
+    """Call ``wrapper`` (a generated ``launch_kernel_k``) with ``module.<name>`` modelled; each
+    launch's :class:`Stats` is appended to ``log``."""
     kernel = getattr(module, name)
     setattr(module, name, Kernel(kernel, log))
     try:
