@@ -51,6 +51,9 @@ def repair(group) -> None:
     """New actors for ``group.lost`` on the workers alive, every rank reconnected, the lost blocks
     of the group's live members rebuilt (or the members marked lost); ``group.generation`` + 1."""
     rt, lost = group.runtime, sorted(group.lost)
+    survivors = [r for r in range(group.size) if r not in lost]
+    if survivors:               # again, in case the first abort did not arrive: their calls end now
+        group.call("abort", {r: ("the group is being repaired",) for r in survivors}, ranks=survivors)
     rt.client.cancel([group.futures[r] for r in lost])
     workers = rt.workers
     for r in lost:
