@@ -79,7 +79,8 @@ def compile_kernel(name: str, kernel, sig: tuple, statement: str = "", cc=ARCH) 
 
     if cuda.compile_ptx is None:  # pragma: no cover - simulator
         raise UstcError("numba.cuda.compile_ptx is unavailable (simulator mode)")
-    ptx, _ = cuda.compile_ptx(kernel.py_func, sig, cc=cc)
+    bounds = getattr(kernel, "targetoptions", {}).get("launch_bounds")  # the schedule's, as launched
+    ptx, _ = cuda.compile_ptx(kernel.py_func, sig, cc=cc, launch_bounds=bounds)
     size, log = link(ptx, cc)
     info = parse_log(log)
     return CompiledKernel(name, statement, ", ".join(str(t) for t in sig), ptx, size, **info, log=log)
