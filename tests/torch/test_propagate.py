@@ -362,6 +362,80 @@ def test_element_wise_chain_with_a_parameter():
     same_function(fast, model, (5, 8))
 
 
+class ReadAfterWrite(nn.Module):
+    """``h`` read before and after an in-place write: the later read sees the write."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b, self.c = nn.Linear(8, 16), nn.Linear(16, 8), nn.Linear(16, 8)
+
+    def forward(self, x):
+        h = self.a(x)
+        y = self.c(h)
+        h.add_(1.0)
+        return self.b(h) + y
+
+
+class InPlaceReLU(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(8, 16), nn.Linear(16, 8)
+
+    def forward(self, x):
+        h = self.a(x)
+        h.relu_()
+        return self.b(h)
+
+
+class WriteThroughView(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(8, 16), nn.Linear(16, 8)
+
+    def forward(self, x):
+        h = self.a(x)
+        h[:, 8:].mul_(2)
+        return self.b(h)
+
+
+class AddIntoInput(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(8, 16), nn.Linear(16, 8)
+
+    def forward(self, x):
+        x += self.b(nn.functional.relu(self.a(x), inplace=True))
+        return x * 2
+
+
+@pytest.mark.parametrize("cls, a_rows", [(ReadAfterWrite, 8), (InPlaceReLU, 8), (WriteThroughView, 16),
+                                         (AddIntoInput, 8)])
+def test_in_place_ops(cls, a_rows):
+    torch.manual_seed(0)
+    model = cls().eval()
+    pruned_rows(model.a, slice(0, 8))
+    x = torch.randn(3, 8)
+    kept = x.clone()
+    fast, report = propagate(model, x)
+    assert torch.equal(x, kept)  # the example input is not written
+    assert weight(fast, "a").shape[0] == a_rows  # a view written in place keeps its base whole
+    assert report.max_abs_diff < 1e-5
+    gen = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for _ in range(2):
+            y = torch.randn(4, 8, generator=gen)
+            torch.testing.assert_close(fast(y.clone()), model(y.clone()))
+
+
+def test_in_place_relu_module_sequence():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(inplace=True), nn.Linear(16, 8)).eval()
+    pruned_rows(model[0], slice(0, 8))
+    fast, _ = propagate(model, torch.randn(3, 8))
+    assert weight(fast, "0").shape == (8, 8) and weight(fast, "2").shape == (8, 8)
+    same_function(fast, model, (5, 8))
+
+
 # -- sparse ReLU, timing, report -------------------------------------------------------------------
 
 def test_sparse_relu_feeds_the_product():

@@ -50,7 +50,7 @@ from torch import fx, nn
 from .propagate_attrs import FeatureSparsity, WeightSparsity
 from .propagate_capture import UntraceableModel, observe, trace
 from .propagate_choose import MIN_SPARSITY, choose_format, fuse_sparse_relu
-from .propagate_ops import classify, is_feature
+from .propagate_ops import BOUNDARY, Op, classify, is_feature, is_inplace, pinned, redirect_inplace
 from .propagate_report import LayerReport, PropagationReport
 from .propagate_rewrite import MIN_SHARE, Rewriter
 from .propagate_rules import backward, forward
@@ -82,8 +82,8 @@ def propagate(model: nn.Module, example_inputs, *, measure: bool = True, sparse_
         work = nn.Sequential(work)
     sources = _fold(work)
     gm, opaque = trace(work)
-    ops, facts, seen = _analyse(gm, inputs)
-    new, plans, conversions = Rewriter(gm, ops, facts, seen, min_share).run()
+    ops, facts, seen, held = _analyse(gm, inputs)
+    new, plans, conversions = Rewriter(gm, ops, facts, seen, min_share, held).run()
     after = observe(new, inputs, _first_arguments(new))
     run = Run(gm, new, inputs, ops, facts, seen, after, plans, sources, conversions, opaque, measure)
     run.chosen = _choose(run)
@@ -127,14 +127,18 @@ def _first_arguments(gm: fx.GraphModule, modules_only: bool = False) -> set:
 
 
 def _analyse(gm: fx.GraphModule, inputs: tuple) -> tuple:
-    """``(ops, facts, observed)``: every feature node classified, facts propagated both ways."""
+    """``(ops, facts, observed, pinned)``: every feature node classified, facts propagated both ways;
+    an in-place op writing into a pinned tensor is a boundary (see ``propagate_ops.pinned``)."""
     modules = dict(gm.named_modules())
+    redirect_inplace(gm, modules)
     seen = observe(gm, inputs, _first_arguments(gm, modules_only=True))
-    ops = {n.name: classify(n, modules, seen.shape, seen.dtype) for n in gm.graph.nodes
-           if is_feature(n, seen.shape, seen.dtype)}
-    facts = forward(gm, ops, seen.shape, seen.dtype)
+    held = pinned(gm, modules)
+    ops = {n.name: Op(BOUNDARY) if is_inplace(n, modules) and n.args and getattr(n.args[0], "name", None) in held
+           else classify(n, modules, seen.shape, seen.dtype)
+           for n in gm.graph.nodes if is_feature(n, seen.shape, seen.dtype)}
+    facts = forward(gm, ops, seen.shape, seen.dtype, held)
     backward(gm, ops, facts)
-    return ops, facts, seen
+    return ops, facts, seen, held
 
 
 def _choose(run: Run) -> dict:

@@ -114,10 +114,15 @@ class _Recorder(fx.Interpreter):
         return result
 
 
+def fresh(inputs: tuple) -> tuple:
+    """Copies of the tensors among ``inputs`` (a model may write into its inputs: ``x += ...``)."""
+    return tuple(x.clone() if isinstance(x, torch.Tensor) else x for x in inputs)
+
+
 def observe(gm: fx.GraphModule, inputs: tuple, keep=frozenset()) -> Observed:
-    """Run ``gm`` once on ``inputs`` without autograd and record what it saw, keeping the outputs of
-    the nodes named in ``keep``."""
+    """Run ``gm`` once on copies of ``inputs`` without autograd and record what it saw, keeping the
+    outputs of the nodes named in ``keep``."""
     seen = Observed()
     with torch.no_grad():
-        seen.output = _Recorder(gm, seen, frozenset(keep)).run(*inputs)
+        seen.output = _Recorder(gm, seen, frozenset(keep)).run(*fresh(inputs))
     return seen

@@ -34,7 +34,14 @@ _DROPOUT_MODULES = (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.Alp
 _UNARY_FUNCTIONS = {torch.relu, F.relu, F.relu6, F.gelu, F.silu, F.elu, F.celu, F.selu, F.leaky_relu, F.hardtanh,
                     F.hardswish, F.hardsigmoid, F.mish, F.softplus, F.softsign, torch.tanh, F.tanh, torch.sigmoid,
                     F.sigmoid, torch.abs, torch.neg, operator.neg, torch.square, torch.exp}
-_UNARY_METHODS = {"relu", "tanh", "sigmoid", "abs", "neg", "square", "exp", "contiguous", "clone"}
+_UNARY_METHODS = {"relu", "tanh", "sigmoid", "abs", "neg", "square", "exp", "contiguous", "clone",
+                  "relu_", "tanh_", "sigmoid_", "abs_", "neg_", "square_", "exp_"}
+_VIEW_METHODS = {"view", "view_as", "reshape", "reshape_as", "transpose", "permute", "t", "narrow", "select",
+                 "unsqueeze", "squeeze", "flatten", "unflatten", "expand", "expand_as", "split", "chunk", "unbind",
+                 "contiguous", "detach", "__getitem__"}
+_VIEW_FUNCTIONS = {operator.getitem, torch.reshape, torch.transpose, torch.permute, torch.t, torch.narrow,
+                   torch.select, torch.unsqueeze, torch.squeeze, torch.flatten, torch.split, torch.chunk,
+                   torch.unbind, torch.detach}
 _ADD = {operator.add, operator.sub, torch.add, torch.sub, "add", "sub"}
 _MUL = {operator.mul, torch.mul, "mul"}
 _DIV = {operator.truediv, torch.div, "div"}
@@ -136,13 +143,58 @@ def _broadcasts_over_features(arg, shapes: dict) -> bool:
     return shape is None and arg.op != "placeholder" or shape is not None and (len(shape) == 0 or shape[-1] == 1)
 
 
+_INPLACE_OPERATORS = {operator.iadd, operator.isub, operator.imul, operator.itruediv}
+
+
 def is_inplace(node: fx.Node, modules: dict) -> bool:
-    """Whether the node writes into its input (``inplace=True``, a method ending in ``_``)."""
+    """Whether the node writes into its first argument and returns it (``inplace=True``, a method
+    ending in ``_``, ``x += y``)."""
+    if node.op == "call_function" and node.target in _INPLACE_OPERATORS:
+        return True
     if node.op == "call_module":
         return bool(getattr(modules.get(node.target), "inplace", False))
     if node.op == "call_method" and str(node.target).endswith("_"):
         return True
     return bool(node.kwargs.get("inplace", False))
+
+
+def _is_view(node: fx.Node) -> bool:
+    """Whether the node may return a view of (memory shared with) its first argument."""
+    return node.op == "call_method" and node.target in _VIEW_METHODS or \
+        node.op == "call_function" and node.target in _VIEW_FUNCTIONS
+
+
+def redirect_inplace(gm: fx.GraphModule, modules: dict) -> None:
+    """After an in-place op ``y = x.relu_()`` the model's later reads of ``x`` read ``y`` (the same
+    tensor, written): point them at ``y`` in the graph, so that what each node reads is what the
+    analysis sees (in place on the traced copy; the model computes the same)."""
+    order = {node: i for i, node in enumerate(gm.graph.nodes)}
+    for node in list(gm.graph.nodes):
+        if is_inplace(node, modules) and node.args and isinstance(node.args[0], fx.Node):
+            position = order[node]
+            node.args[0].replace_all_uses_with(node, delete_user_cb=lambda user: order[user] > position)
+    gm.recompile()
+
+
+def pinned(gm: fx.GraphModule, modules: dict) -> frozenset:
+    """Names of the nodes an in-place op writes into while a view can see it: the input of an
+    in-place op that is a view or has views taken of it, and through views what it views. Such a
+    tensor stays as the model has it (full width, nothing assumed about its features), so that
+    the write reaches the views (after :func:`redirect_inplace`, plain later reads are no concern)."""
+    found = set()
+    for node in gm.graph.nodes:
+        if not is_inplace(node, modules) or not node.args or not isinstance(node.args[0], fx.Node):
+            continue
+        source = node.args[0]
+        if not _is_view(source) and not any(_is_view(user) for user in source.users if user is not node):
+            continue
+        stack = [source]
+        while stack:
+            current = stack.pop()
+            found.add(current.name)
+            if _is_view(current) and current.args and isinstance(current.args[0], fx.Node):
+                stack.append(current.args[0])
+    return frozenset(found)
 
 
 def evaluate(node: fx.Node, modules: dict, values: dict):

@@ -21,7 +21,8 @@ Bringing a tensor from ``K_src`` to ``K_dst`` (:class:`FeatureGather`,
 :class:`FeatureScatter`) fills the features it lacks with their known values
 (0 for unused ones, which nobody reads): the result is exact for every
 consumer. The invariant: the features in ``K`` are computed exactly; those
-outside are known or unused.
+outside are known or unused. A tensor an in-place op writes into while others
+can see it (``pinned``) keeps all its features, so the write reaches them.
 """
 
 from __future__ import annotations
@@ -128,10 +129,12 @@ def _full(kept, width: int) -> torch.Tensor:
 
 class Rewriter:
     """Builds the compact graph; :meth:`run` returns ``(GraphModule, [LayerPlan], conversions)``.
-    ``seen``: the :class:`~ustc.torch.propagate_capture.Observed` run (shapes, dtypes, devices)."""
+    ``seen``: the :class:`~ustc.torch.propagate_capture.Observed` run (shapes, dtypes, devices);
+    ``pinned``: nodes kept at full width (an in-place op writes into them for others to see)."""
 
-    def __init__(self, gm: fx.GraphModule, ops: dict, facts: dict, seen, min_share: float = MIN_SHARE):
-        self.gm, self.ops, self.facts, self.seen = gm, ops, facts, seen
+    def __init__(self, gm: fx.GraphModule, ops: dict, facts: dict, seen, min_share: float = MIN_SHARE,
+                 pinned=frozenset()):
+        self.gm, self.ops, self.facts, self.seen, self.pinned = gm, ops, facts, seen, pinned
         self.shapes = seen.shape
         self.min_share = min_share
         self.old_modules = dict(gm.named_modules())
@@ -187,7 +190,7 @@ class Rewriter:
     def _linear(self, node: fx.Node, op) -> None:
         source = op.inputs[0]
         facts, facts_in = self.facts[node.name], self.facts[source.name]
-        rows = self._shrink(facts.needed)
+        rows = None if node.name in self.pinned else self._shrink(facts.needed)
         w = dense_weight(self.old_modules[node.target])
         w = w if rows is None else w[rows]
         width = w.shape[1]
@@ -210,7 +213,9 @@ class Rewriter:
     def _unary(self, node: fx.Node, op) -> None:
         source = op.inputs[0]
         kept = self.kept.get(source.name)
-        if kept is not None:
+        if kept is not None and node.name in self.pinned:
+            kept = None
+        elif kept is not None:
             have = torch.zeros(self.shapes[node.name][-1], dtype=torch.bool)
             have[kept] = True
             if bool((self.facts[node.name].needed & ~have).any()):
@@ -220,7 +225,7 @@ class Rewriter:
 
     def _binary(self, node: fx.Node, op) -> None:
         a, b = op.inputs
-        kept = self._meeting_point(node, op.inputs)
+        kept = None if node.name in self.pinned else self._meeting_point(node, op.inputs)
         self.kept[node.name] = kept
         self._copy(node, {a: self.convert(a, kept), b: self.convert(b, kept)})
 

@@ -89,7 +89,7 @@ def _evaluated(node: fx.Node, op: Op, modules: dict, facts: dict, dtype) -> Fact
     """The op run on the inputs' known values (unknown ones as 0); None where that fails."""
     try:
         with torch.no_grad():
-            values = {a: facts[a.name].value.to(dtype) for a in op.inputs}
+            values = {a: facts[a.name].value.to(dtype).clone() for a in op.inputs}  # in-place ops write them
             result = evaluate(node, modules, values)
     except Exception:  # noqa: BLE001  (an op that cannot run on a vector propagates nothing)
         return None
@@ -104,8 +104,9 @@ def _evaluated(node: fx.Node, op: Op, modules: dict, facts: dict, dtype) -> Fact
     return out
 
 
-def forward(gm: fx.GraphModule, ops: dict, shapes: dict, dtypes: dict) -> dict:
-    """``{node name: Facts}`` for every feature tensor, ``unused`` still all False."""
+def forward(gm: fx.GraphModule, ops: dict, shapes: dict, dtypes: dict, pinned=frozenset()) -> dict:
+    """``{node name: Facts}`` for every feature tensor, ``unused`` still all False. Nothing is known
+    of the ``pinned`` nodes (an in-place op writes into them; see ``propagate_ops.pinned``)."""
     modules = dict(gm.named_modules())
     facts = {}
     for node in gm.graph.nodes:
@@ -126,7 +127,7 @@ def forward(gm: fx.GraphModule, ops: dict, shapes: dict, dtypes: dict) -> dict:
                     zero |= facts[a.name].known & (facts[a.name].value == 0)
                 out.known |= zero
                 out.value[zero] = 0.0
-        facts[node.name] = out if out is not None else Facts.nothing(width)
+        facts[node.name] = out if out is not None and node.name not in pinned else Facts.nothing(width)
     return facts
 
 

@@ -15,6 +15,7 @@ import torch
 from torch import fx
 
 from .propagate_attrs import FeatureSparsity, WeightSparsity
+from .propagate_capture import fresh
 from .propagate_choose import SparseReluLinear, median, time_us
 from .propagate_ops import BOUNDARY, LINEAR
 from .propagate_report import LayerReport, PropagationReport
@@ -152,10 +153,11 @@ def max_diff(a, b) -> float:
 def report(run: Run) -> PropagationReport:
     """The :class:`PropagationReport` of a finished run (the model timed before and after if measuring)."""
     with torch.no_grad():
-        diff = max_diff(run.seen.output, run.new(*run.inputs))
+        diff = max_diff(run.seen.output, run.new(*fresh(run.inputs)))
     timed = {}
     if run.measure:
-        timed = time_us({"before": lambda: run.gm(*run.inputs), "after": lambda: run.new(*run.inputs)},
+        x = fresh(run.inputs)  # the user's tensors stay untouched by models that write into their inputs
+        timed = time_us({"before": lambda: run.gm(*x), "after": lambda: run.new(*x)},
                         rounds=7, sample_s=0.02)
     return PropagationReport(
         layers(run), tuple(run.new.tesa.items()), boundaries(run), tuple(run.conversions),
