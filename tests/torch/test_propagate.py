@@ -408,8 +408,19 @@ class AddIntoInput(nn.Module):
         return x * 2
 
 
+class WriteThroughOut(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(8, 16), nn.Linear(16, 8)
+
+    def forward(self, x):
+        h = self.a(x)
+        torch.tanh(x.repeat(1, 2), out=h)
+        return self.b(h)
+
+
 @pytest.mark.parametrize("cls, a_rows", [(ReadAfterWrite, 8), (InPlaceReLU, 8), (WriteThroughView, 16),
-                                         (AddIntoInput, 8)])
+                                         (AddIntoInput, 8), (WriteThroughOut, 16)])
 def test_in_place_ops(cls, a_rows):
     torch.manual_seed(0)
     model = cls().eval()

@@ -178,15 +178,19 @@ def redirect_inplace(gm: fx.GraphModule, modules: dict) -> None:
 
 def pinned(gm: fx.GraphModule, modules: dict) -> frozenset:
     """Names of the nodes an in-place op writes into while a view can see it: the input of an
-    in-place op that is a view or has views taken of it, and through views what it views. Such a
+    in-place op that is a view or has views taken of it, any tensor passed as ``out=``, and
+    through views what it views. Such a
     tensor stays as the model has it (full width, nothing assumed about its features), so that
     the write reaches the views (after :func:`redirect_inplace`, plain later reads are no concern)."""
     found = set()
     for node in gm.graph.nodes:
-        if not is_inplace(node, modules) or not node.args or not isinstance(node.args[0], fx.Node):
-            continue
-        source = node.args[0]
-        if not _is_view(source) and not any(_is_view(user) for user in source.users if user is not node):
+        if isinstance(node.kwargs.get("out"), fx.Node):  # written through out=: pinned whatever else
+            source = node.kwargs["out"]
+        elif is_inplace(node, modules) and node.args and isinstance(node.args[0], fx.Node):
+            source = node.args[0]
+            if not _is_view(source) and not any(_is_view(user) for user in source.users if user is not node):
+                continue
+        else:
             continue
         stack = [source]
         while stack:
