@@ -24,7 +24,7 @@ import ustc  # noqa: E402
 import ustc.torch  # noqa: E402
 from ustc.torch.propagate_attrs import (BlockPattern, FeatureSparsity, NMPattern, WeightSparsity,  # noqa: E402
                                         detect_pattern)
-from ustc.torch.propagate_choose import SparseReluLinear  # noqa: E402
+from ustc.torch.propagate_relu import SparseReluLinear  # noqa: E402
 from ustc.torch.propagate_ops import UNARY, classify  # noqa: E402
 from ustc.torch.propagate_rewrite import FeatureGather, FeatureScatter  # noqa: E402
 
@@ -458,7 +458,11 @@ def test_sparse_relu_feeds_the_product():
     assert isinstance(fast.get_submodule("2"), SparseReluLinear)
     assert report.layer("2").format == "sparse_relu + dense"
     assert report.layer("2").input.density < 0.5  # measured after the ReLU
-    same_function(fast, model, (7, 16), (2, 3, 16))
+    same_function(fast, model, (7, 16), (2, 3, 16), (7, 16), (1, 16))  # planned per batch size, reused
+    twin = copy.deepcopy(fast)
+    same_function(twin, model, (7, 16))
+    x = torch.randn(5, 16, requires_grad=True)  # autograd recording: plain ReLU + linear
+    torch.testing.assert_close(fast(x), model(x))
     untouched, _ = propagate(model, torch.randn(32, 16), sparse_relu="never")
     assert not any(isinstance(m, SparseReluLinear) for m in untouched.modules())
 

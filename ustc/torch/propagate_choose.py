@@ -8,9 +8,9 @@
   fastest on the layer's example input wins (by its fastest of 7 rounds: on a
   shared machine, the noise only ever adds time); without, the incoming
   format, else the default choice, else dense.
-* :class:`SparseReluLinear`: ``linear(relu(x))`` with ``relu(x)`` stored as
-  CSR by ``ustc.sparse_relu`` (no dense intermediate) and the product by
-  ``ustc.matmul``; :func:`fuse_sparse_relu` puts it in where a ReLU feeds only
+* :func:`fuse_sparse_relu` puts a :class:`~ustc.torch.propagate_relu.SparseReluLinear`
+  (``linear(relu(x))`` with ``relu(x)`` stored as CSR by ``ustc.sparse_relu``
+  and multiplied by a planned ``ustc.Matmul``) in where a ReLU feeds only
   a dense-weight layer, its measured output sparsity is at least
   ``min_sparsity``, and (when measuring) it is faster than ReLU + layer.
 * :func:`time_us`: alternating rounds of back-to-back calls, medians.
@@ -30,6 +30,7 @@ from ..formats import BSR, Structured
 from ..tensor.tensor import Tensor
 from .propagate_attrs import BlockPattern, NMPattern, detect_pattern
 from .propagate_ops import is_inplace
+from .propagate_relu import SparseReluLinear
 from .reformat import default_reformat, reformat_model, with_widths
 from .subclass import TorchUST, format_label
 
@@ -112,33 +113,6 @@ def choose_format(module: nn.Linear, incoming, example, measure: bool) -> tuple:
     samples = time_us({label: (lambda m=layer: m(example)) for label, layer in found.items()}, rounds=7)
     label = min(samples, key=lambda k: min(samples[k]))  # the fastest round: a shared machine's noise only adds
     return label, found[label], samples
-
-
-class SparseReluLinear(nn.Module):
-    """``F.linear(relu(x), W, b)`` with ``relu(x)`` held as CSR (``ustc.sparse_relu``) and the product
-    by ``ustc.matmul`` against ``Wᵀ`` kept row-major. For inference: where autograd records, or for
-    dtypes other than the weight's, it computes ReLU and ``F.linear`` as they are."""
-
-    def __init__(self, linear: nn.Linear):
-        super().__init__()
-        self.in_features, self.out_features = linear.in_features, linear.out_features
-        self.register_buffer("weight_t", linear.weight.detach().t().contiguous())
-        self.bias = linear.bias
-
-    def forward(self, x):
-        import ustc
-
-        grad = torch.is_grad_enabled() and (x.requires_grad or (self.bias is not None and self.bias.requires_grad))
-        if grad or x.dtype != self.weight_t.dtype or x.device.type != "cpu" or x.numel() == 0:
-            return F.linear(torch.relu(x), self.weight_t.t(), self.bias)
-        rows = x.reshape(-1, x.shape[-1])
-        y = ustc.matmul(ustc.sparse_relu(rows, "CSR"), self.weight_t)
-        if self.bias is not None:
-            y += self.bias
-        return y.reshape(*x.shape[:-1], self.out_features)
-
-    def extra_repr(self) -> str:
-        return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
 
 
 def _is_relu(node: fx.Node, modules: dict) -> bool:

@@ -16,7 +16,8 @@ from torch import fx
 
 from .propagate_attrs import FeatureSparsity, WeightSparsity
 from .propagate_capture import fresh
-from .propagate_choose import SparseReluLinear, median, time_us
+from .propagate_choose import median, time_us
+from .propagate_relu import SparseReluLinear
 from .propagate_ops import BOUNDARY, LINEAR
 from .propagate_report import LayerReport, PropagationReport
 from .propagate_rules import dense_weight
