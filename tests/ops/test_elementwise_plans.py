@@ -272,8 +272,8 @@ def test_einsum_repeats_hit_and_see_new_values():
     A = sparse(NAMED_2D["CSR"], (6, 5), seed=1)
     B = sparse(NAMED_2D["COO"], (6, 5), seed=2)
     x = np.arange(5.0)
-    cases = [("ij,j->i", (A, x), {}), ("ij,ij->ij", (A, B), {"out_format": "CSR"}), ("ij->ji", (A,), {"out_format": "CSC"}),
-             ("ij,j->i", (A, x), {"semiring": "min_plus"})]
+    cases = [("ij,j->i", (A, x), {}), ("ij,ij->ij", (A, B), {"out_format": "CSR"}),
+             ("ij,ij->ji", (A, B), {"out_format": "CSC"}), ("ij,j->i", (A, x), {"semiring": "min_plus"})]
     for subscripts, operands, kw in cases:
         want = ustc.einsum(subscripts, *operands, **kw)
         hits = _hits()
@@ -284,6 +284,17 @@ def test_einsum_repeats_hit_and_see_new_values():
     A._values[...] *= 2                                    # values changed in place
     np.testing.assert_allclose(ustc.einsum("ij,j->i", A, x), 2 * before)
     np.testing.assert_allclose(ustc.einsum("ij,j->i", A, 2 * x), 4 * before)
+
+
+def test_an_einsum_copy_is_a_conversion_not_a_plan():
+    """``"ij->ji"`` into a format (one operand, no semiring or functions) is ``Tensor.convert`` of
+    the operand's transposed view: no plan is made or hit."""
+    A = sparse(NAMED_2D["CSR"], (6, 5), seed=1)
+    size, hits = ELEMENTWISE.stats()["size"], _hits()
+    for _ in range(2):
+        got = ustc.einsum("ij->ji", A, out_format="CSC")
+        np.testing.assert_allclose(got.to_dense(), A.to_dense().T)
+    assert ELEMENTWISE.stats()["size"] == size and _hits() == hits
 
 
 def test_einsum_with_a_process_local_function_is_not_cached():

@@ -98,6 +98,9 @@ def einsum(subscripts: str, *operands, out_format=None, target: str = "cpu", sem
     operands = [_operand(op) for op in operands]
     names = [f"T{k}" for k in range(len(operands))]
     fmt = None if out_format is None else as_format(out_format)
+    copied = _copy(terms, out, operands, fmt, target, sr, loads, post)
+    if copied is not None:
+        return copied
     key = EinsumKey(terms, out, tuple(kind(op) for op in operands), None if fmt is None else fmt.signature,
                     target, sr, tuple(sorted(loads.items())), post)
     plan = ELEMENTWISE.get(key)
@@ -114,6 +117,29 @@ def einsum(subscripts: str, *operands, out_format=None, target: str = "cpu", sem
     if run.target == "cpu" and key.stable:
         ELEMENTWISE.put(key, KernelPlan.of(program, run))
     return results["out"]
+
+
+def _copy(terms, out: str, operands, fmt, target: str, sr: Semiring, loads: dict, post) -> Tensor | None:
+    """An einsum that only copies one stored operand, its dimensions permuted, into ``out_format``
+    (``"ij->ij"``, ``"ij->ji"``): ``Tensor.convert`` of the operand (a zero-copy transposed view
+    for a permutation), the path and kernels a conversion takes, instead of a plan whose walk may
+    convert the operand first. None when the call is anything else. The result is new storage,
+    as the kernel's would be."""
+    if len(operands) != 1 or fmt is None or loads or post is not None or not sr.is_plus_times or target != "cpu":
+        return None
+    a = operands[0]
+    if not isinstance(a, Tensor) or a.device != "cpu" or sorted(out) != sorted(terms[0]) \
+            or sr.result_dtype(a.dtype) != a.dtype:
+        return None
+    from .elementwise import view_transposed
+
+    perm = tuple(terms[0].index(c) for c in out)
+    view = a if perm == tuple(range(a.ndim)) else view_transposed(a, perm)
+    result = view.convert(fmt)
+    if result is view:  # already in that format: a copy of its own
+        result = view.copy()
+    result._package = None  # as the generated kernel's results
+    return result
 
 
 def _operand(x):

@@ -1,8 +1,10 @@
 """Fast paths in front of the generic pack/unpack pipeline.
 
 * Conversions inside the 2-D compressed family (CSR, CSC, canonical COO)
-  run as one counting pass (``kernels.transpose_compressed``) or one
-  histogram, like SciPy's own, instead of unpack + sort + pack.
+  where the walk cannot produce the target's order (CSR <-> CSC, COO <-> CSC,
+  CSC -> COO) run as one stable counting transpose in parallel
+  (:func:`transposed`); COO -> CSR is one histogram and copies. Same-order
+  targets the writer can append (CSR -> COO) are the generated kernel's.
 * Dense -> sparse runs one parallel count pass and one parallel fill pass
   over the dense array (``kernels.row_counts`` / ``row_fill``); CSR-like
   targets take the counts as their positions directly, so no row-index array
@@ -73,28 +75,35 @@ def family(fmt: TensorFormat) -> Family | None:
 
 
 def convert(t, fmt: TensorFormat):
-    """``t`` in ``fmt`` through a compressed-family shortcut, or None."""
+    """``t`` in ``fmt`` through a compressed-family shortcut, or None: within the CSR family, or
+    into COO of the other major order (CSC -> COO), where the walk cannot produce the target's
+    order: one parallel counting transpose (:func:`transposed`). COO of the same order is the
+    generated writer's (``ops.convert``)."""
     from . import kernels
 
     src, dst = family(t.format), family(fmt)
-    if src is None or dst is None or dst.kind != "csr" or not compiled_dtype(t.dtype):
+    if src is None or dst is None or not compiled_dtype(t.dtype):
+        return None
+    if dst.kind == "coo" and (src.major == dst.major or fmt.levels[0].type != COMPRESSED_NONUNIQUE):
         return None
     values = t._values[:t.nse]
     b = t._buffers
+    if src.major != dst.major:
+        n_out, n_in = t.shape[dst.major], t.shape[src.major]
+        if src.kind == "csr":
+            out = transposed(values, b[(1, "crd")], n_out, n_in, pos=b[(1, "pos")])
+        else:
+            out = transposed(values, b[(1, "crd")], n_out, n_in, major=b[(0, "crd")])
+        return _csr_tensor(t.shape, t.package, fmt, *out) if dst.kind == "csr" else \
+            _coo_from_rows(t.shape, t.package, fmt, *out)
     if src.kind == "csr":
         pos, crd = b[(1, "pos")], b[(1, "crd")]
     else:
         pos = prefix_sum(kernels.histogram(b[(0, "crd")], t.shape[src.major]))
         crd = b[(1, "crd")]
-    if src.major == dst.major:
-        if kernels.count_zeros(values):
-            return None  # explicit zeros must be dropped: the generic path does it
-        out = (pos.copy(), crd.copy(), values.copy())
-    else:
-        out = _transpose(pos, crd, values, t.shape[1 - src.major])
-        if out is None:
-            return None
-    return _csr_tensor(t.shape, t.package, fmt, *out)
+    if kernels.count_zeros(values):
+        return None  # explicit zeros must be dropped: the generic path does it
+    return _csr_tensor(t.shape, t.package, fmt, pos.copy(), crd.copy(), values.copy())
 
 
 def csr_from_sorted(major, minor, values, shape, fmt: TensorFormat, pos=None):
@@ -115,25 +124,51 @@ def csr_from_sorted(major, minor, values, shape, fmt: TensorFormat, pos=None):
 def csr_from_transposed(outer, inner, values, shape, fmt: TensorFormat):
     """A tensor in CSR-family ``fmt`` from entries strictly increasing in ``(outer, inner)``, where
     ``outer`` is ``fmt``'s *minor* dimension (a walk in the other order: CSC entries for a CSR
-    target): one histogram and one counting transpose, no sort. None as for ``csr_from_sorted``."""
-    from . import kernels
-
+    target): one counting transpose (zeros dropped), no sort. None when ``fmt`` is not of the family."""
     fam = family(fmt)
-    if fam is None or fam.kind != "csr" or not compiled_dtype(values.dtype) or kernels.count_zeros(values):
+    if fam is None or fam.kind != "csr" or not compiled_dtype(values.dtype):
         return None
-    pos = prefix_sum(kernels.histogram(outer, shape[1 - fam.major]))
-    out = _transpose(pos, inner, values, shape[fam.major])
-    return None if out is None else _csr_tensor(tuple(shape), None, fmt, *out)
+    out = transposed(values, inner, shape[fam.major], shape[1 - fam.major], major=outer)
+    return _csr_tensor(tuple(shape), None, fmt, *out)
 
 
-def _transpose(pos, crd, values, n_minor):
+PARALLEL_TRANSPOSE = 1 << 16  # entries from which the counting transpose splits across threads
+BLOCKS_PER_THREAD = 4         # blocks of output rows per thread in the transpose's prefix
+
+
+def transposed(values, crd, n_out: int, n_in: int, pos=None, major=None):
+    """``(pos, crd, values)`` of the nonzeros of a compressed level (``pos``, ``crd``) or of a COO
+    matrix (``major``, ``crd``, in row-major order) with the roles of the two dimensions swapped:
+    ``n_out`` output rows (the old minor extent), each holding its entries in the old major
+    order (coordinates below ``n_in``, the old major extent). A stable counting transpose in three parallel passes (``kernels.transpose_*``): each
+    chunk of the source counts its nonzeros per output row, a prefix places every chunk's run
+    of every row, each chunk scatters. Explicit zeros are dropped. Extra memory: chunks x
+    output rows counts (int32 when positions fit), beside the outputs, which are allocated in
+    their final dtypes (int32 positions and coordinates when they fit)."""
     from . import kernels
 
-    pos_out = prefix_sum(kernels.histogram(crd, n_minor))
-    crd_out = np.empty(len(values), dtype=_fitting(len(pos) - 2))
-    values_out = np.empty_like(values)
-    if kernels.transpose_compressed(pos, crd, values, n_minor, pos_out, crd_out, values_out):
-        return None  # explicit zeros: the generic path drops them
+    nnz = len(values)
+    chunks = kernels.threads() if nnz >= PARALLEL_TRANSPOSE else 1
+    goals = np.arange(chunks + 1, dtype=np.int64) * nnz // chunks
+    wide = _pos_dtype(nnz)
+    counts = np.zeros((chunks, n_out), dtype=wide)
+    if pos is not None:
+        bounds = np.searchsorted(pos, goals).astype(np.int64)  # rows of about nnz / chunks entries
+        bounds[0], bounds[-1] = 0, len(pos) - 1
+        kernels.transpose_counts(pos, crd, values, bounds, counts)
+    else:
+        bounds = goals
+        kernels.transpose_counts_coo(crd, values, bounds, counts)
+    pos_out = np.empty(n_out + 1, dtype=wide)
+    nblocks = max(1, min(n_out, chunks * BLOCKS_PER_THREAD))
+    blocks = np.arange(nblocks + 1, dtype=np.int64) * n_out // nblocks
+    total = int(kernels.column_starts(counts, pos_out, blocks))
+    crd_out = np.empty(total, dtype=_fitting(max(n_in - 1, 0)))
+    values_out = np.empty(total, dtype=values.dtype)
+    if pos is not None:
+        kernels.transpose_fill(pos, crd, values, bounds, counts, crd_out, values_out)
+    else:
+        kernels.transpose_fill_coo(major, crd, values, bounds, counts, crd_out, values_out)
     return pos_out, crd_out, values_out
 
 
@@ -185,11 +220,37 @@ def csr_like(fmt: TensorFormat) -> bool:
             and all(lv.type == DENSE for lv in fmt.levels[:-1]) and fmt.levels[-1].type == COMPRESSED)
 
 
+def select_columns(x2: np.ndarray, mode: int, mask):
+    """Columns of the 2-D ``x2``: ``(pos, crd, values)`` of the selected entries in column-major
+    order, straight from the row-major array: chunks of rows count their entries per column, a
+    prefix places each chunk's run of each column, each chunk scatters (two passes over ``x2``;
+    extra memory: chunks x columns counts)."""
+    from . import kernels
+
+    rows, cols = x2.shape
+    chunks = kernels.threads() if x2.size >= PARALLEL_TRANSPOSE else 1
+    bounds = np.arange(chunks + 1, dtype=np.int64) * rows // chunks
+    mask2 = np.zeros((1, 1), dtype=np.bool_) if mask is None else np.asarray(mask, dtype=np.bool_).reshape(x2.shape)
+    wide = _pos_dtype(x2.size)
+    counts = np.zeros((chunks, cols), dtype=wide)
+    kernels.column_counts(x2, mode, mask2, bounds, counts)
+    pos = np.empty(cols + 1, dtype=wide)
+    nblocks = max(1, min(cols, chunks * BLOCKS_PER_THREAD))
+    total = int(kernels.column_starts(counts, pos, np.arange(nblocks + 1, dtype=np.int64) * cols // nblocks))
+    crd, values = np.empty(total, dtype=_fitting(max(rows - 1, 0))), np.empty(total, dtype=x2.dtype)
+    kernels.column_fill(x2, mode, mask2, bounds, counts, crd, values)
+    return pos, crd, values
+
+
 def from_dense(x: np.ndarray, fmt: TensorFormat, package: str, mode: int = NONZERO, mask=None, **options):
-    """``x``'s selected entries in ``fmt``: CSR-like formats directly from the row counts,
-    every other format through the generic assembly of the selected coordinates."""
+    """``x``'s selected entries in ``fmt``: CSR-like formats directly from the row counts, CSC
+    from the column counts, every other format through the generic assembly of the selected
+    coordinates."""
     from .tensor import Tensor
 
+    fam = family(fmt)
+    if fam is not None and fam.kind == "csr" and fam.major == 1 and compiled_dtype(x.dtype):
+        return _csr_tensor(x.shape, package, fmt, *select_columns(x, mode, mask))
     pos, crd, values = select(x, mode, mask)
     if csr_like(fmt):
         buffers = narrow(fmt, {(fmt.nlevels - 1, "pos"): pos, (fmt.nlevels - 1, "crd"): crd},
@@ -236,6 +297,24 @@ def coo_like(fmt: TensorFormat) -> bool:
     return (fmt.ndim >= 2 and _plain_levels(fmt, in_order=True)
             and kinds == [COMPRESSED_NONUNIQUE] + [nonunique] * (fmt.ndim - 2) + [SINGLETON]
             and not fmt.pos_width and not fmt.crd_width)
+
+
+def _coo_from_rows(shape, package, fmt, pos, crd, values):
+    """A 2-D COO tensor (``fmt``: compressed(nonunique), singleton) of entries grouped by rows of
+    ``fmt``'s first level (``pos``: their offsets, ``crd``: the other coordinate): the first
+    level's coordinates expanded from ``pos`` in parallel, every buffer in its final dtype."""
+    from . import kernels
+    from .dtypes import buffer_dtypes
+    from .tensor import Tensor
+
+    nnz = len(values)
+    level_shape = fmt.level_shape(shape)
+    dtypes = buffer_dtypes(fmt, level_shape, (0, 0), nnz)
+    rows = np.empty(nnz, dtype=dtypes[(0, "crd")])
+    kernels.expand_rows(pos, rows, kernels.threads() if nnz >= PARALLEL_TRANSPOSE else 1)
+    buffers = {(0, "pos"): np.array([0, nnz], dtype=dtypes[(0, "pos")]), (0, "crd"): rows,
+               (1, "crd"): crd.astype(dtypes[(1, "crd")], copy=False)}
+    return Tensor(fmt, tuple(shape), buffers, values, package=package)
 
 
 def _coo_tensor(shape, fmt, pos, crd, values, package):

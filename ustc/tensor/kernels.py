@@ -72,6 +72,33 @@ def row_fill(x2, mode, mask, pos, crd, values):
                 o += 1
 
 
+@njit_cached(parallel=True)
+def column_counts(x2, mode, mask, bounds, counts):
+    """``counts[t, j]`` = selected entries of column ``j`` in rows ``[bounds[t], bounds[t + 1])``."""
+    cols = x2.shape[1]
+    for t in prange(bounds.size - 1):
+        for r in range(bounds[t], bounds[t + 1]):
+            for j in range(cols):
+                if _selected(mode, x2[r, j], mask, r, j):
+                    counts[t, j] += 1
+
+
+@njit_cached(parallel=True)
+def column_fill(x2, mode, mask, bounds, offsets, crd, values):
+    """Row index and value of the selected entries, column by column: chunk ``t`` of rows writes
+    column ``j``'s from ``offsets[t, j]`` on (``column_starts``), rows in order."""
+    cols = x2.shape[1]
+    for t in prange(bounds.size - 1):
+        for r in range(bounds[t], bounds[t + 1]):
+            for j in range(cols):
+                v = x2[r, j]
+                if _selected(mode, v, mask, r, j):
+                    o = offsets[t, j]
+                    crd[U(o)] = r
+                    values[U(o)] = v
+                    offsets[t, j] = o + 1
+
+
 @njit_cached()
 def histogram(keys, n):
     """``counts[k]`` = occurrences of k in ``keys`` (all in ``[0, n)``)."""
@@ -135,27 +162,104 @@ def _zeros_parallel(values):
     return z
 
 
-@njit_cached()
-def transpose_compressed(pos, crd, values, n_minor, pos_out, crd_out, values_out):
-    """Counting transpose of a compressed level (CSR <-> CSC), stable, O(nnz + n).
+# -- the counting transpose in parallel (CSR <-> CSC, COO -> CSC, CSC -> COO) -----------------
+# Chunk t of the source (rows [bounds[t], bounds[t + 1]) of a compressed level, or positions of a
+# COO source) counts its nonzeros per output row in counts[t]; column_starts turns the table into
+# where each chunk writes each output row (the chunks before it first: the transpose is stable)
+# and the output's pos; the fill scatters. Explicit zeros are dropped in both passes. Extra memory:
+# the table (chunks x output rows) beside the output.
 
-    ``pos_out`` must hold the exclusive prefix sums of the minor counts
-    (length ``n_minor + 1``); on return it is unchanged. Returns the number of
-    explicit zeros met (the caller falls back when there are any).
-    """
-    nmajor = len(pos) - 1
-    fill = pos_out[:-1].copy()
-    zeros = 0
-    for a in range(nmajor):
-        for q in range(pos[U(a)], pos[U(a + 1)]):
-            b = U(crd[U(q)])
-            o = U(fill[b])
+
+@njit_cached(parallel=True)
+def transpose_counts(pos, crd, values, bounds, counts):
+    """``counts[t, b]`` += nonzeros at minor coordinate ``b`` in majors ``[bounds[t], bounds[t + 1])``."""
+    for t in prange(bounds.size - 1):
+        for a in range(bounds[t], bounds[t + 1]):
+            for q in range(pos[U(a)], pos[U(a + 1)]):
+                if values[U(q)] != 0:
+                    counts[t, U(crd[U(q)])] += 1
+
+
+@njit_cached(parallel=True)
+def transpose_counts_coo(crd, values, bounds, counts):
+    """``counts[t, b]`` += nonzeros at minor coordinate ``b`` in positions ``[bounds[t], bounds[t + 1])``."""
+    for t in prange(bounds.size - 1):
+        for q in range(bounds[t], bounds[t + 1]):
+            if values[U(q)] != 0:
+                counts[t, U(crd[U(q)])] += 1
+
+
+@njit_cached(parallel=True)
+def column_starts(counts, pos_out, blocks):
+    """From the chunks' counts per output row (``counts[t, b]``): ``pos_out`` (``pos_out[b]`` =
+    entries of rows before ``b``) and, in place, where chunk ``t`` writes its first entry of row
+    ``b``. Rows are cut into ``blocks`` summed in parallel, then prefixed block by block."""
+    chunks, n = counts.shape
+    nblocks = blocks.size - 1
+    sums = np.zeros(nblocks, dtype=np.int64)
+    for k in prange(nblocks):
+        s = 0
+        for b in range(blocks[k], blocks[k + 1]):
+            for t in range(chunks):
+                s += counts[t, U(b)]
+        sums[k] = s
+    total = 0
+    for k in range(nblocks):
+        s = sums[k]
+        sums[k] = total
+        total += s
+    for k in prange(nblocks):
+        run = sums[k]
+        for b in range(blocks[k], blocks[k + 1]):
+            pos_out[U(b)] = run
+            for t in range(chunks):
+                c = counts[t, U(b)]
+                counts[t, U(b)] = run
+                run += c
+    pos_out[n] = total
+    return total
+
+
+@njit_cached(parallel=True)
+def transpose_fill(pos, crd, values, bounds, offsets, crd_out, values_out):
+    """Each nonzero of majors ``[bounds[t], bounds[t + 1])`` to ``offsets[t, minor]`` (then moved
+    on), with its major coordinate."""
+    for t in prange(bounds.size - 1):
+        for a in range(bounds[t], bounds[t + 1]):
+            for q in range(pos[U(a)], pos[U(a + 1)]):
+                v = values[U(q)]
+                if v != 0:
+                    b = U(crd[U(q)])
+                    o = offsets[t, b]
+                    crd_out[U(o)] = a
+                    values_out[U(o)] = v
+                    offsets[t, b] = o + 1
+
+
+@njit_cached(parallel=True)
+def transpose_fill_coo(major, crd, values, bounds, offsets, crd_out, values_out):
+    """Each nonzero of positions ``[bounds[t], bounds[t + 1])`` to ``offsets[t, minor]``, with
+    ``major[q]``."""
+    for t in prange(bounds.size - 1):
+        for q in range(bounds[t], bounds[t + 1]):
             v = values[U(q)]
-            zeros += v == 0
-            crd_out[o] = a
-            values_out[o] = v
-            fill[b] = o + 1
-    return zeros
+            if v != 0:
+                b = U(crd[U(q)])
+                o = offsets[t, b]
+                crd_out[U(o)] = major[U(q)]
+                values_out[U(o)] = v
+                offsets[t, b] = o + 1
+
+
+@njit_cached(parallel=True)
+def expand_rows(pos, rows, chunks):
+    """``rows[q]`` = the row whose segment of ``pos`` holds position ``q`` (COO's row coordinates
+    from CSR offsets), ``chunks`` ranges of rows in parallel."""
+    n = pos.size - 1
+    for t in prange(chunks):
+        for a in range(n * t // chunks, n * (t + 1) // chunks):
+            for q in range(pos[U(a)], pos[U(a + 1)]):
+                rows[U(q)] = a
 
 
 @njit_cached(inline="always")

@@ -101,7 +101,8 @@ class Tensor:
             values = np.ascontiguousarray(array.transpose(perm)).reshape(-1)
             return cls(fmt, array.shape, {}, values, package=package)
         family = fastpaths.family(fmt)
-        if family is not None and family.kind == "csr" and not fastpaths.csr_like(fmt):  # CSC: CSR, transposed
+        if family is not None and family.kind == "csr" and not fastpaths.csr_like(fmt) \
+                and not fastpaths.compiled_dtype(array.dtype):  # CSC of float16: CSR, transposed
             return cls.from_dense(x, _csr_of(fmt)).convert(fmt)
         return fastpaths.from_dense(array, fmt, package, prune=prune)
 
