@@ -86,12 +86,12 @@ def _us(value) -> str:
 
 
 def _table(layers) -> list:
-    head = (f"{'layer':<16} {'shape':>11} {'after':>11} {'weight':<34} {'in':<28} {'out':<28} {'format':<18} "
+    head = (f"{'layer':<16} {'shape':>11} {'after':>11} {'weight':<34} {'in':<34} {'out':<34} {'format':<18} "
             f"{'bytes':>9} {'after':>9} {'µs':>8} {'after':>8}")
     rows = [head]
     for r in layers:
         rows.append(f"{r.name:<16} {'x'.join(map(str, r.shape_before)):>11} {'x'.join(map(str, r.shape_after)):>11} "
-                    f"{r.weight.summary():<34} {r.input.summary():<28} {r.output.summary():<28} {r.format:<18} "
+                    f"{r.weight.summary():<34} {r.input.summary():<34} {r.output.summary():<34} {r.format:<18} "
                     f"{r.bytes_before:>9} {r.bytes_after:>9} {_us(r.us_before):>8} {_us(r.us_after):>8}")
     return rows
 
