@@ -22,4 +22,4 @@ _install_checkpoints()
 
 __all__ = ["TorchUST", "dense_fallback", "set_dense_fallback", "sddmm", "reformat_model", "prune_model",
            "default_reformat", "fold_torch_pruning", "LayerSummary", "ReformatSummary", "safe_globals",
-           "add_safe_globals", "register_load_hooks"]
+           "add_safe_globals", "register_load_hooks", "propagate", "PropagationReport", "UntraceableModel"]
