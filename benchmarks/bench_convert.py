@@ -1,7 +1,10 @@
 """Format conversion: ustc against SciPy (PyTorch for context): time with its spread, peak memory, bandwidth.
 
     python benchmarks/bench_convert.py [--quick] [--dense N] [--banded N] [--side N] [--random N]
-                                       [--mm-side N] [--rounds R] [--per-round K] [--no-torch] [--write]
+                                       [--mm-side N] [--rounds R] [--per-round K] [--no-torch]
+                                       [--only TEXT ...] [--no-products] [--write]
+
+``--only "stencil 114³ CSR -> COO"`` (repeatable, a substring of the case's name) measures a subset.
 
 Every conversion is measured as a user writes it: ``Tensor.from_package(x).convert(fmt)`` with ``x``
 the SciPy / NumPy object (the zero-copy ``from_package`` inside the timing), against SciPy's own call on
@@ -390,6 +393,8 @@ def run_conversions(args, torch, timing) -> tuple[list[Case], dict]:
 
     def run(group):
         for case in group:
+            if args.only and not any(text in case.name for text in args.only):
+                continue
             measure(case, timing)
             cases.append(case)
 
@@ -663,10 +668,17 @@ def parse(argv) -> argparse.Namespace:
     ap.add_argument("--per-round", type=int, help=f"timed calls per round ({FULL['per_round']})")
     ap.add_argument("--bw-mb", type=int, help=f"MB per triad array ({FULL['bw_mb']})")
     ap.add_argument("--no-torch", action="store_true", help="skip the PyTorch context timings")
+    ap.add_argument("--only", action="append", metavar="TEXT",
+                    help="measure only the conversions whose name (input and conversion) contains TEXT "
+                         "(repeatable; implies --no-products; does not --write)")
+    ap.add_argument("--no-products", action="store_true", help="skip the SpGEMM / SpMM products")
     ap.add_argument("--write", action="store_true", help="replace the '## Conversion' section of docs/benchmarks.md")
     args = ap.parse_args(argv)
     if args.quick and args.write:
         ap.error("--quick is a smoke run; it does not --write")
+    if (args.only or args.no_products) and args.write:
+        ap.error("--only / --no-products measure a subset; they do not --write")
+    args.no_products = args.no_products or bool(args.only)
     for key, value in (QUICK if args.quick else FULL).items():
         if getattr(args, key) is None:
             setattr(args, key, value)
@@ -700,7 +712,7 @@ def main(argv=None) -> int:
     start = time.perf_counter()
     timing = (args.rounds, args.per_round)
     cases, info = run_conversions(args, torch, timing)
-    products, info["mm"] = run_products(args.mm_side, timing)
+    products, info["mm"] = ([], (0, 0)) if args.no_products else run_products(args.mm_side, timing)
     run["load"].append(os.getloadavg()[0])
     body, verdicts = build_report(cases, products, info, args, run)
     print(f"\nmeasured in {time.perf_counter() - start:.0f} s\n")

@@ -177,3 +177,40 @@ def test_the_count_table_has_a_row_per_chunk(monkeypatch):
     import numba
 
     assert seen and all(s == (numba.get_num_threads() * 5, 2) for s in seen)
+
+
+@pytest.mark.parametrize("name", [n for n, f in REGISTRY.items() if f.ndim == 2 and generated.writable(f)
+                                  and n not in ("Dense", "CSR", "CSC")])
+def test_dense_sources_through_convert(name, monkeypatch):
+    """A dense source at compile size: appended targets walk the array itself, workspace targets
+    (block, diagonal) a 16-bit CSR selected first; both as the oracle."""
+    monkeypatch.setattr(generated, "COMPILE_FROM", 1)
+    x = rand_dense((37, 29), np.float32, 0.3, seed=11)
+    a = Tensor.from_dense(x, F.Dense(2))
+    got = a.convert(REGISTRY[name])
+    assert_same_storage(got, oracle(Tensor.from_dense(x, F.COO(2)), REGISTRY[name]))
+    staged = generated.staged_rows(a.format, a.shape, REGISTRY[name])
+    assert (staged is not None) == (name in ("BSR", "BSC", "DIAI", "DIAJ", "SkewDIAI", "SkewDIAJ"))
+    assert staged is None or staged.crd_width == 16
+
+
+def test_dense_sources_keep_little_beside_the_output(monkeypatch):
+    import gc
+    import tracemalloc
+
+    import numba
+
+    x = rand_dense((3000, 2000), np.float32, 0.05, seed=12)
+    nnz = int(np.count_nonzero(x))
+    stage = nnz * 6 + 4 * (x.shape[0] + 1)  # the 16-bit CSR: 2-byte coordinates, float32 values
+    workspaces = numba.get_num_threads() * 8 * (x.shape[1] // 2)
+    for name, beside in (("DCSR", 0), ("COO", 0), ("BSR", stage + workspaces)):
+        a = Tensor.from_package(x)
+        a.convert(REGISTRY[name])
+        gc.collect()
+        tracemalloc.start()
+        base = tracemalloc.get_traced_memory()[0]
+        out = a.convert(REGISTRY[name])
+        peak = tracemalloc.get_traced_memory()[1] - base
+        tracemalloc.stop()
+        assert peak <= out.nbytes + beside + 64 * 1024, name

@@ -182,9 +182,10 @@ def _csr_tensor(shape, package, fmt, pos, crd, values):
 # -- dense -> sparse -------------------------------------------------------------------
 
 
-def select(x: np.ndarray, mode: int, mask: np.ndarray | None):
+def select(x: np.ndarray, mode: int, mask: np.ndarray | None, crd_dtype=None):
     """Rows of ``x`` (all but the last axis flattened): ``(pos, crd, values)`` of the
-    selected entries in row-major order, in two passes over ``x``."""
+    selected entries in row-major order, in two passes over ``x`` (``crd`` in ``crd_dtype``,
+    by default the index policy's)."""
     from . import kernels
 
     rows = int(np.prod(x.shape[:-1], dtype=np.int64))
@@ -193,7 +194,7 @@ def select(x: np.ndarray, mode: int, mask: np.ndarray | None):
         return _select_numpy(x2, mode, mask)
     mask2 = np.zeros((1, 1), dtype=np.bool_) if mask is None else np.asarray(mask, dtype=np.bool_).reshape(x2.shape)
     pos = prefix_sum(kernels.row_counts(x2, mode, mask2))
-    crd = np.empty(int(pos[-1]), dtype=_fitting(x2.shape[1] - 1))
+    crd = np.empty(int(pos[-1]), dtype=crd_dtype or _fitting(x2.shape[1] - 1))
     values = np.empty(int(pos[-1]), dtype=x.dtype)
     kernels.row_fill(x2, mode, mask2, pos, crd, values)
     return pos, crd, values
@@ -251,7 +252,13 @@ def from_dense(x: np.ndarray, fmt: TensorFormat, package: str, mode: int = NONZE
     fam = family(fmt)
     if fam is not None and fam.kind == "csr" and fam.major == 1 and compiled_dtype(x.dtype):
         return _csr_tensor(x.shape, package, fmt, *select_columns(x, mode, mask))
-    pos, crd, values = select(x, mode, mask)
+    if csr_like(fmt):  # coordinates straight in the format's dtype (a crdWidth = 16 CSR: uint16)
+        from .dtypes import buffer_dtypes
+
+        crd_dtype = buffer_dtypes(fmt, fmt.level_shape(x.shape), (0,) * fmt.nlevels, 0)[(fmt.nlevels - 1, "crd")]
+        pos, crd, values = select(x, mode, mask, crd_dtype)
+    else:
+        pos, crd, values = select(x, mode, mask)
     if csr_like(fmt):
         buffers = narrow(fmt, {(fmt.nlevels - 1, "pos"): pos, (fmt.nlevels - 1, "crd"): crd},
                          fmt.level_shape(x.shape), (0,) * fmt.nlevels)

@@ -263,11 +263,13 @@ class Tensor:
             return fast
         if self.format.all_dense and (fastpaths.coo_like(fmt) or fastpaths.family(fmt) is not None):
             return Tensor.from_dense(self.to_dense(), fmt)  # the parallel count and fill kernels
-        from ..ops.convert import worth_compiling, writable, written
+        from ..ops.convert import staged_rows, worth_compiling, written
 
         source, compile_it = self, worth_compiling(self)
-        if self.format.all_dense and self.ndim == 2 and compile_it and writable(fmt):
-            source = Tensor.from_dense(self.to_dense(), "CSR")  # parallel selection: the writer walks nonzeros only
+        stage = staged_rows(self.format, self.shape, fmt) if self.format.all_dense and self.ndim == 2 and compile_it \
+            else None
+        if stage is not None:
+            source = Tensor.from_dense(self.to_dense(), stage)  # parallel selection: the writer walks nonzeros only
         try:
             compiled = written(source, fmt) if compile_it else None
         except StorageError:
