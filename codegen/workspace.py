@@ -186,7 +186,8 @@ def sort(array: str, count: ir.Expr, ws: Workspace) -> list[ir.Stmt]:
               ir.If(ir.Bin("<=", ir.Var(ws.fullest), ir.Const(BIN)), (insertion(ws.spare, n, ws),),
                     (ir.Sort(ws.spare, ir.Const(0), n),)),
               each((ir.Store(array, (ir.Index(ir.Var(t)),), ir.load(ws.spare, ir.Index(ir.Var(t)))),)))
-    longer = [*span, ir.If(ir.lt(width, ir.mul(n, DENSE)), dense, spread)]
+    longer = [ir.Comment("a long row: read off the marks when dense in its span, else bucketed by high bits"),
+              *span, ir.If(ir.lt(width, ir.mul(n, DENSE)), dense, spread)]
     return [ir.If(ir.Bin("<=", n, ir.Const(SHORT)), (insertion(array, n, ws),), tuple(longer))]
 
 
@@ -240,6 +241,7 @@ def chunked_rows(ws: Workspace, names: FreshNames, var: str, start: ir.Expr, sto
         ir.Assign(lo, at(border, ir.sub(ir.Var(chunk), 1))), ir.Assign(hi, n), search,
         ir.Store(border, (ir.Index(ir.Var(chunk)),), ir.Var(lo))))
     balance = ir.If(ir.Bin(">", c, ir.Const(1)), (
+        ir.Comment(f"each row's work, summed up: {border}[c] is where chunk c's even share starts"),
         ir.Alloc(cumulative, ir.add(n, 1), "intp"), ir.Store(cumulative, (ir.Const(0),), ir.Const(0)),
         each_row, prefix, borders))
     inner = (*allocate(ws), ir.For(var, ir.add(start, at(border, ir.Var(chunk))),

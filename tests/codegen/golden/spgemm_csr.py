@@ -14,6 +14,7 @@ def kernel_0(emit, C_crd0, C_crd1, C_vals, C_offsets, A_lvl1_pos, A_lvl1_crd, A_
     i_border[0] = 0
     i_border[np.uintp(i_chunks)] = i_rows
     if i_chunks > 1:
+        # each row's work, summed up: i_border[c] is where chunk c's even share starts
         i_work = np.empty(i_rows + 1, dtype=np.intp)
         i_work[0] = 0
         for i_u in prange(n_i):
@@ -69,6 +70,7 @@ def kernel_0(emit, C_crd0, C_crd1, C_vals, C_offsets, A_lvl1_pos, A_lvl1_crd, A_
                             ws_j_q = ws_j_q - 1
                         ws_j_list[np.uintp(ws_j_q + 1)] = ws_j_key
                 else:
+                    # a long row: read off the marks when dense in its span, else bucketed by high bits
                     ws_j_min = ws_j_list[0]
                     ws_j_max = ws_j_min
                     for ws_j_t in range(1, ws_j_n):
@@ -134,6 +136,7 @@ def kernel_0_serial(emit, C_crd0, C_crd1, C_vals, C_offsets, A_lvl1_pos, A_lvl1_
     i_border[0] = 0
     i_border[np.uintp(i_chunks)] = i_rows
     if i_chunks > 1:
+        # each row's work, summed up: i_border[c] is where chunk c's even share starts
         i_work = np.empty(i_rows + 1, dtype=np.intp)
         i_work[0] = 0
         for i in range(n_i):
@@ -187,6 +190,7 @@ def kernel_0_serial(emit, C_crd0, C_crd1, C_vals, C_offsets, A_lvl1_pos, A_lvl1_
                             ws_j_q = ws_j_q - 1
                         ws_j_list[np.uintp(ws_j_q + 1)] = ws_j_key
                 else:
+                    # a long row: read off the marks when dense in its span, else bucketed by high bits
                     ws_j_min = ws_j_list[0]
                     ws_j_max = ws_j_min
                     for ws_j_t in range(1, ws_j_n):

@@ -83,6 +83,7 @@ def kernel_0(emit, C_lvl0_crd, C_lvl1_pos, C_lvl1_crd, C_vals, C_counts, A_lvl0_
                         ws_j_q = ws_j_q - 1
                     ws_j_list[np.uintp(ws_j_q + 1)] = ws_j_key
             else:
+                # a long row: read off the marks when dense in its span, else bucketed by high bits
                 ws_j_min = ws_j_list[0]
                 ws_j_max = ws_j_min
                 for ws_j_t in range(1, ws_j_n):
