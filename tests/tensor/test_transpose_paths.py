@@ -135,3 +135,17 @@ def test_dense_to_csc_keeps_no_csr_in_between():
     out, peak = extra_peak(lambda: Tensor.from_dense(x, F.CSC))
     table = ustc.tensor.kernels.threads() * x.shape[1] * 4 + 8 * (x.shape[1] + 1)
     assert peak <= out.nbytes + table + 64 * 1024
+
+
+@pytest.mark.parametrize("shape", SHAPES + [(40, 3)], ids=str)
+def test_same_order_family_copies(shape, chunks):
+    """COO -> CSR (positions from the sorted rows' run borders) and CSR -> CSR of other widths:
+    copies in parallel chunks; a stored zero sends the conversion to the generic path."""
+    x = heavy(shape, seed=13)
+    wide = as_format("#sparse_tensor.encoding<{ map = (i, j) -> (i : dense, j : compressed), posWidth = 64 }>")
+    for src, dst in ((F.COO(2), F.CSR), (F.CSR, wide)):
+        a = Tensor.from_dense(x, src)
+        assert_same_storage(a.convert(dst), oracle(a, dst))
+        if a.nse:
+            a._values[-1] = 0
+            assert_same_storage(a.convert(dst), oracle(a, dst))

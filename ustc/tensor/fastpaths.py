@@ -95,14 +95,17 @@ def convert(t, fmt: TensorFormat):
         out = transposed(values, b[(1, "crd")], n_out, n_in, rows=rows, **where)
         return _csr_tensor(t.shape, t.package, fmt, *out) if dst.kind == "csr" else \
             _coo_from_rows(t.shape, t.package, fmt, *out)
+    nnz, crd = len(values), b[(1, "crd")]
+    chunks = kernels.threads() if nnz >= PARALLEL_TRANSPOSE else 1
     if src.kind == "csr":
-        pos, crd = b[(1, "pos")], b[(1, "crd")]
-    else:
-        pos = prefix_sum(kernels.histogram(b[(0, "crd")], t.shape[src.major]))
-        crd = b[(1, "crd")]
-    if kernels.count_zeros(values):
+        pos = b[(1, "pos")].copy()
+    else:  # a canonical COO's rows are sorted: their run borders are the positions
+        pos = np.empty(t.shape[src.major] + 1, dtype=_pos_dtype(nnz))
+        kernels.sorted_pos(b[(0, "crd")], pos, chunks)
+    crd_out, values_out = np.empty(nnz, dtype=crd.dtype), np.empty(nnz, dtype=values.dtype)
+    if kernels.copy_entries(crd[:nnz], values, crd_out, values_out, chunks):
         return None  # explicit zeros must be dropped: the generic path does it
-    return _csr_tensor(t.shape, t.package, fmt, pos.copy(), crd.copy(), values.copy())
+    return _csr_tensor(t.shape, t.package, fmt, pos, crd_out, values_out)
 
 
 def csr_from_sorted(major, minor, values, shape, fmt: TensorFormat, pos=None):

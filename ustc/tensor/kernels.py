@@ -99,6 +99,38 @@ def column_fill(x2, mode, mask, bounds, offsets, crd, values):
                     offsets[t, j] = o + 1
 
 
+@njit_cached(parallel=True)
+def copy_entries(crd, values, crd_out, values_out, chunks):
+    """``crd_out[:] = crd`` and ``values_out[:] = values`` in ``chunks`` parallel ranges (the new
+    pages fault in on every thread); returns the number of zero values met."""
+    n = values.size
+    zeros = 0
+    for t in prange(chunks):
+        z = 0
+        for q in range(n * t // chunks, n * (t + 1) // chunks):
+            v = values[U(q)]
+            z += v == 0
+            values_out[U(q)] = v
+            crd_out[U(q)] = crd[U(q)]
+        zeros += z
+    return zeros
+
+
+@njit_cached(parallel=True)
+def sorted_pos(rows, pos, chunks):
+    """``pos`` (``n + 1`` entries) of the sorted row coordinates ``rows`` (a canonical COO's first
+    level): ``pos[r]`` = the first position holding a row ``>= r``, every run border found in
+    ``chunks`` parallel ranges of positions."""
+    m = rows.size
+    for t in prange(chunks):
+        for q in range(m * t // chunks, m * (t + 1) // chunks):
+            first = rows[U(q - 1)] + 1 if q > 0 else 0
+            for r in range(first, rows[U(q)] + 1):
+                pos[U(r)] = q
+    for r in range(rows[m - 1] + 1 if m else 0, pos.size):
+        pos[U(r)] = m
+
+
 @njit_cached()
 def histogram(keys, n):
     """``counts[k]`` = occurrences of k in ``keys`` (all in ``[0, n)``)."""
