@@ -296,7 +296,7 @@ class _Launch:
 
     def _For(self, s, mask):
         call = s.iter
-        if s.orelse or not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "range"):
+        if s.orelse or not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == range.__name__):
             raise ModelError(f"line {s.lineno}: the model runs 'for ... in range(...)' loops only")
         args = [self.expr(a, mask) for a in call.args]
         start, stop, step = (0, args[0], 1) if len(args) == 1 else (*args, 1) if len(args) == 2 else args

@@ -213,6 +213,8 @@ def test_a_process_first_write_skips_the_scan_after_a_recent_check(cache_dir, mo
     monkeypatch.setattr(_manage, "_written", 0)
     _load(3)
     assert len(scans) == 2
+    cache.clear()
+    assert list((cache_dir / "kernels").iterdir()) == []   # the marker goes with the entries
 
 
 @pytest.mark.parametrize("text, expected", [("0", 0), ("123", 123), ("2G", 2 << 30), ("500M", 500 << 20),

@@ -179,6 +179,7 @@ def clear() -> int:
     except OSError:  # absent, or holds something that is not ours
         pass
     _remove_temp_files(kernels, None)
+    (kernels / CHECKED).unlink(missing_ok=True)
     return len(stems)
 
 
