@@ -90,9 +90,10 @@ def convert(t, fmt: TensorFormat):
     b = t._buffers
     if src.major != dst.major:
         n_out, n_in = t.shape[dst.major], t.shape[src.major]
-        rows = _coo_dtypes(t.shape, fmt, len(values))[(0, "crd")] if dst.kind == "coo" else None
-        where = {"pos": b[(1, "pos")]} if src.kind == "csr" else {"major": b[(0, "crd")]}
-        out = transposed(values, b[(1, "crd")], n_out, n_in, rows=rows, **where)
+        if src.kind == "csr":
+            out = transposed(values, b[(1, "crd")], n_out, n_in, pos=b[(1, "pos")])
+        else:
+            out = transposed(values, b[(1, "crd")], n_out, n_in, major=b[(0, "crd")])
         return _csr_tensor(t.shape, t.package, fmt, *out) if dst.kind == "csr" else \
             _coo_from_rows(t.shape, t.package, fmt, *out)
     nnz, crd = len(values), b[(1, "crd")]
@@ -138,7 +139,7 @@ PARALLEL_TRANSPOSE = 1 << 16  # entries from which the counting transpose splits
 BLOCKS_PER_THREAD = 4         # blocks of output rows per thread in the transpose's prefix
 
 
-def transposed(values, crd, n_out: int, n_in: int, pos=None, major=None, rows=None):
+def transposed(values, crd, n_out: int, n_in: int, pos=None, major=None):
     """``(pos, crd, values)`` of the nonzeros of a compressed level (``pos``, ``crd``) or of a COO
     matrix (``major``, ``crd``, in row-major order) with the roles of the two dimensions swapped:
     ``n_out`` output rows (the old minor extent), each holding its entries in the old major
@@ -146,9 +147,7 @@ def transposed(values, crd, n_out: int, n_in: int, pos=None, major=None, rows=No
     chunk of the source counts its nonzeros per output row, a prefix places every chunk's run
     of every row, each chunk scatters. Explicit zeros are dropped. Extra memory: chunks x
     output rows counts (int32 when positions fit), beside the outputs, which are allocated in
-    their final dtypes (int32 positions and coordinates when they fit). ``rows``: a dtype for a
-    fourth result, each entry's output row (a COO target's first level), written in the same
-    scatter."""
+    their final dtypes (int32 positions and coordinates when they fit)."""
     from . import kernels
 
     nnz = len(values)
@@ -169,13 +168,11 @@ def transposed(values, crd, n_out: int, n_in: int, pos=None, major=None, rows=No
     total = int(kernels.column_starts(counts, pos_out, blocks))
     crd_out = np.empty(total, dtype=_fitting(max(n_in - 1, 0)))
     values_out = np.empty(total, dtype=values.dtype)
-    rows_out = np.empty(total if rows is not None else 0, dtype=rows if rows is not None else np.int32)
     if pos is not None:
-        kernels.transpose_fill(pos, crd, values, bounds, counts, crd_out, values_out, rows_out, rows is not None)
+        kernels.transpose_fill(pos, crd, values, bounds, counts, crd_out, values_out)
     else:
-        kernels.transpose_fill_coo(major, crd, values, bounds, counts, crd_out, values_out, rows_out,
-                                   rows is not None)
-    return (pos_out, crd_out, values_out) + ((rows_out,) if rows is not None else ())
+        kernels.transpose_fill_coo(major, crd, values, bounds, counts, crd_out, values_out)
+    return pos_out, crd_out, values_out
 
 
 def _csr_tensor(shape, package, fmt, pos, crd, values):
@@ -310,20 +307,19 @@ def coo_like(fmt: TensorFormat) -> bool:
             and not fmt.pos_width and not fmt.crd_width)
 
 
-def _coo_dtypes(shape, fmt: TensorFormat, nnz: int) -> dict:
-    return buffer_dtypes(fmt, fmt.level_shape(shape), (0,) * fmt.nlevels, nnz)
-
-
-def _coo_from_rows(shape, package, fmt, pos, crd, values, rows):
-    """A 2-D COO tensor (``fmt``: compressed(nonunique), singleton) of the transposed entries:
-    ``rows`` the first level's coordinates, ``crd`` the second's (``pos``, the rows' offsets,
-    is dropped), every buffer in its final dtype."""
+def _coo_from_rows(shape, package, fmt, pos, crd, values):
+    """A 2-D COO tensor (``fmt``: compressed(nonunique), singleton) of entries grouped by rows of
+    ``fmt``'s first level (``pos``: their offsets, ``crd``: the other coordinate): the first
+    level's coordinates expanded from ``pos`` in parallel, every buffer in its final dtype."""
+    from . import kernels
     from .tensor import Tensor
 
     nnz = len(values)
-    dtypes = _coo_dtypes(shape, fmt, nnz)
-    buffers = {(0, "pos"): np.array([0, nnz], dtype=dtypes[(0, "pos")]),
-               (0, "crd"): rows.astype(dtypes[(0, "crd")], copy=False),
+    level_shape = fmt.level_shape(shape)
+    dtypes = buffer_dtypes(fmt, level_shape, (0, 0), nnz)
+    rows = np.empty(nnz, dtype=dtypes[(0, "crd")])
+    kernels.expand_rows(pos, rows, kernels.threads() if nnz >= PARALLEL_TRANSPOSE else 1)
+    buffers = {(0, "pos"): np.array([0, nnz], dtype=dtypes[(0, "pos")]), (0, "crd"): rows,
                (1, "crd"): crd.astype(dtypes[(1, "crd")], copy=False)}
     return Tensor(fmt, tuple(shape), buffers, values, package=package)
 

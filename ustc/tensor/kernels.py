@@ -253,39 +253,45 @@ def column_starts(counts, pos_out, blocks):
 
 
 @njit_cached(parallel=True)
-def transpose_fill(pos, crd, values, bounds, offsets, crd_out, values_out, rows_out, with_rows):
+def transpose_fill(pos, crd, values, bounds, offsets, crd_out, values_out):
     """Each nonzero of majors ``[bounds[t], bounds[t + 1])`` to ``offsets[t, minor]`` (then moved
-    on), with its major coordinate (and, ``with_rows``, its minor one in ``rows_out``: a COO
-    target's first level, written in the same pass)."""
+    on), with its major coordinate."""
     for t in prange(bounds.size - 1):
         for a in range(bounds[t], bounds[t + 1]):
             for q in range(pos[U(a)], pos[U(a + 1)]):
                 v = values[U(q)]
                 if v != 0:
                     b = U(crd[U(q)])
-                    o = U(offsets[t, b])
-                    crd_out[o] = a
-                    values_out[o] = v
-                    if with_rows:
-                        rows_out[o] = b
+                    o = offsets[t, b]
+                    crd_out[U(o)] = a
+                    values_out[U(o)] = v
                     offsets[t, b] = o + 1
 
 
 @njit_cached(parallel=True)
-def transpose_fill_coo(major, crd, values, bounds, offsets, crd_out, values_out, rows_out, with_rows):
+def transpose_fill_coo(major, crd, values, bounds, offsets, crd_out, values_out):
     """Each nonzero of positions ``[bounds[t], bounds[t + 1])`` to ``offsets[t, minor]``, with
-    ``major[q]`` (and its minor coordinate in ``rows_out`` when ``with_rows``)."""
+    ``major[q]``."""
     for t in prange(bounds.size - 1):
         for q in range(bounds[t], bounds[t + 1]):
             v = values[U(q)]
             if v != 0:
                 b = U(crd[U(q)])
-                o = U(offsets[t, b])
-                crd_out[o] = major[U(q)]
-                values_out[o] = v
-                if with_rows:
-                    rows_out[o] = b
+                o = offsets[t, b]
+                crd_out[U(o)] = major[U(q)]
+                values_out[U(o)] = v
                 offsets[t, b] = o + 1
+
+
+@njit_cached(parallel=True)
+def expand_rows(pos, rows, chunks):
+    """``rows[q]`` = the row whose segment of ``pos`` holds position ``q`` (COO's row coordinates
+    from CSR offsets), ``chunks`` ranges of rows in parallel."""
+    n = pos.size - 1
+    for t in prange(chunks):
+        for a in range(n * t // chunks, n * (t + 1) // chunks):
+            for q in range(pos[U(a)], pos[U(a + 1)]):
+                rows[U(q)] = a
 
 
 @njit_cached(inline="always")
