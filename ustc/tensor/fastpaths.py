@@ -101,8 +101,8 @@ def convert(t, fmt: TensorFormat):
     if src.kind == "csr":
         pos = b[(1, "pos")].copy()
     else:  # a canonical COO's rows are sorted: their run borders are the positions
-        pos = np.empty(t.shape[src.major] + 1, dtype=_pos_dtype(nnz))
-        kernels.sorted_pos(b[(0, "crd")], pos, chunks)
+        pos = np.zeros(t.shape[src.major] + 1, dtype=_pos_dtype(nnz))
+        kernels.sorted_pos(b[(0, "crd")][:nnz], pos, chunks)
     crd_out, values_out = np.empty(nnz, dtype=crd.dtype), np.empty(nnz, dtype=values.dtype)
     if kernels.copy_entries(crd[:nnz], values, crd_out, values_out, chunks):
         return None  # explicit zeros must be dropped: the generic path does it

@@ -118,17 +118,23 @@ def copy_entries(crd, values, crd_out, values_out, chunks):
 
 @njit_cached(parallel=True)
 def sorted_pos(rows, pos, chunks):
-    """``pos`` (``n + 1`` entries) of the sorted row coordinates ``rows`` (a canonical COO's first
-    level): ``pos[r]`` = the first position holding a row ``>= r``, every run border found in
-    ``chunks`` parallel ranges of positions."""
+    """``pos`` (``n + 1`` entries, zeroed) of the sorted row coordinates ``rows`` (a canonical COO's
+    first level): every position stores its end as its row's end, branch-free (the last one of
+    a run wins), in ``chunks`` parallel ranges whose last run, when it goes on into the next
+    range, is left to that range; rows without entries then take the end before them."""
     m = rows.size
     for t in prange(chunks):
-        for q in range(m * t // chunks, m * (t + 1) // chunks):
-            first = rows[U(q - 1)] + 1 if q > 0 else 0
-            for r in range(first, rows[U(q)] + 1):
-                pos[U(r)] = q
-    for r in range(rows[m - 1] + 1 if m else 0, pos.size):
-        pos[U(r)] = m
+        lo, hi = m * t // chunks, m * (t + 1) // chunks
+        end = hi
+        if hi < m:
+            while end > lo and rows[U(end - 1)] == rows[U(hi)]:
+                end -= 1
+        for q in range(lo, end):
+            pos[U(rows[U(q)] + 1)] = q + 1
+    run = 0
+    for r in range(pos.size):
+        run = max(run, pos[U(r)])
+        pos[U(r)] = run
 
 
 @njit_cached()
