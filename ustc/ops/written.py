@@ -55,10 +55,28 @@ class BufferPlan:
         return sum(n * dtypes[key].itemsize for key, n in self.lengths) + self.nvalues * self.value_dtype.itemsize
 
     def allocate(self) -> tuple[dict, np.ndarray]:
-        """Zeroed buffers (``pos`` of untouched parents, padding values and packed words start at 0)."""
+        """The filling passes' buffers: zeroed where the kernel may leave elements unwritten (``pos``
+        of untouched parents, padding values, packed words start at 0), uninitialised where it
+        writes every one (:func:`overwritten`): a zeroed array of a size the allocator recycles
+        from its heap is cleared eagerly, an empty one costs nothing."""
+        fmt = self.layout.fmt
         dtypes = dict(self.dtypes)
-        buffers = {key: np.zeros(n, dtype=dtypes[key]) for key, n in self.lengths}
-        return buffers, np.zeros(self.nvalues, dtype=self.value_dtype)
+        buffers = {key: (np.empty if overwritten(fmt, *key) else np.zeros)(n, dtype=dtypes[key])
+                   for key, n in self.lengths}
+        return buffers, (np.empty if overwritten(fmt, fmt.nlevels - 1, "vals") else np.zeros)(
+            self.nvalues, dtype=self.value_dtype)
+
+
+def overwritten(fmt: TensorFormat, k: int, name: str) -> bool:
+    """Whether the writer stores every element of level ``k``'s buffer ``name`` (``vals``: the
+    values, at the last level's positions): the coordinates of a level written position by
+    position (``split_append``: each position its own word; a singleton: its parent's
+    position), and the values when such a level is the last one and stores no padding (a
+    locate level's positions include coordinates no entry reached, a padded level's padding
+    holds 0). Never ``pos``: parents without children keep 0 until ``finalize``."""
+    t = fmt.levels[k].type
+    by_position = t.split_append or t.one_child
+    return by_position and not t.pads if name == "vals" else name == "crd" and by_position
 
 
 def count_buffers(fmt: TensorFormat, value_dtype: np.dtype) -> tuple[dict, np.ndarray]:
