@@ -375,7 +375,8 @@ def _chunking(fmt: TensorFormat, indices: dict[str, str], levels: tuple[WrittenL
     """Whether the walk's outermost loop can be split into chunks written in parallel: the first
     level pins that index (``i``, ``c * i``, ``i floordiv c``), so every deeper parent belongs to
     one chunk, and every iterated level can be written in pieces (``split_append``; a singleton
-    writes at its parent's position; a workspace level needs parents of its own)."""
+    writes at its parent's position; a workspace level, or a stateful one such as delta, whose
+    gaps run from the previous coordinate under the same parent, needs parents of its own)."""
     if not order:
         return None
     index, first = order[0], fmt.levels[0].expr
@@ -384,8 +385,9 @@ def _chunking(fmt: TensorFormat, indices: dict[str, str], levels: tuple[WrittenL
     for k, lv in enumerate(levels):
         if lv.strategy is Strategy.LOCATE:
             continue
-        if lv.strategy is Strategy.WORKSPACE and k == 0:
-            return None  # every chunk meets the root's coordinates (DIA's diagonals)
+        if k == 0 and (lv.strategy is Strategy.WORKSPACE or lv.ltype.stateful):
+            return None  # every chunk meets the root's coordinates (DIA's diagonals), or a root-level
+            # delta's first gap in a chunk would count from the previous chunk's last coordinate
         if not (lv.ltype.split_append or lv.ltype.one_child):
             return None
     align = 1

@@ -94,6 +94,21 @@ def test_which_kernels_split():
     assert not plan_of(a, "CSR").get("writer")
 
 
+@pytest.mark.parametrize("fmt, split", [
+    ("(i) -> (i : delta(2))", False),                          # a root delta's gaps cross chunk borders
+    ("(i, j) -> (i : delta(3), j : compressed)", False),
+    ("(i, j) -> (i : compressed, j : delta(2))", True),        # below its own rows: chunks
+    ("(i) -> (i : compressed)", True),
+])
+def test_delta_levels_split_only_under_their_own_parents(fmt, split):
+    fmt = as_format(fmt)
+    shape = (50,) if fmt.ndim == 1 else (23, 40)
+    x = rand_dense(shape, np.float64, 0.2, seed=14)
+    a = Tensor.from_dense(x, F.CSR if fmt.ndim == 2 else "(i) -> (i : compressed)")
+    check(a, fmt, split=split)
+    check(Tensor.from_dense(x, F.COO(2) if fmt.ndim == 2 else "(i) -> (i : compressed(nonunique))"), fmt, split=split)
+
+
 def test_duplicates_of_a_coo_source_in_chunks():
     """Repeated coordinates (one pair summing to zero) and an explicit zero, with chunk borders
     inside runs of a row: the runs move the borders, each row is one chunk's."""
