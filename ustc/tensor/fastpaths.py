@@ -5,6 +5,7 @@
   CSC -> COO) run as one stable counting transpose in parallel
   (:func:`transposed`); COO -> CSR is one histogram and copies. Same-order
   targets the writer can append (CSR -> COO) are the generated kernel's.
+  DCSR, BSR and DIA into CSR walk their rows in parallel (``fastpaths_rows``).
 * Dense -> sparse runs one parallel count pass and one parallel fill pass
   over the dense array (``kernels.row_counts`` / ``row_fill``); CSR-like
   targets take the counts as their positions directly, so no row-index array
@@ -80,8 +81,11 @@ def convert(t, fmt: TensorFormat):
     order: one parallel counting transpose (:func:`transposed`). COO of the same order is the
     generated writer's (``ops.convert``)."""
     from . import kernels
+    from .fastpaths_rows import to_csr
 
     src, dst = family(t.format), family(fmt)
+    if src is None and dst is not None:
+        return to_csr(t, fmt)  # DCSR, BSR, DIA -> CSR: parallel, no sort (fastpaths_rows)
     if src is None or dst is None or not compiled_dtype(t.dtype):
         return None
     if dst.kind == "coo" and (src.major == dst.major or fmt.levels[0].type != COMPRESSED_NONUNIQUE):

@@ -681,6 +681,116 @@ def split_rows(a_pos, b_pos, chunks):
     return rows
 
 
+# -- other row-major formats into CSR (ustc.tensor.fastpaths_rows) -----------------------------
+# Each walks the source's rows in parallel: DCSR's stored rows spread their offsets over the
+# empty rows between them; BSR and DIA count every output row's nonzeros (explicit zeros of a
+# block or a diagonal are not stored in CSR), a prefix sizes the output, a fill writes each row
+# at its offset. Within a row the entries come out in column order (BSR: block columns are
+# ordered, DIA: offsets ascending), so nothing is sorted.
+
+
+@njit_cached(parallel=True)
+def dcsr_pos(rows, pos1, n, pos_out):
+    """``pos_out`` (``n + 1`` entries) of the CSR of a DCSR whose stored rows are ``rows``
+    (increasing) with offsets ``pos1`` (``rows.size + 1``): every row up to a stored row takes
+    that row's start, the rows after the last one its end."""
+    m = rows.size
+    for p in prange(m + 1):
+        lo = np.intp(rows[U(p - 1)]) + 1 if p > 0 else 0
+        hi = np.intp(rows[U(p)]) + 1 if p < m else n + 1
+        v = pos1[U(p)]
+        for r in range(lo, hi):
+            pos_out[U(r)] = v
+
+
+@njit_cached(parallel=True)
+def bsr_row_counts(pos, crd, values, r, c, nrows, ncols, counts):
+    """``counts[i + 1]`` = nonzeros of row ``i`` of a BSR(r, c) matrix (blocks of block row ``b``
+    at positions ``[pos[b], pos[b + 1])``, block column ``crd[p]``, values row-major per block;
+    the columns of an edge block past ``ncols`` are padding)."""
+    for b in prange(pos.size - 1):
+        start, end = np.intp(pos[U(b)]), np.intp(pos[U(b + 1)])
+        for ii in range(min(r, nrows - b * r)):
+            n = 0
+            for p in range(start, end):
+                j0 = np.intp(crd[U(p)]) * c
+                base = (p * r + ii) * c
+                for jj in range(min(c, ncols - j0)):
+                    n += values[U(base + jj)] != 0
+            counts[U(b * r + ii + 1)] = n
+
+
+@njit_cached(parallel=True)
+def bsr_row_fill(pos, crd, values, r, c, nrows, ncols, pos_out, crd_out, values_out):
+    """Each nonzero of row ``i`` of the BSR(r, c) matrix at ``pos_out[i]`` onwards, in column order."""
+    for b in prange(pos.size - 1):
+        start, end = np.intp(pos[U(b)]), np.intp(pos[U(b + 1)])
+        for ii in range(min(r, nrows - b * r)):
+            o = np.intp(pos_out[U(b * r + ii)])
+            for p in range(start, end):
+                j0 = np.intp(crd[U(p)]) * c
+                base = (p * r + ii) * c
+                for jj in range(min(c, ncols - j0)):
+                    v = values[U(base + jj)]
+                    if v != 0:
+                        crd_out[U(o)] = j0 + jj
+                        values_out[U(o)] = v
+                        o += 1
+
+
+@njit_cached(parallel=True)
+def dia_row_counts(offsets, values, length, by_row, nrows, ncols, counts):
+    """``counts[i + 1]`` = nonzeros of row ``i`` of a DIA matrix: diagonal ``d`` (column - row =
+    ``offsets[d]``) holds its entries at ``values[d * length + k]``, ``k`` the row (``by_row``,
+    DIAI) or the column (DIAJ)."""
+    nd = offsets.size
+    for i in prange(nrows):
+        n = 0
+        for d in range(nd):
+            j = i + np.intp(offsets[d])
+            if j >= 0 and j < ncols:
+                n += values[U(d * length + (i if by_row else j))] != 0
+        counts[U(i + 1)] = n
+
+
+@njit_cached(parallel=True)
+def dia_row_fill(offsets, values, length, by_row, nrows, ncols, pos_out, crd_out, values_out):
+    """Each nonzero of row ``i`` of the DIA matrix at ``pos_out[i]`` onwards (offsets ascending:
+    columns in order)."""
+    nd = offsets.size
+    for i in prange(nrows):
+        o = np.intp(pos_out[U(i)])
+        for d in range(nd):
+            j = i + np.intp(offsets[d])
+            if j >= 0 and j < ncols:
+                v = values[U(d * length + (i if by_row else j))]
+                if v != 0:
+                    crd_out[U(o)] = j
+                    values_out[U(o)] = v
+                    o += 1
+
+
+@njit_cached(parallel=True)
+def prefix_in_place(a, blocks):
+    """``a`` replaced by its inclusive prefix sum, ``blocks`` (chunk borders) summed in parallel,
+    then offset block by block in parallel; returns the total."""
+    nblocks = blocks.size - 1
+    sums = np.zeros(nblocks + 1, dtype=np.int64)
+    for k in prange(nblocks):
+        s = 0
+        for q in range(blocks[k], blocks[k + 1]):
+            s += a[U(q)]
+        sums[k + 1] = s
+    for k in range(nblocks):
+        sums[k + 1] += sums[k]
+    for k in prange(nblocks):
+        run = sums[k]
+        for q in range(blocks[k], blocks[k + 1]):
+            run += a[U(q)]
+            a[U(q)] = run
+    return sums[nblocks]
+
+
 def threads() -> int:
     """Threads Numba's parallel kernels run on here (``numba.get_num_threads``)."""
     return numba.get_num_threads()
