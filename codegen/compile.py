@@ -99,6 +99,10 @@ def compile_statement(statement: nt.Statement, operands: dict[str, Operand], nam
         if not fused:
             epilog = f"{name}_epilog"
             extra.append(epilog_function(epilog, h, str(statement)))
+    if lowering.balance is not None:  # after the rewrites above, which read the plain row loop
+        body = workspace.balanced_rows(body, lowering.balance, lowering.names)
+        params = tuple(p for p in _candidates(stmt, formats, operands, aliases, output, lowering.writer)
+                       if p.name in _names(body))
     fn = ir.Function(name, params, tuple(body), doc=str(statement))
     plan = {"function": name, "params": [list(p.role) for p in params], "convert": converts,
             "alias": aliases, "order": order, "sparse_output": output.sparse, "rows": lowering.rows,

@@ -76,7 +76,8 @@ class Ctx:
     in_parallel: bool = False
     checked: frozenset[int] = frozenset()  # padded operands whose value was tested non-zero
     in_ws: bool = False  # stores fold into the workspace (codegen.workspace)
-    tally: str | None = None  # the cost pass: add the workspace index's loop sizes to this variable
+    tally: str | None = None  # the cost pass: add the sizes of the loop over ``tally_at`` to this variable
+    tally_at: str | None = None  # the index whose loop the cost pass measures (the workspace's, or the row's next)
 
 
 class Lowering:
@@ -97,6 +98,8 @@ class Lowering:
             counts[a.tensor] = counts.get(a.tensor, 0) + 1
         self.repeated = {t for t, n in counts.items() if n > 1}
         self.rows: str | None = None  # set when a sparse output is built row-parallel
+        self.balance: wsp.RowWork | None = None  # a dense output's parallel row loop splittable by work
+        self.tallied: list | None = None  # what a recording cost pass measured (:meth:`row_work`)
         self.prefix = {s: (a.tensor if a.tensor not in self.repeated else f"{a.tensor}_{s}")
                        for s, a in space.accesses.items()}
         self.names = FreshNames(self.reserved())
@@ -204,7 +207,7 @@ class Lowering:
     def lower(self, ctx: Ctx, depth: int) -> list[ir.Stmt]:
         if ctx.expr is nt.ZERO:
             return []
-        if ctx.tally is not None and depth < len(self.order) and self.order[depth] == self.ws.index:
+        if ctx.tally is not None and depth < len(self.order) and self.order[depth] == ctx.tally_at:
             return self.tally(ctx, depth)
         if self.ws is not None and not ctx.in_ws and depth == self.ws.depth:
             return self.open_workspace(ctx, depth)
@@ -237,8 +240,22 @@ class Lowering:
         walked as the kernel walks them, down to the workspace index, whose loop is not entered
         but its size added to :func:`codegen.workspace.weight` (for SpGEMM ``C[i, j] = A[i, k] *
         B[k, j]``: ``nnz(B[k, :])`` summed over ``A[i, :]``, the products row ``i`` makes)."""
-        tally = replace(ctx, in_ws=True, tally=wsp.weight(self.names, v))
+        tally = replace(ctx, in_ws=True, tally=wsp.weight(self.names, v), tally_at=self.ws.index)
         return self.bind(tally, depth, v, updates, expr, tight)
+
+    def row_work(self, ctx: Ctx, depth: int, v: str, expr: nt.Expr, tight) -> wsp.RowWork | None:
+        """The work of a dense output's parallel row loop over ``v``, when its rows' cumulative work
+        can be read off a stored level (:func:`codegen.workspace.row_work`): a cost pass like
+        :meth:`costed`, measuring the loop right below ``v``, whose terms are recorded, not emitted."""
+        if depth + 1 >= len(self.order):
+            return None
+        self.tallied = []
+        try:
+            self.bind(replace(ctx, tally=wsp.weight(self.names, v), tally_at=self.order[depth + 1]),
+                      depth, v, {}, expr, tight)
+            return wsp.row_work(v, self.tallied)
+        finally:
+            self.tallied = None
 
     def tally(self, ctx: Ctx, depth: int) -> list[ir.Stmt]:
         """The size of the loop over the workspace index at ``depth``: its iterators' segment
@@ -250,10 +267,15 @@ class Lowering:
         if not lattice.points:
             return []
         if not iterators or lattice.universe:
+            if self.tallied is not None:
+                self.tallied.append(())
             return [ir.Assign(ctx.tally, self.space.loopvars[v].extent, "+")]
         sizes = []
-        for slot in lattice.iterators:
-            start, stop = self.cursor(ctx, slot, dedup=False).segment()
+        cursors = [self.cursor(ctx, slot, dedup=False) for slot in lattice.iterators]
+        if self.tallied is not None:
+            self.tallied.append(tuple(cursors))
+        for c in cursors:
+            start, stop = c.segment()
             sizes.append(ir.sub(stop, start))
         total = sizes[0]
         for size in sizes[1:]:
@@ -275,6 +297,8 @@ class Lowering:
             parallel = self.parallel_ok(ctx, depth, v, dense=True)
             inner = replace(ctx, in_parallel=ctx.in_parallel or parallel)
             body = self.bind(inner, depth, v, {}, lattice.points[0].expr, tight)
+            if parallel and depth == 0 and not self.out.sparse and self.tuning.balance:
+                self.balance = self.row_work(inner, depth, v, lattice.points[0].expr, tight)
             if self.sparse_rows(ctx, depth, v):
                 rows = self.row_counted(v, body)
                 if self.ws is not None:

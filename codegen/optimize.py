@@ -37,7 +37,9 @@ class Tuning:
     sorted level with repeats (0: a fixed 256 chunks, enough CPU threads); ``overwrite``: allow
     :func:`overwrite_stores`; ``ordered_writes``: write sparse outputs in their own format by in-order
     insertion (serial; :mod:`codegen.writer`) where the loop order allows; ``workspaces``: reduce into
-    a sparse output through a kernel-local dense row (:mod:`codegen.workspace`)."""
+    a sparse output through a kernel-local dense row (:mod:`codegen.workspace`); ``balance``: split a dense
+    output's parallel row loop into one chunk of about equal work per thread where the rows' cumulative
+    work is stored (:func:`codegen.workspace.balanced_rows`; a GPU schedules rows itself)."""
 
     unroll: bool = True
     tile: int = TILE
@@ -45,11 +47,13 @@ class Tuning:
     overwrite: bool = True
     ordered_writes: bool = True
     workspaces: bool = True
+    balance: bool = True
 
 
 CPU = Tuning()
 # GPU: zero-filling is a device memset, and merge-path rows split between threads must add
-CUDA = Tuning(unroll=False, tile=1, grain=32, overwrite=False, ordered_writes=False, workspaces=False)
+CUDA = Tuning(unroll=False, tile=1, grain=32, overwrite=False, ordered_writes=False, workspaces=False,
+              balance=False)
 
 
 def unroll_reductions(body, acc: str, zero, names: FreshNames, op: str = "+") -> list[ir.Stmt]:

@@ -25,11 +25,19 @@ products the row makes, ``sum of nnz(B[k, :]) over A[i, :]``), a prefix sum turn
 a cumulative array, and a binary search places each border. Numba splits a ``prange``
 statically (thread ``t`` runs iterations ``[t C / T, (t + 1) C / T)``), so balance has
 to come from the borders, not from more chunks.
+
+The same borders split the parallel row loop of a dense output (SpMV, SpMM: :func:`balanced_rows`)
+where the cost pass finds that a row's work is one segment of a stored level under the row's own
+position, segments back to back (compressed, delta): the cumulative work of the rows before ``r``
+is then ``pos[r] + r`` as stored, so no pre-pass runs, only one binary search per border
+(:func:`row_work` reads that fact off what the lowering's cost pass measured). Elsewhere the rows
+keep a plain ``prange`` (rows of one extent each: a dense loop below them).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
@@ -220,35 +228,116 @@ def chunked_rows(ws: Workspace, names: FreshNames, var: str, start: ir.Expr, sto
     rows, chunks = names("ws_rows", f"{var}_rows"), names("ws_chunks", f"{var}_chunks")
     chunk, border = names("ws_chunk", f"{var}_chunk"), names("ws_border", f"{var}_border")
     cumulative, w, r = names("ws_work", f"{var}_work"), weight(names, var), names("ws_step", f"{var}_r")
-    goal, lo, hi, mid = (names(f"ws_{role}", f"{var}_{role}") for role in ("goal", "lo", "hi", "mid"))
     n, c = ir.Var(rows), ir.Var(chunks)
-    per = ir.mul(ir.Var(THREADS), CHUNKS_PER_THREAD)  # a parameter: Numba caches no kernel calling get_num_threads
-
-    def at(array: str, k: ir.Expr) -> ir.Load:
-        return ir.load(array, ir.Index(k))
 
     each_row = ir.For(var, start, stop, (ir.Assign(w, ir.Const(1)), *work,
                                          ir.Store(cumulative, (ir.Index(ir.add(ir.sub(ir.Var(var), start), 1)),),
                                                   ir.Var(w))), parallel=True)
-    prefix = ir.For(r, ir.Const(0), n, (ir.Store(cumulative, (ir.Index(ir.add(ir.Var(r), 1)),), at(cumulative, ir.Var(r)),
-                                                 accumulate=True),))
-    search = ir.While(ir.lt(ir.Var(lo), ir.Var(hi)), (
-        ir.Assign(mid, ir.Bin(">>", ir.add(ir.Var(lo), ir.Var(hi)), ir.Const(1))),
-        ir.If(ir.lt(at(cumulative, ir.Var(mid)), ir.Var(goal)), (ir.Assign(lo, ir.add(ir.Var(mid), 1)),),
-              (ir.Assign(hi, ir.Var(mid)),))))
-    borders = ir.For(chunk, ir.Const(1), c, (
-        ir.Assign(goal, ir.Bin("//", ir.mul(at(cumulative, n), ir.Var(chunk)), c)),
-        ir.Assign(lo, at(border, ir.sub(ir.Var(chunk), 1))), ir.Assign(hi, n), search,
-        ir.Store(border, (ir.Index(ir.Var(chunk)),), ir.Var(lo))))
+    prefix = ir.For(r, ir.Const(0), n, (ir.Store(cumulative, (ir.Index(ir.add(ir.Var(r), 1)),),
+                                                 _at(cumulative, ir.Var(r)), accumulate=True),))
+    borders = _borders(names, var, n, c, border, lambda k: _at(cumulative, k), ir.Const(0), _at(cumulative, n))
     balance = ir.If(ir.Bin(">", c, ir.Const(1)), (
         ir.Comment(f"each row's work, summed up: {border}[c] is where chunk c's even share starts"),
         ir.Alloc(cumulative, ir.add(n, 1), "intp"), ir.Store(cumulative, (ir.Const(0),), ir.Const(0)),
         each_row, prefix, borders))
-    inner = (*allocate(ws), ir.For(var, ir.add(start, at(border, ir.Var(chunk))),
-                                   ir.add(start, at(border, ir.add(ir.Var(chunk), 1))), body))
+    inner = (*allocate(ws), ir.For(var, ir.add(start, _at(border, ir.Var(chunk))),
+                                   ir.add(start, _at(border, ir.add(ir.Var(chunk), 1))), body))
+    return _split(names, var, start, stop, balance, inner)
+
+
+@dataclass(frozen=True)
+class RowWork:
+    """The work of a dense output's parallel row loop over ``var``, as stored: ``before(r)`` is the
+    work of the loop's rows before row ``r`` plus a constant (``np.intp(A_lvl1_pos[r]) + r``: each
+    row's entries and 1), for every ``r`` of the loop's range and one past it; ``source`` names the
+    buffer it reads."""
+
+    var: str
+    before: Callable[[ir.Expr], ir.Expr]
+    source: str
+
+
+def row_work(var: str, tallied: list[tuple]) -> RowWork | None:
+    """The stored work of the row loop over ``var``, from what the lowering's cost pass measured
+    (``tallied``: per loop it reached below the row, the cursors whose segments it added up, ``()``
+    for a dense loop), or None. Stored when that pass reached one loop, over one stored level's
+    segment of the row's own position (the row's position is ``var``), and that level's segments
+    lie back to back: segment ``r`` ends where segment ``r + 1`` starts, as the level type's own
+    segment hook writes them (compressed and delta levels; not loose_compressed's pairs)."""
+    if len(tallied) != 1 or len(tallied[0]) != 1:
+        return None
+    cursor = tallied[0][0]
+    row = ir.Var(var)
+    if cursor.parent != row or cursor.parent_end is not None or cursor.ref.ltype.one_child:
+        return None
+    ltype, access = cursor.ref.ltype, cursor.access
+    if ltype.segment(access, ir.add(row, 1), None)[0] != ltype.segment(access, row, None)[1]:
+        return None
+    return RowWork(var, lambda r: ir.add(ltype.segment(access, r, None)[0], r), access.pos)
+
+
+def balanced_rows(body: list[ir.Stmt], work: RowWork, names: FreshNames) -> list[ir.Stmt]:
+    """``body`` with its outermost parallel loop over ``work.var`` split into one chunk per thread
+    (the :data:`THREADS` parameter) of about equal work: each border is a binary search of the
+    stored cumulative work (:class:`RowWork`), no pre-pass. Numba would hand every thread the same
+    number of rows, however long (a power-law graph's rows run from 1 entry to 10^5). ``body``
+    unchanged when it has no such loop."""
+    for k, s in enumerate(body):
+        if isinstance(s, ir.For) and s.parallel and s.var == work.var and s.step == 1:
+            return body[:k] + _balanced(s, work, names) + body[k + 1:]
+    return body
+
+
+def _balanced(loop: ir.For, work: RowWork, names: FreshNames) -> list[ir.Stmt]:
+    var, start = loop.var, loop.start
+    rows, chunks = names("ws_rows", f"{var}_rows"), names("ws_chunks", f"{var}_chunks")
+    chunk, border = names("ws_chunk", f"{var}_chunk"), names("ws_border", f"{var}_border")
+    first, total = names("ws_first", f"{var}_first"), names("ws_total", f"{var}_total")
+    n, c = ir.Var(rows), ir.Var(chunks)
+    borders = _borders(names, var, n, c, border, lambda k: work.before(ir.add(start, k)), ir.Var(first), ir.Var(total))
+    balance = ir.If(ir.Bin(">", c, ir.Const(1)), (
+        ir.Comment(f"a row's work is its entries and 1: {work.source}[r] + r is the work before row r, "
+                   f"{border}[c] where chunk c's even share starts"),
+        ir.Assign(first, work.before(start)),
+        ir.Assign(total, ir.sub(work.before(ir.add(start, n)), ir.Var(first))),
+        borders))
+    inner = (ir.For(var, ir.add(start, _at(border, ir.Var(chunk))), ir.add(start, _at(border, ir.add(ir.Var(chunk), 1))),
+                    loop.body),)
+    return _split(names, var, start, loop.stop, balance, inner)
+
+
+def _at(array: str, k: ir.Expr) -> ir.Load:
+    return ir.load(array, ir.Index(k))
+
+
+def _split(names: FreshNames, var: str, start: ir.Expr, stop: ir.Expr, balance: ir.Stmt,
+           inner: tuple[ir.Stmt, ...]) -> list[ir.Stmt]:
+    """The rows ``[start, stop)`` as chunks run in parallel: ``balance`` sets their borders (else
+    equal counts of rows: only one chunk, or none), each chunk runs ``inner``."""
+    rows, chunks = names("ws_rows", f"{var}_rows"), names("ws_chunks", f"{var}_chunks")
+    chunk, border = names("ws_chunk", f"{var}_chunk"), names("ws_border", f"{var}_border")
+    n, c = ir.Var(rows), ir.Var(chunks)
+    per = ir.mul(ir.Var(THREADS), CHUNKS_PER_THREAD)  # a parameter: Numba caches no kernel calling get_num_threads
     return [ir.Assign(rows, ir.Call("max", (ir.sub(stop, start), ir.Const(0)))),
             ir.Assign(chunks, ir.Call("min", (n, per))),
             ir.Alloc(border, ir.add(c, 1), "intp"),
             ir.Store(border, (ir.Const(0),), ir.Const(0)), ir.Store(border, (ir.Index(c),), n),
             balance,
             ir.For(chunk, ir.Const(0), c, inner, parallel=True)]
+
+
+def _borders(names: FreshNames, var: str, n: ir.Expr, c: ir.Expr, border: str,
+             before: Callable[[ir.Expr], ir.Expr], first: ir.Expr, total: ir.Expr) -> ir.For:
+    """``border[k]`` for chunks ``k`` in ``[1, c)``: the first row ``r`` (of ``n``, counted from the
+    loop's start) whose ``before(r)`` reaches ``first + total * k // c``, by binary search from the
+    previous border (``before`` grows with ``r``)."""
+    goal, lo, hi, mid = (names(f"ws_{role}", f"{var}_{role}") for role in ("goal", "lo", "hi", "mid"))
+    chunk = names("ws_chunk", f"{var}_chunk")
+    search = ir.While(ir.lt(ir.Var(lo), ir.Var(hi)), (
+        ir.Assign(mid, ir.Bin(">>", ir.add(ir.Var(lo), ir.Var(hi)), ir.Const(1))),
+        ir.If(ir.lt(before(ir.Var(mid)), ir.Var(goal)), (ir.Assign(lo, ir.add(ir.Var(mid), 1)),),
+              (ir.Assign(hi, ir.Var(mid)),))))
+    return ir.For(chunk, ir.Const(1), c, (
+        ir.Assign(goal, ir.add(first, ir.Bin("//", ir.mul(total, ir.Var(chunk)), c))),
+        ir.Assign(lo, _at(border, ir.sub(ir.Var(chunk), 1))), ir.Assign(hi, n), search,
+        ir.Store(border, (ir.Index(ir.Var(chunk)),), ir.Var(lo))))

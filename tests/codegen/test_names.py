@@ -83,15 +83,16 @@ def test_the_kernel_fingerprint_covers_level_modules_and_the_batch_layout(monkey
 
 
 def test_an_index_spelled_like_the_prange_variable():
-    """The CPU emitter walks a parallel loop over i with an unsigned ``i_u``; a user index named
-    ``i_u`` inside it must not be overwritten by that loop."""
+    """The CPU emitter walks a parallel loop over ``v`` with an unsigned ``v_u`` (CSR SpMV: the
+    loop over the balanced row chunks ``i_chunk``); a user index named ``i_chunk_u`` inside it must
+    not be overwritten by that loop."""
     @ustc.jit
     def k(y, A, x):
-        y[i] += A[i, i_u] * x[i_u]
+        y[i] += A[i, i_chunk_u] * x[i_chunk_u]
 
     a = _csr(800, 900, 5, density=0.6)  # large enough for the parallel kernel, not the serial twin
     x = np.arange(900.0)
     y = k(np.zeros(800), ustc.Tensor.from_package(a), x)
     np.testing.assert_allclose(y, a @ x, rtol=1e-12)
     source = k.inspect_source(np.zeros(800), ustc.Tensor.from_package(a), x)
-    assert "for i_u_2 in prange(" in source
+    assert "for i_chunk_u_2 in prange(" in source

@@ -139,7 +139,8 @@ class DirectCall:
     """A one-statement kernel with a dense output, called without the runtime's per-call work:
     the kernel functions (parallel and serial twin), each argument's source resolved at planning
     (``roles``: ``("out",)``, ``("array", k)``, ``("pos" | "crd", k, level)``, ``("vals", k)`` of
-    the ``k``-th input, or ``("const", value)`` for extents and level sizes), the output's shape,
+    the ``k``-th input, ``("const", value)`` for extents and level sizes, or ``("threads",)``: the
+    host's thread count, 1 for the serial twin), the output's shape,
     dtype and start value (None: the kernel stores every element). Unbatched host operands only;
     :meth:`build` returns None for anything else (conversions, aliases, epilog passes, roles it
     does not know), which then runs through the Run."""
@@ -155,7 +156,7 @@ class DirectCall:
     call: object = field(init=False, compare=False, repr=False)
 
     def __post_init__(self):
-        if not callable(self.function) or not all(r[0] in ("out", "array", "pos", "crd", "vals", "const")
+        if not callable(self.function) or not all(r[0] in ("out", "array", "pos", "crd", "vals", "const", "threads")
                                                   for r in self.roles):
             raise ValueError("DirectCall: a kernel and resolved argument roles are needed")
         object.__setattr__(self, "call", _binder(self.roles, len(self.inputs), self.scalar_inputs))
@@ -187,6 +188,8 @@ class DirectCall:
                 roles.append((kind, inputs.index(name), role[2]))
             elif kind == "vals":
                 roles.append(("vals", inputs.index(name)))
+            elif kind == "threads":
+                roles.append(("threads",))
             else:
                 return None                    # a role this caller does not bind: the Run binds it
         reads_self = any(a.tensor == out.name for a in statement.rhs.accesses())
@@ -215,13 +218,14 @@ class DirectCall:
         out = np.empty(self.shape, self.dtype)
         if self.fill is not None:
             out.fill(self.fill)
-        self.call(fn, out, *values)
+        self.call(fn, out, 1 if fn is self.serial else runtime._threads(), *values)
         return out
 
 
 def _binder(roles, count: int, zero_d: frozenset):
-    """``lambda fn, out, v0, v1, ...: fn(<arguments>)`` with every argument's expression written
-    out from ``roles`` (``v0._buffers[(1, "pos")]``, ``out``, ``4096``): generated once per plan,
+    """``lambda fn, out, threads, v0, v1, ...: fn(<arguments>)`` with every argument's expression
+    written out from ``roles`` (``v0._buffers[(1, "pos")]``, ``out``, ``4096``; ``threads``: the chunks
+    a balanced row loop splits into, 1 for the serial twin): generated once per plan,
     it binds a call in a few hundred nanoseconds where a loop over the roles costs microseconds
     (one-shot SpMV of 4,096 rows: the kernel itself takes ~18 us)."""
     parts = []
@@ -231,6 +235,8 @@ def _binder(roles, count: int, zero_d: frozenset):
             parts.append(repr(int(role[1])))
         elif kind == "out":
             parts.append("out")
+        elif kind == "threads":
+            parts.append("threads")
         elif kind == "array":
             k = int(role[1])
             parts.append(f"v{k}.reshape(1)" if k in zero_d else f"v{k}")
@@ -239,7 +245,7 @@ def _binder(roles, count: int, zero_d: frozenset):
         else:
             parts.append(f"v{int(role[1])}._buffers[({int(role[2])}, {kind!r})]")
     names = "".join(f", v{k}" for k in range(count))
-    return eval(f"lambda fn, out{names}: fn({', '.join(parts)})", {})  # noqa: S307 - text built above from ints
+    return eval(f"lambda fn, out, threads{names}: fn({', '.join(parts)})", {})  # noqa: S307 - text built above from ints
 
 
 @dataclass(frozen=True)
