@@ -136,3 +136,27 @@ def test_all_work_in_one_row(n, threads):
         a[r] = np.linspace(1, 2, 50)
         check_spmv(a, F.CSR)
     check_spmv(np.zeros((30, 50)), F.CSR)
+
+
+# -- the one-shot fast path binds the thread count -----------------------------------------------
+@pytest.mark.parametrize("n", [1, 2, 64])
+def test_one_shot_repeat_calls_the_balanced_kernel_directly(n, threads, monkeypatch):
+    """``ustc.matmul(A, x)`` repeated: the remembered DirectCall passes the thread count (1 to the
+    serial twin) and runs without preparing a Run again."""
+    from ustc.ops import matmul as one_shot
+
+    threads(n)
+    a = heavy_tailed(np.random.default_rng(n), 64, 50)
+    A = ustc.Tensor.from_dense(a, F.CSR)
+    x = np.linspace(-1, 1, 50)
+    np.testing.assert_allclose(ustc.matmul(A, x), a @ x, rtol=1e-12, atol=1e-12)
+    repeat = one_shot._REPEATS[id(A._layout)]
+    assert ("threads",) in repeat.call.roles
+
+    def no_run(*args, **kwargs):
+        raise AssertionError("the one-shot repeat prepared a Run")
+
+    monkeypatch.setattr(runtime, "prepare", no_run)
+    for k in range(2):
+        A.values[...] *= -1
+        np.testing.assert_allclose(ustc.matmul(A, x), A.to_dense() @ x, rtol=1e-12, atol=1e-12)
