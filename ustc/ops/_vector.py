@@ -123,42 +123,64 @@ def bicg_x(x, alpha, ph, omega, sh):
 GS_CHUNK = 1024
 
 
-@njit_cached(nogil=True, inline="always")
+#: LLVM flags of the dense Gram-Schmidt loops: reassociation lets it vectorise their sums (one
+#: chain per row would wait on the add latency), contraction fuses multiply-adds. No gathers run
+#: under these flags (those were slower vectorised) and NaN / Inf keep their meaning
+FAST = {"reassoc", "contract"}
+
+
+@njit_cached(nogil=True, fastmath=FAST)
 def _chunk_coefficients(V, k1, w, lo, hi, partial, ch):
-    """``partial[ch, j] = sum(conj(V[j, i]) * w[i])`` over ``lo <= i < hi``, ``j < k1``: four rows
-    at a time, two entries per step, so eight independent sums (one would wait on the add
-    latency; without fastmath the compiler may not reorder them itself)."""
+    """``partial[ch, j] = sum(conj(V[j, i]) * w[i])`` over ``lo <= i < hi``, ``j < k1``, four rows
+    per pass over the chunk of ``w``; returns the chunk's ``||w||^2``. With :data:`FAST` the
+    sums vectorise: 25 us for 16 rows of 10^4 entries against 64-74 us for eight scalar chains
+    without it (one thread)."""
     quads = k1 - k1 % 4
-    pairs = lo + (hi - lo) // 2 * 2
     for j in range(0, quads, 4):
         r0, r1, r2, r3 = U(j), U(j + 1), U(j + 2), U(j + 3)
-        zero = partial.dtype.type(0)
-        a0 = a1 = a2 = a3 = b0 = b1 = b2 = b3 = zero
-        for i in range(lo, pairs, 2):
-            p, q = U(i), U(i + 1)
-            wp, wq = w[p], w[q]
+        a0 = a1 = a2 = a3 = partial.dtype.type(0)
+        for i in range(lo, hi):
+            p = U(i)
+            wp = w[p]
             a0 += np.conj(V[r0, p]) * wp
             a1 += np.conj(V[r1, p]) * wp
             a2 += np.conj(V[r2, p]) * wp
             a3 += np.conj(V[r3, p]) * wp
-            b0 += np.conj(V[r0, q]) * wq
-            b1 += np.conj(V[r1, q]) * wq
-            b2 += np.conj(V[r2, q]) * wq
-            b3 += np.conj(V[r3, q]) * wq
-        for i in range(pairs, hi):
-            p = U(i)
-            a0 += np.conj(V[r0, p]) * w[p]
-            a1 += np.conj(V[r1, p]) * w[p]
-            a2 += np.conj(V[r2, p]) * w[p]
-            a3 += np.conj(V[r3, p]) * w[p]
-        partial[ch, j], partial[ch, j + 1] = a0 + b0, a1 + b1
-        partial[ch, j + 2], partial[ch, j + 3] = a2 + b2, a3 + b3
+        partial[ch, j], partial[ch, j + 1], partial[ch, j + 2], partial[ch, j + 3] = a0, a1, a2, a3
     for j in range(quads, k1):
         r = U(j)
         s = partial.dtype.type(0)
         for i in range(lo, hi):
             s += np.conj(V[r, U(i)]) * w[U(i)]
         partial[ch, j] = s
+    return _chunk_norm(w, lo, hi)
+
+
+@njit_cached(nogil=True, fastmath=FAST)
+def _chunk_norm(w, lo, hi):
+    """``sum(|w[i]|^2)`` over ``lo <= i < hi``."""
+    s = 0.0
+    for i in range(lo, hi):
+        s += (np.conj(w[U(i)]) * w[U(i)]).real
+    return s
+
+
+@njit_cached(nogil=True, fastmath=FAST)
+def _chunk_subtract(V, k1, c, w, lo, hi):
+    """``w[lo:hi] -= sum_j c[j] V[j, lo:hi]`` over ``j < k1`` (four rows per pass); returns the
+    chunk's new ``||w||^2``."""
+    quads = k1 - k1 % 4
+    for j in range(0, quads, 4):
+        c0, c1, c2, c3 = c[j], c[j + 1], c[j + 2], c[j + 3]
+        r0, r1, r2, r3 = U(j), U(j + 1), U(j + 2), U(j + 3)
+        for i in range(lo, hi):
+            p = U(i)
+            w[p] -= (c0 * V[r0, p] + c1 * V[r1, p]) + (c2 * V[r2, p] + c3 * V[r3, p])
+    for j in range(quads, k1):
+        cj = c[j]
+        for i in range(lo, hi):
+            w[U(i)] -= cj * V[U(j), U(i)]
+    return _chunk_norm(w, lo, hi)
 
 
 @vector_kernel
@@ -168,38 +190,19 @@ def gs_coefficients(V, k1, w, partial, norms):
     n = w.size
     for ch in prange(partial.shape[0]):
         lo = ch * GS_CHUNK
-        hi = min(lo + GS_CHUNK, n)
-        _chunk_coefficients(V, k1, w, lo, hi, partial, ch)
-        s = 0.0
-        for i in range(lo, hi):
-            s += (np.conj(w[U(i)]) * w[U(i)]).real
-        norms[ch] = s
+        norms[ch] = _chunk_coefficients(V, k1, w, lo, min(lo + GS_CHUNK, n), partial, ch)
 
 
 @vector_kernel
 def gs_subtract(V, k1, c, w, partial, norms, again):
-    """``w -= sum_j c[j] V[j]`` (four rows per pass over a chunk); then, with the chunk still in
-    cache, ``norms[ch]`` = its ``||w||^2`` and, if ``again``, ``partial`` = the next pass's
-    coefficient shares (as :func:`gs_coefficients`)."""
+    """``w -= sum_j c[j] V[j]``; then, with the chunk still in cache, ``norms[ch]`` = its
+    ``||w||^2`` and, if ``again``, ``partial`` = the next pass's coefficient shares (as
+    :func:`gs_coefficients`)."""
     n = w.size
-    quads = k1 - k1 % 4
     for ch in prange(norms.size):
         lo = ch * GS_CHUNK
         hi = min(lo + GS_CHUNK, n)
-        for j in range(0, quads, 4):
-            c0, c1, c2, c3 = c[j], c[j + 1], c[j + 2], c[j + 3]
-            r0, r1, r2, r3 = U(j), U(j + 1), U(j + 2), U(j + 3)
-            for i in range(lo, hi):
-                p = U(i)
-                w[p] -= (c0 * V[r0, p] + c1 * V[r1, p]) + (c2 * V[r2, p] + c3 * V[r3, p])
-        for j in range(quads, k1):
-            cj = c[j]
-            for i in range(lo, hi):
-                w[U(i)] -= cj * V[U(j), U(i)]
-        s = 0.0
-        for i in range(lo, hi):
-            s += (np.conj(w[U(i)]) * w[U(i)]).real
-        norms[ch] = s
+        norms[ch] = _chunk_subtract(V, k1, c, w, lo, hi)
         if again:
             _chunk_coefficients(V, k1, w, lo, hi, partial, ch)
 
@@ -225,6 +228,84 @@ def givens_column(H, cs, sn, g, k):
     H[k + 1, k] = 0
     g[k + 1] = -np.conj(sn[k]) * g[k]
     g[k] = cs[k] * g[k]
+
+
+@njit_cached(nogil=True)
+def gmres_cycle(pos, crd, vals, dinv, jacobi, V, H, cs, sn, g, z, w, partial, norms, m, budget, stop, keep):
+    """One restart cycle of GMRES(m) on CSR rows, on one thread, in one call: for each inner step
+    ``z = M V[k]`` (Jacobi's scaling, or ``V[k]`` itself), ``w = A z`` chunk by chunk with each
+    chunk's Gram-Schmidt coefficients and ``||w||^2`` taken while it is in cache, the
+    subtraction (a second pass where the first cancelled below ``keep`` of ``||w||^2``, as
+    :meth:`ustc.ops.vectors.HostVectors.orthogonalize`), ``V[k + 1] = w / ||w||`` and the Givens
+    step. ``V[0]`` and ``g[0]`` are set by the caller. Stops after ``m`` steps, ``budget`` steps,
+    when ``|g[k]| <= stop`` or when the Krylov space is exhausted. Returns ``(steps, ok)``:
+    ``ok`` False when ``||w||`` or the residual estimate is NaN or Inf (the caller raises)."""
+    n = w.size
+    chunks = norms.size
+    k = 0
+    while k < m and k < budget:
+        k1 = k + 1
+        src = V[k]
+        if jacobi:
+            for i in range(n):
+                z[U(i)] = dinv[U(i)] * src[U(i)]
+            src = z
+        for ch in range(chunks):
+            lo = ch * GS_CHUNK
+            hi = min(lo + GS_CHUNK, n)
+            for i in range(lo, hi):
+                acc = w.dtype.type(0)
+                for p in range(pos[U(i)], pos[U(i + 1)]):
+                    acc += vals[U(p)] * src[U(crd[U(p)])]
+                w[U(i)] = acc
+            norms[ch] = _chunk_coefficients(V, k1, w, lo, hi, partial, ch)
+        before = 0.0
+        for ch in range(chunks):
+            before += norms[ch]
+        h = np.zeros(k1, dtype=w.dtype)
+        hh = 0.0
+        for j in range(k1):
+            t = w.dtype.type(0)
+            for ch in range(chunks):
+                t += partial[ch, j]
+            h[j] = t
+            hh += (np.conj(t) * t).real
+        twice = before - hh <= keep * before
+        for ch in range(chunks):
+            lo = ch * GS_CHUNK
+            hi = min(lo + GS_CHUNK, n)
+            norms[ch] = _chunk_subtract(V, k1, h, w, lo, hi)
+            if twice:
+                _chunk_coefficients(V, k1, w, lo, hi, partial, ch)
+        if twice:
+            again = np.zeros(k1, dtype=w.dtype)
+            for j in range(k1):
+                t = w.dtype.type(0)
+                for ch in range(chunks):
+                    t += partial[ch, j]
+                again[j] = t
+                h[j] += t
+            for ch in range(chunks):
+                lo = ch * GS_CHUNK
+                norms[ch] = _chunk_subtract(V, k1, again, w, lo, min(lo + GS_CHUNK, n))
+        total = 0.0
+        for ch in range(chunks):
+            total += norms[ch]
+        h_next = np.sqrt(max(total, 0.0))
+        for j in range(k1):
+            H[j, k] = h[j]
+        H[k1, k] = h_next
+        if h_next != 0:
+            inv = 1.0 / h_next
+            for i in range(n):
+                V[U(k1), U(i)] = w[U(i)] * inv
+        givens_column(H, cs, sn, g, k)
+        k = k1
+        if not (np.isfinite(h_next) and np.isfinite(g[k])):
+            return k, False
+        if abs(g[k]) <= stop or h_next == 0:
+            break
+    return k, True
 
 
 @njit_cached(nogil=True)

@@ -1,0 +1,129 @@
+"""GMRES on a host CSR matrix through the fused restart cycle (ustc.ops.krylov.gmres_rows and
+ustc.ops._vector.gmres_cycle) against the per-step path it replaces and against SciPy."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+import scipy.sparse.linalg as spla
+
+import ustc
+from ustc.ops import _vector, krylov
+
+
+def poisson(n: int, dtype=np.float64):
+    return sp.diags_array([-1.0, -1.0, 4.0, -1.0, -1.0], offsets=[-n, -1, 0, 1, n], shape=(n * n, n * n),
+                          format="csr").astype(dtype)
+
+
+def convection(n: int, dtype=np.float64):
+    """A nonsymmetric matrix (upwinded convection on a 1-D grid, diagonally dominant)."""
+    return sp.diags_array([-1.6, 3.0, -0.4], offsets=[-1, 0, 1], shape=(n, n), format="csr").astype(dtype)
+
+
+@pytest.fixture
+def cycles(monkeypatch):
+    """Counts the calls of the fused cycle."""
+    calls = []
+    inner = krylov.gmres_rows
+
+    def counted(*args, **kw):
+        calls.append(1)
+        return inner(*args, **kw)
+
+    monkeypatch.setattr(krylov, "gmres_rows", counted)
+    return calls
+
+
+def solve_both(monkeypatch, a, b, **kw):
+    fused = ustc.solve(a, b, "gmres", return_info=True, **kw)
+    monkeypatch.setattr(krylov, "FUSED_GMRES_ROWS", 0)
+    plain = ustc.solve(a, b, "gmres", return_info=True, **kw)
+    monkeypatch.undo()
+    return fused, plain
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.complex128])
+@pytest.mark.parametrize("preconditioner", [None, "jacobi"])
+def test_fused_matches_per_step_path(monkeypatch, cycles, dtype, preconditioner):
+    s = convection(300, dtype)
+    if np.dtype(dtype).kind == "c":
+        s = s + 0.3j * sp.eye_array(300, format="csr")
+    rng = np.random.default_rng(3)
+    b = rng.standard_normal(300).astype(dtype)
+    rtol = 1e-5 if dtype == np.float32 else 1e-10
+    (x, info), (x_plain, info_plain) = solve_both(monkeypatch, ustc.Tensor.from_package(s), b, restart=7,
+                                                  rtol=rtol, preconditioner=preconditioner)
+    assert cycles and info.converged and info_plain.converged
+    assert abs(info.iterations - info_plain.iterations) <= 1
+    assert np.linalg.norm(b - s @ x) <= 2 * rtol * np.linalg.norm(b)
+    assert np.allclose(x, x_plain, rtol=1e-3 if dtype == np.float32 else 1e-7)
+
+
+def test_poisson_against_scipy(cycles):
+    s = poisson(30)
+    b = np.ones(900)
+    x, info = ustc.solve(ustc.Tensor.from_package(s), b, "gmres", rtol=1e-8, return_info=True)
+    ref, code = spla.gmres(s, b, rtol=1e-8, restart=30)
+    assert cycles and info.converged and code == 0
+    assert np.linalg.norm(b - s @ x) <= 1e-8 * np.linalg.norm(b)
+    assert np.allclose(x, ref, rtol=1e-6)
+
+
+def test_int32_indices_and_maxiter(cycles):
+    s = convection(200)
+    s.indices, s.indptr = s.indices.astype(np.int32), s.indptr.astype(np.int32)
+    a = ustc.Tensor.from_package(s)
+    b = np.arange(200.0)
+    x, info = ustc.solve(a, b, "gmres", restart=5, maxiter=12, check=False, return_info=True)
+    assert cycles and info.iterations == 12 and not info.converged
+    assert info.residual_norm == pytest.approx(np.linalg.norm(b - s @ x), rel=1e-9)
+
+
+def test_exhausted_krylov_space(cycles):
+    """A restart longer than the system: the Krylov space runs out (||w|| = 0) and the
+    solution is exact."""
+    s = sp.csr_array(np.diag([1.0, 2.0, 3.0]) + np.diag([0.5, 0.5], 1))
+    b = np.array([1.0, -2.0, 0.5])
+    x, info = ustc.solve(ustc.Tensor.from_package(s), b, "gmres", restart=30, return_info=True)
+    assert cycles and info.converged and info.iterations <= 3
+    assert np.allclose(s @ x, b)
+
+
+def test_breakdown_raises(cycles):
+    """||A v||^2 overflowing inside the cycle raises SolveError naming the iteration."""
+    s = convection(50) * 1e300
+    with pytest.raises(ustc.SolveError, match="broke down at iteration 1"):
+        ustc.solve(ustc.Tensor.from_package(s), np.ones(50), "gmres")
+    assert cycles
+
+
+def test_other_formats_and_sizes_take_the_per_step_path(monkeypatch, cycles):
+    s = convection(100)
+    b = np.ones(100)
+    ustc.solve(ustc.Tensor.from_package(s).convert("CSC"), b, "gmres")
+    assert not cycles
+    monkeypatch.setattr(krylov, "FUSED_GMRES_ROWS", 99)
+    ustc.solve(ustc.Tensor.from_package(s), b, "gmres")
+    assert not cycles
+    ustc.solve(ustc.Tensor.from_package(s), b, "gmres", preconditioner=lambda r: r)
+    assert not cycles
+
+
+def test_gram_schmidt_chunks_orthonormalise():
+    """The fused cycle's basis is orthonormal to working precision across several chunks."""
+    n = 3 * _vector.GS_CHUNK + 17
+    s = convection(n)
+    m = 12
+    V = np.empty((m + 1, n))
+    H = np.zeros((m + 1, m))
+    cs, sn, g = np.zeros(m), np.zeros(m), np.zeros(m + 1)
+    r = np.random.default_rng(0).standard_normal(n)
+    g[0] = np.linalg.norm(r)
+    V[0] = r / g[0]
+    chunks = -(-n // _vector.GS_CHUNK)
+    k, ok = _vector.gmres_cycle(s.indptr, s.indices, s.data, np.ones(1), False, V, H, cs, sn, g, np.empty(n),
+                                np.empty(n), np.empty((chunks, m + 1)), np.empty(chunks), m, m, 0.0, 0.01)
+    assert ok and k == m
+    assert np.allclose(V @ V.T, np.eye(m + 1), atol=1e-12)
