@@ -19,9 +19,46 @@ process (torch's included).
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 POLICY_VAR = "OMP_WAIT_POLICY"
 DEFAULT_POLICY = "PASSIVE"
 
 os.environ.setdefault(POLICY_VAR, DEFAULT_POLICY)
+
+
+def free_cores() -> int:
+    """Cores no other runnable thread wants right now: the CPUs this process may use less the
+    runnable threads beside the caller (``/proc/loadavg``'s fourth field counts the runnable
+    ones, the caller included: an instantaneous count, unlike the load averages). A CPU hog on a
+    2-core machine leaves 1. Where the count cannot be read, every usable CPU."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    try:
+        with open("/proc/loadavg", "rb") as f:
+            running = int(f.read().split()[3].split(b"/")[0])
+    except (OSError, ValueError, IndexError):
+        return cpus
+    return max(1, min(cpus, cpus - (running - 1)))
+
+
+@contextlib.contextmanager
+def limited(threads: int):
+    """Numba's parallel kernels launched from this thread run on at most ``threads`` threads
+    inside the block (``numba.set_num_threads``, which is per calling thread); the previous
+    count is restored after it."""
+    import numba
+
+    before = numba.get_num_threads()
+    wanted = max(1, min(int(threads), before))
+    if wanted == before:
+        yield before
+        return
+    numba.set_num_threads(wanted)
+    try:
+        yield wanted
+    finally:
+        numba.set_num_threads(before)

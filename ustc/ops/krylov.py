@@ -37,6 +37,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from .. import _threads
 from ..errors import SolveError
 from ..tensor import packages
 from ._vector import givens_column
@@ -327,15 +328,17 @@ def gmres_rows(op: Operator, rows, b, x, dinv, rtol, atol, maxiter, restart: int
 FUSED_GMRES_ROWS = 1 << 18
 
 
-def csr_rows(a, b, dinv, vec):
+def csr_rows(a, b, dinv, vec, threads: int = 0):
     """``(pos, crd, values)`` of ``a`` when :func:`gmres_rows` can run the solve: host vectors of
     the plain backend, a 2-D CSR tensor on the CPU with NumPy buffers and ``b``'s value dtype,
-    no preconditioner or Jacobi's, at most :data:`FUSED_GMRES_ROWS` rows; else None."""
+    no preconditioner or Jacobi's, at most :data:`FUSED_GMRES_ROWS` rows or a solve limited to
+    one thread (``threads``, from :func:`solve_threads`); else None."""
     from ..formats import CSR
     from ..tensor.interop import plain_format
     from .vectors import HostVectors
 
-    if type(vec) is not HostVectors or b.size > FUSED_GMRES_ROWS or not isinstance(b, np.ndarray):
+    if type(vec) is not HostVectors or not isinstance(b, np.ndarray) \
+            or (b.size > FUSED_GMRES_ROWS and threads != 1):
         return None
     if dinv is not None and not isinstance(dinv, np.ndarray):
         return None
@@ -379,12 +382,40 @@ def run(a, b, x, dinv, method: str, *, rtol, atol, maxiter: int, restart: int = 
     stopped at a true relative residual of 7e-7 for 1e-8), the method starts again from ``x``
     with the residual recomputed, up to :data:`RESIDUAL_RESTARTS` times within ``maxiter``
     (34 more iterations there). Only for float64 / complex128 systems: a float32 system's true
-    residual is checked in float64 and may lie below what float32 arithmetic reaches."""
+    residual is checked in float64 and may lie below what float32 arithmetic reaches.
+
+    A system large enough for parallel kernels runs on the cores free when the solve starts
+    (:func:`solve_threads`)."""
+    threads = solve_threads(a, b, vec, target)
+    if threads is None:
+        return _run(a, b, x, dinv, method, rtol, atol, maxiter, restart, target, vec, 0)
+    with _threads.limited(threads) as used:
+        return _run(a, b, x, dinv, method, rtol, atol, maxiter, restart, target, vec, used)
+
+
+def solve_threads(a, b, vec, target: str) -> int | None:
+    """Threads for a host solve's parallel kernels, or None to leave Numba's count alone: a
+    system small enough that every kernel of the solve runs its one-thread twin (vectors under
+    ``_vector.SERIAL_LENGTH``, a product under ``runtime.SERIAL_WORK`` entries) needs no
+    decision; a larger one runs on the cores free now (:func:`ustc._threads.free_cores`): beside
+    a CPU hog on 2 cores that is one thread, which no barrier of a parallel region then waits
+    on while the OS runs the hog in its place."""
+    from . import _vector, runtime
+    from .vectors import HostVectors
+
+    if target != "cpu" or not isinstance(vec, HostVectors):
+        return None
+    if b.size < _vector.SERIAL_LENGTH and int(getattr(a, "nse", 0) or 0) < runtime.SERIAL_WORK:
+        return None
+    return _threads.free_cores()
+
+
+def _run(a, b, x, dinv, method, rtol, atol, maxiter, restart, target, vec, threads) -> Outcome:
     op = Operator(a, b.size, b.dtype, target, vec)
     try:
         extra = (restart,) if method == "gmres" else ()
         solver = SOLVERS[method]
-        rows = csr_rows(a, b, dinv, vec) if method == "gmres" and target == "cpu" else None
+        rows = csr_rows(a, b, dinv, vec, threads) if method == "gmres" and target == "cpu" else None
         if rows is not None:
             def solver(op, b, x, dinv, rtol, atol, maxiter, restart):  # noqa: F811 - the fused GMRES
                 return gmres_rows(op, rows, b, x, dinv, rtol, atol, maxiter, restart)
