@@ -34,30 +34,42 @@ def _is_dia(fmt: TensorFormat) -> bool:
     return _plain(fmt) in (DIAI, DIAJ)
 
 
-def _spmv(launch):
+def _spmv(launch=None, *, overwrites: bool = False):
     """A registered SpMV from ``launch(a, b, out, alpha) -> (kernel, args)``. Calling it runs the
     kernel; its ``compile`` hook (which ``Matmul.plan`` calls) compiles, or loads from Numba's cache,
-    the kernel for those argument types without running it."""
-    def fn(a, b, out, alpha):
-        kernel, args = launch(a, b, out, alpha)
-        kernel(*args)
+    the kernel for those argument types without running it. With ``overwrites`` ``launch`` takes a
+    fifth argument, and the SpMV gets an ``overwrite`` twin (``launch(..., True)``: ``out = alpha *
+    a @ b``, every element stored) that a route without ``c`` calls instead of zero-filling ``out``."""
+    if launch is None:
+        return lambda f: _spmv(f, overwrites=overwrites)
 
-    def compile_(a, b, out, alpha):
-        import numba
+    def made(*mode):
+        def fn(a, b, out, alpha):
+            kernel, args = launch(a, b, out, alpha, *mode)
+            kernel(*args)
 
-        kernel, args = launch(a, b, out, alpha)
-        kernel.compile(tuple(numba.typeof(x) for x in args))
+        def compile_(a, b, out, alpha):
+            import numba
 
-    fn.compile = compile_
-    fn.__name__, fn.__doc__ = launch.__name__, launch.__doc__
+            kernel, args = launch(a, b, out, alpha, *mode)
+            kernel.compile(tuple(numba.typeof(x) for x in args))
+
+        fn.compile = compile_
+        fn.__name__, fn.__doc__ = launch.__name__, launch.__doc__
+        return fn
+
+    if not overwrites:
+        return made()
+    fn = made(False)
+    fn.overwrite = made(True)
     return fn
 
 
 @register("spmv", _is_dia, "cpu", name="dia_spmv", builtin=True)
-@_spmv
-def dia_spmv(a, b, out, alpha):
-    """``out += alpha * a @ b`` for DIAI / DIAJ: parallel row tiles, diagonals as 1-D streams
-    (one thread below the generated kernels' serial threshold)."""
+@_spmv(overwrites=True)
+def dia_spmv(a, b, out, alpha, overwrite=False):
+    """``out += alpha * a @ b`` for DIAI / DIAJ (``=`` with ``overwrite``): parallel row tiles,
+    diagonals as 1-D streams (one thread below the generated kernels' serial threshold)."""
     from ..ops.runtime import SERIAL_WORK
     from ._dia import dia_spmv as parallel, dia_spmv_serial as serial
 
@@ -66,7 +78,7 @@ def dia_spmv(a, b, out, alpha):
     diag_len = a.shape[1] if by_column else a.shape[0]
     pos, offsets = a._buffers[(0, "pos")], a._buffers[(0, "crd")]
     return kernel, (offsets[pos[0]:pos[1]], a._values, b, out, out.dtype.type(alpha), a.shape[0], a.shape[1],
-                    diag_len, by_column)
+                    diag_len, by_column, overwrite)
 
 
 dia_spmv.supports = _numeric

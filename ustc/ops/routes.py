@@ -117,20 +117,25 @@ class Route:
 class RegisteredRoute(Route):
     kind = "registered kernel"
 
-    def __init__(self, entry: registry.Registered, op: str, out_format):
+    def __init__(self, entry: registry.Registered, op: str, out_format, overwrite: bool = False):
+        """``overwrite``: the product has no ``c``, so a kernel with an ``overwrite`` twin (which
+        stores every element of ``out``) runs that one and the caller skips the zero-fill."""
         self.entry, self.op, self.out_format = entry, op, out_format
+        twin = getattr(entry.fn, "overwrite", None) if overwrite and op != "spgemm" else None
+        self.fn = twin or entry.fn
+        self.overwrites = twin is not None
         self.info = f"registered kernel: {entry.name} ({op}, {entry.target})"
 
     def prepare(self, a, b, out, alpha) -> None:
-        compile_ = getattr(self.entry.fn, "compile", None)
+        compile_ = getattr(self.fn, "compile", None)
         if compile_ is not None:
             compile_(a, b, out if out is not None else self.out_format, alpha)
 
     def run(self, a, b, out, alpha):
         if self.op == "spgemm":
-            c = self.entry.fn(a, b, self.out_format)
+            c = self.fn(a, b, self.out_format)
             return c if alpha == 1 else c * alpha
-        self.entry.fn(a, b, out, alpha)
+        self.fn(a, b, out, alpha)
         return out
 
 
@@ -420,7 +425,8 @@ def choose(p: Problem, a, b, out_format, fused: Fusion = NO_FUSION) -> tuple[Rou
     if forced in (None, "registered"):
         entry = registry.lookup(op, a.format, p.target, a, b) if op else None
         if entry is not None:
-            return RegisteredRoute(entry, op, out_format), "a registered kernel matches (op, format, target)"
+            return RegisteredRoute(entry, op, out_format, overwrite=p.c is None), \
+                "a registered kernel matches (op, format, target)"
         tried.append(f"no registered kernel for {op or 'this product'} on {_fmt_name(p.a, a)} ({p.target})")
     if forced in (None, "library"):
         route = _library(p, a, b, op, out_format, default=forced is None)
