@@ -120,17 +120,20 @@ def _read_mtx(path, tensor_format, shape):
     from .tensor import Tensor
 
     try:
-        m = sio.mmread(os.fspath(path), spmatrix=False)
+        entries = _read_mtx_entries(path)
+        m = sio.mmread(os.fspath(path), spmatrix=False) if entries is None else None
     except (ValueError, OverflowError, UnicodeDecodeError, IndexError, RuntimeError) as exc:
         text = str(exc)
         found = re.match(r"Line (\d+):\s*(.*)", text, re.DOTALL)
         if found:
             raise _error(path, found.group(2), int(found.group(1))) from exc
         raise _error(path, text or type(exc).__name__) from exc
-    shape = tuple(m.shape) if shape is None else tuple(int(n) for n in shape)
+    shape = (entries[0] if m is None else tuple(m.shape)) if shape is None else tuple(int(n) for n in shape)
     if len(shape) != 2:
         raise _error(path, f"a Matrix Market file holds a matrix; shape {shape} is not 2-D")
     try:
+        if m is None:
+            return _mtx_tensor(entries, shape, tensor_format, path)
         if sparse.issparse(m):
             return Tensor.from_coo((m.row, m.col), m.data, shape, tensor_format)
         if shape != m.shape:
@@ -141,6 +144,91 @@ def _read_mtx(path, tensor_format, shape):
         return Tensor.from_coo(coords, m[coords], shape, tensor_format)
     except (StorageError, ShapeError) as exc:
         raise _error(path, str(exc)) from exc
+
+
+def _read_mtx_entries(path):
+    """``(shape, rows, cols, values, symmetry)`` of a coordinate file as it lists its entries
+    (0-based, a symmetric file's stored triangle only), read by SciPy's fast_matrix_market core
+    into arrays that are not zeroed first; None for an array file, or where that SciPy-internal
+    interface is missing (the caller then goes through ``scipy.io.mmread``). Parse errors
+    propagate as SciPy raises them."""
+    try:
+        from scipy.io import _fast_matrix_market as fmm
+        from scipy.io._fast_matrix_market import _fmm_core
+
+        open_cursor, dtypes = fmm._get_read_cursor, fmm._field_to_dtype
+    except (ImportError, AttributeError):
+        return None
+    cursor, stream = open_cursor(os.fspath(path))
+    try:
+        head = cursor.header
+        if head.format != "coordinate" or head.field not in dtypes:
+            return None
+        index = np.int32 if max(head.nrows, head.ncols) < 2 ** 31 else np.int64
+        rows, cols = np.empty(head.nnz, dtype=index), np.empty(head.nnz, dtype=index)
+        values = np.empty(head.nnz, dtype=dtypes[head.field])
+        if head.field == "pattern":
+            values.fill(1)
+        _fmm_core.read_body_coo(cursor, rows, cols, values)
+        return (int(head.nrows), int(head.ncols)), rows, cols, values, str(head.symmetry)
+    finally:
+        cursor.close()
+        if stream is not None:
+            stream.close()
+
+
+def _mtx_tensor(entries, shape, tensor_format, path):
+    """The tensor of :func:`_read_mtx_entries`' entries: CSR-family and canonical COO targets
+    straight from the entries (:mod:`ustc.tensor.io_kernels`: one parallel counting sort that
+    also places mirrored entries, rows sorted and summed, packed in place where something was
+    dropped); other targets through ``Tensor.from_coo`` of the expanded entries."""
+    from ..formats import COO
+    from . import fastpaths, io_kernels, kernels, packages
+    from .tensor import Tensor, as_format
+
+    _, rows, cols, values, symmetry = entries
+    mirror = {"general": io_kernels.GENERAL, "symmetric": io_kernels.SYMMETRIC,
+              "skew-symmetric": io_kernels.SKEW, "hermitian": io_kernels.HERMITIAN}.get(symmetry)
+    if mirror is None:
+        raise _error(path, f"unknown Matrix Market symmetry {symmetry!r}")
+    fmt = as_format(COO(2) if tensor_format is None else tensor_format)
+    fam = fastpaths.family(fmt)
+    fast = (fmt.ndim == 2 and fam is not None and (fam.kind == "csr" or fastpaths.coo_like(fmt))
+            and fastpaths.compiled_dtype(values.dtype) and not fmt.pos_width and not fmt.crd_width
+            and (mirror == io_kernels.GENERAL or shape[0] == shape[1]))
+    if fast and len(values):
+        major, minor = (rows, cols) if fam.major == 0 else (cols, rows)
+        n_major, n_minor = shape[fam.major], shape[1 - fam.major]
+        chunks = max(1, min(kernels.threads(), len(values) // io_kernels.CHUNK_ENTRIES))
+        starts, ok = io_kernels.bucket_counts(major, minor, n_major, n_minor, mirror, chunks)
+        if ok:
+            pos = np.empty(n_major + 1, dtype=np.int64)
+            io_kernels.bucket_starts(starts, pos)
+            total = int(pos[-1])
+            crd = np.empty(total, dtype=fastpaths._fitting(max(n_minor - 1, 0)))
+            vals = np.empty(total, dtype=values.dtype)
+            io_kernels.bucket_scatter(major, minor, values, mirror, starts, crd, vals)
+            del starts
+            counts = np.empty(n_major, dtype=np.int64)
+            kernels.sort_sum_rows(pos, crd, vals, counts)
+            if int(counts.sum()) != total:         # duplicates summed or zeros dropped: pack the rows
+                kept = io_kernels.compact_in_place(pos, crd, vals, counts)
+                crd, vals = crd[:kept], vals[:kept]
+                if kept < total - total // 8:          # much dropped: do not hold the rest
+                    crd, vals = crd.copy(), vals.copy()
+            if fam.kind == "csr":
+                return fastpaths._csr_tensor(tuple(shape), packages.NUMPY, fmt, pos, crd, vals)
+            return fastpaths._coo_from_rows(tuple(shape), packages.NUMPY, fmt, pos, crd, vals)
+    if mirror != io_kernels.GENERAL:
+        off = rows != cols
+        mirrored = values[off]
+        if mirror == io_kernels.SKEW:
+            mirrored = -mirrored
+        elif mirror == io_kernels.HERMITIAN:
+            mirrored = np.conj(mirrored)
+        rows, cols = np.concatenate((rows, cols[off])), np.concatenate((cols, rows[off]))
+        values = np.concatenate((values, mirrored))
+    return Tensor.from_coo((rows, cols), values, shape, tensor_format)
 
 
 def _write_mtx(t, path, symmetry: str | None = None) -> None:
