@@ -245,9 +245,77 @@ def _write_mtx(t, path, symmetry: str | None = None) -> None:
         dense = np.asarray(_mtx_values(np.asarray(t.to_dense())))
         sio.mmwrite(os.fspath(path), dense, comment=comment, symmetry="general")
         return
-    coords, values = _nonzero_entries(t)
-    a = sparse.coo_array((_mtx_values(values), coords), shape=t.shape)
-    sio.mmwrite(os.fspath(path), a, comment=comment, symmetry=symmetry or _symmetry(a))
+    rows = _compressed_rows(t)
+    if rows is None:
+        coords, values = _nonzero_entries(t)
+        a = sparse.coo_array((_mtx_values(values), coords), shape=t.shape)
+        sio.mmwrite(os.fspath(path), a, comment=comment, symmetry=symmetry or _symmetry(a))
+        return
+    (row, col), values, found = rows
+    symmetry = symmetry or found
+    if symmetry != "general":              # the file holds the lower triangle (as mmwrite writes it)
+        lower = row >= col
+        if not lower.all():
+            row, col, values = row[lower], col[lower], values[lower]
+    _write_coo(path, t.shape, row, col, _mtx_values(values), comment, symmetry)
+
+
+def _compressed_rows(t):
+    """``((rows, cols), values, symmetry)`` of a CSR or CSC tensor with canonical rows (columns)
+    and no stored zeros, without copies but the expanded major coordinate (in parallel), and
+    its symmetry found on the compressed rows (:func:`ustc.tensor.io_kernels.mirror_symmetry`:
+    a binary search per entry for its mirror, stopping at the first that rules every kind out);
+    None for every other tensor (the caller goes through SciPy's COO)."""
+    from . import fastpaths, io_kernels, kernels
+
+    fam = fastpaths.family(t.format)
+    if fam is None or fam.kind != "csr" or t.ndim != 2:
+        return None
+    pos, crd, values = t.pos(1), t.crd(1), t.values
+    if not all(isinstance(v, np.ndarray) for v in (pos, crd, values)) or not len(values) \
+            or not fastpaths.compiled_dtype(values.dtype):
+        return None
+    chunks = max(1, min(kernels.threads(), len(values) // io_kernels.CHUNK_ENTRIES))
+    if kernels.count_zeros(values) or not io_kernels.rows_canonical(pos, crd, chunks):
+        return None
+    n_major = t.shape[fam.major]
+    major = np.empty(len(values), dtype=np.int32 if n_major < 2 ** 31 else np.int64)
+    kernels.expand_rows(pos, major, chunks)
+    symmetry = "general"
+    if t.shape[0] == t.shape[1]:
+        code = io_kernels.mirror_symmetry(pos, crd, values, chunks)
+        symmetry = {io_kernels.SYMMETRIC: "symmetric", io_kernels.SKEW: "skew-symmetric",
+                    io_kernels.HERMITIAN: "hermitian"}.get(code, "general")
+    coords = (major, crd) if fam.major == 0 else (crd, major)
+    return coords, values, symmetry
+
+
+def _write_coo(path, shape, row, col, values, comment: str, symmetry: str) -> None:
+    """A coordinate file of the given entries (0-based, written as they come) through SciPy's
+    fast_matrix_market core (parallel formatting), or ``scipy.io.mmwrite`` where that internal
+    interface is missing."""
+    writer = _fmm_writer()
+    if writer is None:
+        from scipy import io as sio
+        from scipy import sparse
+
+        sio.mmwrite(os.fspath(path), sparse.coo_array((values, (row, col)), shape=shape), comment=comment,
+                    symmetry=symmetry)
+        return
+    open_cursor, write_body = writer
+    cursor = open_cursor(os.fspath(path), comment=comment, symmetry=symmetry)
+    write_body(cursor, tuple(shape), row, col, values)
+
+
+def _fmm_writer():
+    """``(open_write_cursor, write_body_coo)`` of SciPy's fast_matrix_market, or None."""
+    try:
+        from scipy.io import _fast_matrix_market as fmm
+        from scipy.io._fast_matrix_market import _fmm_core
+
+        return fmm._get_write_cursor, _fmm_core.write_body_coo
+    except (ImportError, AttributeError):
+        return None
 
 
 def _symmetry(a) -> str:
@@ -274,10 +342,10 @@ def _symmetry(a) -> str:
 def _mtx_values(values: np.ndarray) -> np.ndarray:
     """Values in a dtype Matrix Market writes losslessly (bool and small ints widened)."""
     if values.dtype == np.bool_ or np.issubdtype(values.dtype, np.integer):
-        return values.astype(np.int64)
+        return values.astype(np.int64, copy=False)
     if np.issubdtype(values.dtype, np.complexfloating):
-        return values.astype(np.complex128)
-    return values.astype(np.float64)
+        return values.astype(np.complex128, copy=False)
+    return values.astype(np.float64, copy=False)
 
 
 def _nonzero_entries(t):

@@ -107,3 +107,71 @@ def compact_in_place(pos, crd, vals, counts):
         o += c
     pos[rows] = o
     return o
+
+
+@njit_cached(parallel=True)
+def rows_canonical(pos, crd, chunks):
+    """Whether every row's coordinates strictly increase (sorted, no duplicates); rows split
+    into ``chunks`` parallel runs."""
+    n = pos.size - 1
+    bad = np.zeros(chunks, dtype=np.bool_)
+    for c in prange(chunks):
+        for i in range(n * c // chunks, n * (c + 1) // chunks):
+            for p in range(pos[U(i)] + 1, pos[U(i + 1)]):
+                if crd[U(p)] <= crd[U(p - 1)]:
+                    bad[c] = True
+                    break
+            if bad[c]:
+                break
+    return not bad.any()
+
+
+@njit_cached(parallel=True)
+def mirror_symmetry(pos, crd, vals, chunks):
+    """The Matrix Market symmetry of the square matrix with canonical rows ``pos`` / ``crd`` /
+    ``vals``: ``SYMMETRIC`` when every entry ``(i, j, v)`` has its mirror ``(j, i, v)``,
+    else ``SKEW`` for ``(j, i, -v)``, else ``HERMITIAN`` for ``(j, i, conj(v))`` (complex
+    values only), else ``GENERAL``. Each entry looks its mirror up by binary search in row
+    ``j``; a chunk of rows stops at the first entry that rules every kind out, and the others
+    stop at their next row once one has (a general matrix usually costs a few rows)."""
+    n = pos.size - 1
+    sym = np.ones(chunks, dtype=np.bool_)
+    skew = np.ones(chunks, dtype=np.bool_)
+    herm = np.ones(chunks, dtype=np.bool_)
+    dead = np.zeros(1, dtype=np.bool_)
+    for c in prange(chunks):
+        s, k, h = True, True, True
+        for i in range(n * c // chunks, n * (c + 1) // chunks):
+            if dead[0]:
+                break
+            for p in range(pos[U(i)], pos[U(i + 1)]):
+                j = crd[U(p)]
+                lo, hi = pos[U(j)], pos[U(j + 1)]
+                while lo < hi:                        # first position in row j with crd >= i
+                    mid = (lo + hi) // 2
+                    if crd[U(mid)] < i:
+                        lo = mid + 1
+                    else:
+                        hi = mid
+                if lo == pos[U(j + 1)] or crd[U(lo)] != i:
+                    s = k = h = False
+                else:
+                    v, w = vals[U(p)], vals[U(lo)]
+                    s = s and v == w
+                    k = k and v == -w
+                    h = h and v == np.conj(w)
+                if not (s or k or h):
+                    dead[0] = True
+                    break
+            if not (s or k or h):
+                break
+        sym[c], skew[c], herm[c] = s, k, h
+    if dead[0]:
+        return GENERAL
+    if sym.all():
+        return SYMMETRIC
+    if skew.all():
+        return SKEW
+    if herm.all():
+        return HERMITIAN
+    return GENERAL
