@@ -23,6 +23,7 @@ from ustc.ops import runtime
 from ustc.ops import written as written_host
 from ustc.tensor.tensor import as_format
 
+from fresh_peak import fresh_peak, random_dense_source
 from test_convert import rand_dense
 from test_written_convert import assert_same_storage, oracle
 
@@ -209,43 +210,16 @@ def test_dense_sources_through_convert(name, monkeypatch):
     assert staged is None or staged.crd_width == 16
 
 
-_DENSE_PEAKS = """
-import gc, sys, tracemalloc
-import numba, numpy as np
-from ustc import Tensor
-from ustc import formats as F
-registry = {nf.name: nf.format() for nf in F.NAMED}
-rng = np.random.default_rng(12)
-x = rng.standard_normal((3000, 2000)).astype(np.float32)
-x[rng.random(x.shape) >= 0.05] = 0
-nnz = int(np.count_nonzero(x))
-stage = nnz * 6 + 4 * (x.shape[0] + 1)  # the 16-bit CSR: 2-byte coordinates, float32 values
-workspaces = numba.get_num_threads() * 8 * (x.shape[1] // 2)
-for name, beside in (("DCSR", 0), ("COO", 0), ("BSR", stage + workspaces)):
-    a = Tensor.from_package(x)
-    a.convert(registry[name])
-    gc.collect()
-    tracemalloc.start()
-    base = tracemalloc.get_traced_memory()[0]
-    out = a.convert(registry[name])
-    peak = tracemalloc.get_traced_memory()[1] - base
-    tracemalloc.stop()
-    print(name, peak, out.nbytes + beside)
-"""
-
-
-def test_dense_sources_keep_little_beside_the_output():
-    """Peak traced memory of a dense source's conversion, beyond the output (and, for block
-    targets, the 16-bit staging CSR and the per-thread workspaces). Measured in a fresh process:
-    tracemalloc counts every thread's allocations, and threads other tests leave running in a
-    shared worker (Dask clusters, thread pools) would be counted too."""
-    import subprocess
-    import sys
-
-    done = subprocess.run([sys.executable, "-c", _DENSE_PEAKS], capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-2000:]
-    for line in done.stdout.split("\n"):
-        if line:
-            name, peak, allowed = line.split()
-            assert int(peak) <= int(allowed) + 64 * 1024, (name, peak, allowed)
-    assert done.stdout.count("\n") == 3, done.stdout
+@pytest.mark.parametrize("name", ["DCSR", "COO", "BSR"])
+def test_dense_sources_keep_little_beside_the_output(name):
+    """Peak traced memory of a dense source's conversion beyond the output: nothing for appended
+    targets; for block targets the 16-bit staging CSR (2-byte coordinates, float32 values) and
+    the per-thread workspaces."""
+    setup = (random_dense_source((3000, 2000), "float32", 0.05, seed=12)
+             + "from ustc import formats as F\nimport numba\n"
+             + f"target = {{nf.name: nf.format() for nf in F.NAMED}}[{name!r}]\n"
+             + "a = Tensor.from_package(x)\na.convert(target)\n")
+    beside = "0" if name != "BSR" else \
+        "np.count_nonzero(x) * 6 + 4 * (x.shape[0] + 1) + numba.get_num_threads() * 8 * (x.shape[1] // 2)"
+    got = fresh_peak(setup, "a.convert(target)", beside)
+    assert got["peak"] <= got["nbytes"] + got["allowed"] + 64 * 1024, got

@@ -5,9 +5,6 @@ conversion's path. Every result equals the NumPy pack oracle buffer for buffer."
 
 from __future__ import annotations
 
-import gc
-import tracemalloc
-
 import numpy as np
 import pytest
 
@@ -17,6 +14,7 @@ from ustc import formats as F
 from ustc.tensor import fastpaths
 from ustc.tensor.tensor import as_format
 
+from fresh_peak import fresh_peak, random_dense_source
 from test_convert import rand_dense
 from test_written_convert import assert_same_storage, oracle
 
@@ -75,25 +73,16 @@ def test_the_transpose_is_taken_and_the_writer_is_not(monkeypatch):
     assert fastpaths.convert(Tensor.from_dense(x, F.CSR), as_format("COO")) is None
 
 
-def extra_peak(fn):
-    gc.collect()
-    tracemalloc.start()
-    base = tracemalloc.get_traced_memory()[0]
-    out = fn()
-    peak = tracemalloc.get_traced_memory()[1] - base
-    tracemalloc.stop()
-    return out, peak
-
-
 @pytest.mark.parametrize("src, dst", [("CSC", "COO"), ("CSR", "CSC"), ("COO", "CSC"), ("CSC", "CSR")])
 def test_extra_memory_is_the_output_and_a_count_table(src, dst):
     """No temporary of the matrix's size: the peak is the output plus chunks x rows counts."""
-    x = rand_dense((3000, 2000), np.float64, 0.05, seed=6)
-    a = Tensor.from_dense(x, FAMILY[src])
-    a.convert(FAMILY[dst])  # compile / load first
-    out, peak = extra_peak(lambda: a.convert(FAMILY[dst]))
-    table = ustc.tensor.kernels.threads() * max(x.shape) * 4 + 8 * (max(x.shape) + 1)
-    assert peak <= out.nbytes + table + 64 * 1024
+    family = {"CSR": "F.CSR", "CSC": "F.CSC", "COO": "F.COO(2)"}
+    setup = (random_dense_source((3000, 2000), "float64", 0.05, seed=6)
+             + f"from ustc import formats as F\na = Tensor.from_dense(x, {family[src]})\n"
+             + f"a.convert({family[dst]})  # compile / load first\n")
+    got = fresh_peak(setup, f"a.convert({family[dst]})",
+                     "ustc.tensor.kernels.threads() * max(x.shape) * 4 + 8 * (max(x.shape) + 1)")
+    assert got["peak"] <= got["nbytes"] + got["allowed"] + 64 * 1024, got
 
 
 @pytest.mark.parametrize("subscripts, fmt", [("ij->ij", "CSC"), ("ij->ji", "CSR"), ("ij->ij", "COO"),
@@ -130,11 +119,11 @@ def test_dense_to_csc_selects_by_columns(shape, dtype, chunks):
 
 
 def test_dense_to_csc_keeps_no_csr_in_between():
-    x = rand_dense((3000, 2000), np.float64, 0.05, seed=10)
-    Tensor.from_dense(x, F.CSC)
-    out, peak = extra_peak(lambda: Tensor.from_dense(x, F.CSC))
-    table = ustc.tensor.kernels.threads() * x.shape[1] * 4 + 8 * (x.shape[1] + 1)
-    assert peak <= out.nbytes + table + 64 * 1024
+    setup = random_dense_source((3000, 2000), "float64", 0.05, seed=10) + "from ustc import formats as F\n" \
+        + "Tensor.from_dense(x, F.CSC)\n"
+    got = fresh_peak(setup, "Tensor.from_dense(x, F.CSC)",
+                     "ustc.tensor.kernels.threads() * x.shape[1] * 4 + 8 * (x.shape[1] + 1)")
+    assert got["peak"] <= got["nbytes"] + got["allowed"] + 64 * 1024, got
 
 
 @pytest.mark.parametrize("shape", SHAPES + [(40, 3)], ids=str)
