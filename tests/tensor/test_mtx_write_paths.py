@@ -40,6 +40,7 @@ def random_csr(n, density, seed, dtype=np.float64):
 @pytest.mark.parametrize("fmt", ["CSR", "CSC"])
 def test_symmetry_found_and_round_trip(tmp_path, kind, fmt, monkeypatch):
     monkeypatch.setattr(io_kernels, "CHUNK_ENTRIES", 7)        # several chunks of rows
+    monkeypatch.setattr(io, "PARALLEL_WRITE", 0)               # the kernels, not the short-input path
     m = random_csr(60, 0.1, 1, np.complex128 if kind == "hermitian" else np.float64)
     if kind == "symmetric":
         m = m + m.T
@@ -83,9 +84,6 @@ def test_explicit_symmetry_writes_every_entry(tmp_path):
 def test_fallbacks_and_widened_values(tmp_path, case, monkeypatch):
     """Unsorted rows, stored zeros and COO go through SciPy's COO (the symmetry found there);
     int8 values take the direct path, widened to int64."""
-    called = []
-    inner = io._symmetry
-    monkeypatch.setattr(io, "_symmetry", lambda a: called.append(1) or inner(a))
     m = sp.csr_array(np.array([[0.0, 2.0, 1.0], [2.0, 0.0, 0.0], [1.0, 0.0, 5.0]]))
     if case == "unsorted":
         m = sp.csr_array((m.data[[1, 0, 2, 3, 4]], m.indices[[1, 0, 2, 3, 4]], m.indptr), shape=m.shape)
@@ -101,7 +99,7 @@ def test_fallbacks_and_widened_values(tmp_path, case, monkeypatch):
     ustc.to_file(t, path)
     assert header(path) == "symmetric"
     assert np.array_equal(sio.mmread(path).toarray(), np.asarray(m.toarray(), dtype=float))
-    assert called == ([] if case == "int8" else [1])
+    assert (io._compressed_rows(t) is not None) == (case == "int8")
 
 
 def test_without_scipy_internals(tmp_path, monkeypatch):
@@ -110,3 +108,21 @@ def test_without_scipy_internals(tmp_path, monkeypatch):
     path = str(tmp_path / "f.mtx")
     ustc.to_file(ustc.Tensor.from_package(m), path)
     assert header(path) == "symmetric" and np.array_equal(sio.mmread(path).toarray(), m.toarray())
+
+
+@pytest.mark.parametrize("parallel_from", [0, 1 << 30])
+def test_numpy_and_kernel_paths_agree(tmp_path, monkeypatch, parallel_from):
+    monkeypatch.setattr(io, "PARALLEL_WRITE", parallel_from)
+    for m in (random_csr(80, 0.05, 3), None):
+        if m is None:
+            m = random_csr(80, 0.05, 4)
+            m = sp.csr_array(m + m.T)
+        t = ustc.Tensor.from_package(m)
+        (row, col), values, symmetry = io._compressed_rows(t)
+        coo = m.tocoo()
+        assert row.tolist() == coo.row.tolist() and col.tolist() == coo.col.tolist()
+        assert symmetry == ("symmetric" if (m != m.T).nnz == 0 else "general")
+    unsorted = sp.csr_array((np.ones(3), np.array([2, 0, 1]), np.array([0, 2, 3, 3])), shape=(3, 3))
+    assert io._compressed_rows(ustc.Tensor.from_package(unsorted)) is None
+    empty_rows = sp.csr_array((np.ones(2), np.array([2, 0]), np.array([0, 0, 1, 1, 2])), shape=(4, 4))
+    assert io._compressed_rows(ustc.Tensor.from_package(empty_rows)) is not None
