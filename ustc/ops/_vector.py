@@ -395,3 +395,48 @@ def coo_residual(rows, cols, vals, x, r):
         for c in range(r.shape[1]):
             s += (np.conj(r[i, c]) * r[i, c]).real
     return s
+
+
+@njit_cached(nogil=True)
+def cg_loop(pos, crd, vals, x, r, z, p, q, dinv, jacobi, rr, rz, stop, maxiter):
+    """The iterations of :func:`ustc.ops.krylov.cg` on CSR rows, on one thread, in one call:
+    per iteration ``q = A p`` with ``p·q`` in the same pass over the rows, the fused update of
+    :func:`cg_step` and ``p = z + beta p``; ``r`` / ``z`` / ``p`` / ``rr`` / ``rz`` enter as
+    the Python loop has them before its first iteration. Returns ``(it, rr, state)``: state 0
+    the loop ran out (``maxiter``, or ``p·q = 0``), 1 converged before iteration ``it + 1``
+    began, 2 a NaN or Inf in ``p·q`` (then ``rr`` holds it), 3 in ``r·r`` or ``r·z``."""
+    n = x.size
+    it = 0
+    for it in range(1, maxiter + 1):
+        if np.sqrt(rr) <= stop:
+            return it - 1, rr, 1
+        pq = q.dtype.type(0)
+        for i in range(n):
+            acc = q.dtype.type(0)
+            for k in range(pos[U(i)], pos[U(i + 1)]):
+                acc += vals[U(k)] * p[U(crd[U(k)])]
+            q[U(i)] = acc
+            pq += np.conj(p[U(i)]) * acc
+        if not np.isfinite(pq):
+            return it, abs(pq), 2
+        if pq == 0:
+            break
+        alpha = rz / pq
+        rr = 0.0
+        rz_new = r.dtype.type(0)
+        for i in range(n):
+            x[U(i)] += alpha * p[U(i)]
+            ri = r[U(i)] - alpha * q[U(i)]
+            r[U(i)] = ri
+            zi = ri * dinv[U(i)] if jacobi else ri
+            if jacobi:
+                z[U(i)] = zi
+            rr += (np.conj(ri) * ri).real
+            rz_new += np.conj(ri) * zi
+        if not (np.isfinite(rr) and np.isfinite(rz_new)):
+            return it, rr, 3
+        beta = rz_new / rz
+        for i in range(n):
+            p[U(i)] = z[U(i)] + beta * p[U(i)]
+        rz = rz_new
+    return it, rr, 0

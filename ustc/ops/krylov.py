@@ -169,6 +169,31 @@ def cg(op: Operator, b, x, dinv, rtol, atol, maxiter):
     return x, it, math.sqrt(rr), math.sqrt(rr) <= stop
 
 
+def cg_rows(op: Operator, rows, b, x, dinv, rtol, atol, maxiter):
+    """:func:`cg` on host vectors and CSR rows ``rows = (pos, crd, values)`` of ``A``, its
+    iterations one compiled one-thread call (:func:`ustc.ops._vector.cg_loop`); ``dinv``: None
+    or Jacobi's vector. The first residual goes through the planned product ``op``."""
+    from ._vector import cg_loop
+
+    pos, crd, vals = rows
+    vec = op.vec
+    r, q = vec.empty(b.size, b.dtype), vec.empty(b.size, b.dtype)
+    stop = max(rtol * vec.norm2(b), atol)
+    rr = vec.residual(r, b, op.apply(x, q))
+    jacobi = dinv is not None
+    z = vec.empty(b.size, b.dtype) if jacobi else r
+    if jacobi:
+        vec.scale_into(z, dinv, r)
+    rz = vec.dot(r, z)
+    p = vec.asarray(z, b.dtype, copy=True)
+    check_finite("cg", 0, stop, rr, rz)
+    scale = dinv if jacobi else np.ones(1, dtype=b.dtype)
+    it, rr, state = cg_loop(pos, crd, vals, x, r, z, p, q, scale, jacobi, rr, b.dtype.type(rz), stop, maxiter)
+    if state >= 2:
+        check_finite("cg", it, rr, math.nan)
+    return x, it, math.sqrt(rr), math.sqrt(rr) <= stop
+
+
 def bicgstab(op: Operator, b, x, dinv, rtol, atol, maxiter):
     """BiCGSTAB, right-preconditioned by ``dinv`` (None, Jacobi's vector or a Preconditioner)."""
     vec = op.vec
@@ -328,17 +353,26 @@ def gmres_rows(op: Operator, rows, b, x, dinv, rtol, atol, maxiter, restart: int
 FUSED_GMRES_ROWS = 1 << 18
 
 
-def csr_rows(a, b, dinv, vec, threads: int = 0):
-    """``(pos, crd, values)`` of ``a`` when :func:`gmres_rows` can run the solve: host vectors of
-    the plain backend, a 2-D CSR tensor on the CPU with NumPy buffers and ``b``'s value dtype,
-    no preconditioner or Jacobi's, at most :data:`FUSED_GMRES_ROWS` rows or a solve limited to
-    one thread (``threads``, from :func:`solve_threads`); else None."""
+def csr_rows(a, b, dinv, vec, threads: int = 0, method: str = "gmres"):
+    """``(pos, crd, values)`` of ``a`` when a fused method (:data:`FUSED`) can run the solve:
+    host vectors of the plain backend, a 2-D CSR tensor on the CPU with NumPy buffers and
+    ``b``'s value dtype, no preconditioner or Jacobi's, and a solve limited to one thread
+    (``threads``, from :func:`solve_threads`) or small enough: GMRES up to
+    :data:`FUSED_GMRES_ROWS` rows, CG where every kernel of its per-step path would run its
+    one-thread twin anyway (fewer than ``_vector.SERIAL_LENGTH`` rows and
+    ``runtime.SERIAL_WORK`` entries: the crossovers measured for them); else None."""
     from ..formats import CSR
     from ..tensor.interop import plain_format
+    from . import _vector, runtime
     from .vectors import HostVectors
 
-    if type(vec) is not HostVectors or not isinstance(b, np.ndarray) \
-            or (b.size > FUSED_GMRES_ROWS and threads != 1):
+    if type(vec) is not HostVectors or not isinstance(b, np.ndarray):
+        return None
+    if method == "gmres":
+        small = b.size <= FUSED_GMRES_ROWS
+    else:
+        small = b.size < _vector.SERIAL_LENGTH and int(getattr(a, "nse", 0) or 0) < runtime.SERIAL_WORK
+    if not small and threads != 1:
         return None
     if dinv is not None and not isinstance(dinv, np.ndarray):
         return None
@@ -351,6 +385,8 @@ def csr_rows(a, b, dinv, vec, threads: int = 0):
 
 
 SOLVERS = {"cg": cg, "bicgstab": bicgstab, "gmres": gmres}
+#: the methods with a fused host path on CSR rows (:func:`csr_rows` says when it runs)
+FUSED = {"cg": cg_rows, "gmres": gmres_rows}
 
 
 class Outcome(NamedTuple):
@@ -415,10 +451,12 @@ def _run(a, b, x, dinv, method, rtol, atol, maxiter, restart, target, vec, threa
     try:
         extra = (restart,) if method == "gmres" else ()
         solver = SOLVERS[method]
-        rows = csr_rows(a, b, dinv, vec, threads) if method == "gmres" and target == "cpu" else None
+        rows = csr_rows(a, b, dinv, vec, threads, method) if target == "cpu" and method in FUSED else None
         if rows is not None:
-            def solver(op, b, x, dinv, rtol, atol, maxiter, restart):  # noqa: F811 - the fused GMRES
-                return gmres_rows(op, rows, b, x, dinv, rtol, atol, maxiter, restart)
+            fused = FUSED[method]
+
+            def solver(op, b, x, dinv, rtol, atol, maxiter, *extra):  # noqa: F811 - a fused method
+                return fused(op, rows, b, x, dinv, rtol, atol, maxiter, *extra)
         x, it, _, claimed = solver(op, b, x, dinv, rtol, atol, maxiter, *extra)
 
         def residual():

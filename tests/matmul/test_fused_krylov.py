@@ -1,5 +1,6 @@
-"""GMRES on a host CSR matrix through the fused restart cycle (ustc.ops.krylov.gmres_rows and
-ustc.ops._vector.gmres_cycle) against the per-step path it replaces and against SciPy."""
+"""GMRES and CG on a host CSR matrix through their fused loops (ustc.ops.krylov.gmres_rows /
+cg_rows, ustc.ops._vector.gmres_cycle / cg_loop) against the per-step paths they replace and
+against SciPy."""
 
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ def cycles(monkeypatch):
         calls.append(1)
         return inner(*args, **kw)
 
-    monkeypatch.setattr(krylov, "gmres_rows", counted)
+    monkeypatch.setattr(krylov, "FUSED", {**krylov.FUSED, "gmres": counted})
     return calls
 
 
@@ -127,3 +128,45 @@ def test_gram_schmidt_chunks_orthonormalise():
                                 np.empty(n), np.empty((chunks, m + 1)), np.empty(chunks), m, m, 0.0, 0.01)
     assert ok and k == m
     assert np.allclose(V @ V.T, np.eye(m + 1), atol=1e-12)
+
+
+@pytest.fixture
+def cg_loops(monkeypatch):
+    calls = []
+    inner = krylov.cg_rows
+    monkeypatch.setattr(krylov, "FUSED", {**krylov.FUSED, "cg": lambda *a: calls.append(1) or inner(*a)})
+    return calls
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.complex128])
+@pytest.mark.parametrize("preconditioner", [None, "jacobi"])
+def test_cg_fused_matches_per_step_path(monkeypatch, cg_loops, dtype, preconditioner):
+    s = poisson(15, dtype)
+    if np.dtype(dtype).kind == "c":                      # Hermitian positive definite
+        s = sp.csr_array(s + 0.5j * (sp.eye_array(225, k=1) - sp.eye_array(225, k=-1)))
+    s = sp.csr_array(s @ sp.diags_array(np.linspace(1, 3, 225)) @ s.conj().T + s) if preconditioner else s
+    b = np.random.default_rng(2).standard_normal(225).astype(dtype)
+    rtol = 1e-4 if dtype == np.float32 else 1e-10             # float32 stalls near 1e-5 on both paths
+    a = ustc.Tensor.from_package(s.astype(dtype))
+    x, info = ustc.solve(a, b, "cg", rtol=rtol, preconditioner=preconditioner, return_info=True)
+    assert cg_loops
+    monkeypatch.setattr(krylov, "FUSED", {})
+    x_plain, info_plain = ustc.solve(a, b, "cg", rtol=rtol, preconditioner=preconditioner, return_info=True)
+    assert info.converged and info_plain.converged and abs(info.iterations - info_plain.iterations) <= 1
+    scale = np.abs(x_plain).max()
+    tol = 1e-3 if dtype == np.float32 else 1e-7
+    assert np.allclose(x, x_plain, rtol=tol, atol=tol * scale)
+    ref, code = spla.cg(s, b.astype(np.result_type(dtype, np.float64)), rtol=rtol)
+    assert code == 0 and np.allclose(x, ref, rtol=10 * tol, atol=10 * tol * scale)
+
+
+def test_cg_maxiter_and_breakdown(cg_loops):
+    s = poisson(20)
+    a = ustc.Tensor.from_package(s)
+    b = np.ones(400)
+    x, info = ustc.solve(a, b, "cg", maxiter=7, check=False, return_info=True)
+    assert info.iterations == 7 and not info.converged
+    assert info.residual_norm == pytest.approx(np.linalg.norm(b - s @ x), rel=1e-9)
+    with pytest.raises(ustc.SolveError, match=r"cg broke down at iteration \d"):
+        ustc.solve(ustc.Tensor.from_package(s * 1e306), b, "cg")   # p·q overflows
+    assert cg_loops
