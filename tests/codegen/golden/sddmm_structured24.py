@@ -21,19 +21,24 @@ def kernel_0(emit, C_crd0, C_crd1, C_vals, C_offsets, A_lvl1_size, A_lvl2_crd, A
                     found = False
                     k_start = 0
                     k_stop = n_k
-                    k_mid = k_start + (k_stop - k_start & -2)
-                    acc_1 = 0.0
-                    for k_2 in range(k_start, k_mid, 2):
-                        k = k_2
-                        found = True
-                        acc += A_vals[np.uintp(A_p2)] * B[np.uintp(i), np.uintp(k)] * D[np.uintp(k), np.uintp(j)]
-                        k = k_2 + 1
-                        found = True
-                        acc_1 += A_vals[np.uintp(A_p2)] * B[np.uintp(i), np.uintp(k)] * D[np.uintp(k), np.uintp(j)]
-                    for k in range(k_mid, k_stop):
-                        found = True
-                        acc += A_vals[np.uintp(A_p2)] * B[np.uintp(i), np.uintp(k)] * D[np.uintp(k), np.uintp(j)]
-                    acc += acc_1
+                    if k_stop - k_start >= 16:
+                        k_mid = k_start + (k_stop - k_start & -2)
+                        acc_1 = 0.0
+                        for k_2 in range(k_start, k_mid, 2):
+                            k = k_2
+                            found = True
+                            acc += A_vals[np.uintp(A_p2)] * B[np.uintp(i), np.uintp(k)] * D[np.uintp(k), np.uintp(j)]
+                            k = k_2 + 1
+                            found = True
+                            acc_1 += A_vals[np.uintp(A_p2)] * B[np.uintp(i), np.uintp(k)] * D[np.uintp(k), np.uintp(j)]
+                        for k in range(k_mid, k_stop):
+                            found = True
+                            acc += A_vals[np.uintp(A_p2)] * B[np.uintp(i), np.uintp(k)] * D[np.uintp(k), np.uintp(j)]
+                        acc += acc_1
+                    else:
+                        for k in range(k_start, k_stop):
+                            found = True
+                            acc += A_vals[np.uintp(A_p2)] * B[np.uintp(i), np.uintp(k)] * D[np.uintp(k), np.uintp(j)]
                     if found:
                         if emit and C_n < C_cap:
                             C_crd0[np.uintp(C_n)] = i
@@ -60,19 +65,24 @@ def kernel_0_serial(emit, C_crd0, C_crd1, C_vals, C_offsets, A_lvl1_size, A_lvl2
                     found = False
                     k_start = 0
                     k_stop = n_k
-                    k_mid = k_start + (k_stop - k_start & -2)
-                    acc_1 = 0.0
-                    for k_2 in range(k_start, k_mid, 2):
-                        k = k_2
-                        found = True
-                        acc += A_vals[np.uintp(A_p2)] * B[np.uintp(i), np.uintp(k)] * D[np.uintp(k), np.uintp(j)]
-                        k = k_2 + 1
-                        found = True
-                        acc_1 += A_vals[np.uintp(A_p2)] * B[np.uintp(i), np.uintp(k)] * D[np.uintp(k), np.uintp(j)]
-                    for k in range(k_mid, k_stop):
-                        found = True
-                        acc += A_vals[np.uintp(A_p2)] * B[np.uintp(i), np.uintp(k)] * D[np.uintp(k), np.uintp(j)]
-                    acc += acc_1
+                    if k_stop - k_start >= 16:
+                        k_mid = k_start + (k_stop - k_start & -2)
+                        acc_1 = 0.0
+                        for k_2 in range(k_start, k_mid, 2):
+                            k = k_2
+                            found = True
+                            acc += A_vals[np.uintp(A_p2)] * B[np.uintp(i), np.uintp(k)] * D[np.uintp(k), np.uintp(j)]
+                            k = k_2 + 1
+                            found = True
+                            acc_1 += A_vals[np.uintp(A_p2)] * B[np.uintp(i), np.uintp(k)] * D[np.uintp(k), np.uintp(j)]
+                        for k in range(k_mid, k_stop):
+                            found = True
+                            acc += A_vals[np.uintp(A_p2)] * B[np.uintp(i), np.uintp(k)] * D[np.uintp(k), np.uintp(j)]
+                        acc += acc_1
+                    else:
+                        for k in range(k_start, k_stop):
+                            found = True
+                            acc += A_vals[np.uintp(A_p2)] * B[np.uintp(i), np.uintp(k)] * D[np.uintp(k), np.uintp(j)]
                     if found:
                         if emit and C_n < C_cap:
                             C_crd0[np.uintp(C_n)] = i

@@ -18,19 +18,24 @@ def kernel_0(y, A_lvl0_pos, A_lvl0_crd, A_lvl1_pos, A_lvl1_crd, A_vals, x):
         acc = 0.0
         A_p1_start = np.intp(A_lvl1_pos[np.uintp(A_p0)])
         A_p1_stop = np.intp(A_lvl1_pos[np.uintp(A_p0 + 1)])
-        A_p1_mid = A_p1_start + (A_p1_stop - A_p1_start & -2)
-        acc_1 = 0.0
-        for A_p1_2 in range(A_p1_start, A_p1_mid, 2):
-            A_p1 = A_p1_2
-            j = np.intp(A_lvl1_crd[np.uintp(A_p1)])
-            acc += magnitude_golden0mag(A_vals[np.uintp(A_p1)]) * x[np.uintp(j)]
-            A_p1 = A_p1_2 + 1
-            j = np.intp(A_lvl1_crd[np.uintp(A_p1)])
-            acc_1 += magnitude_golden0mag(A_vals[np.uintp(A_p1)]) * x[np.uintp(j)]
-        for A_p1 in range(A_p1_mid, A_p1_stop):
-            j = np.intp(A_lvl1_crd[np.uintp(A_p1)])
-            acc += magnitude_golden0mag(A_vals[np.uintp(A_p1)]) * x[np.uintp(j)]
-        acc += acc_1
+        if A_p1_stop - A_p1_start >= 16:
+            A_p1_mid = A_p1_start + (A_p1_stop - A_p1_start & -2)
+            acc_1 = 0.0
+            for A_p1_2 in range(A_p1_start, A_p1_mid, 2):
+                A_p1 = A_p1_2
+                j = np.intp(A_lvl1_crd[np.uintp(A_p1)])
+                acc += magnitude_golden0mag(A_vals[np.uintp(A_p1)]) * x[np.uintp(j)]
+                A_p1 = A_p1_2 + 1
+                j = np.intp(A_lvl1_crd[np.uintp(A_p1)])
+                acc_1 += magnitude_golden0mag(A_vals[np.uintp(A_p1)]) * x[np.uintp(j)]
+            for A_p1 in range(A_p1_mid, A_p1_stop):
+                j = np.intp(A_lvl1_crd[np.uintp(A_p1)])
+                acc += magnitude_golden0mag(A_vals[np.uintp(A_p1)]) * x[np.uintp(j)]
+            acc += acc_1
+        else:
+            for A_p1 in range(A_p1_start, A_p1_stop):
+                j = np.intp(A_lvl1_crd[np.uintp(A_p1)])
+                acc += magnitude_golden0mag(A_vals[np.uintp(A_p1)]) * x[np.uintp(j)]
         y[np.uintp(i)] += acc
 
 
@@ -42,19 +47,24 @@ def kernel_0_serial(y, A_lvl0_pos, A_lvl0_crd, A_lvl1_pos, A_lvl1_crd, A_vals, x
         acc = 0.0
         A_p1_start = np.intp(A_lvl1_pos[np.uintp(A_p0)])
         A_p1_stop = np.intp(A_lvl1_pos[np.uintp(A_p0 + 1)])
-        A_p1_mid = A_p1_start + (A_p1_stop - A_p1_start & -2)
-        acc_1 = 0.0
-        for A_p1_2 in range(A_p1_start, A_p1_mid, 2):
-            A_p1 = A_p1_2
-            j = np.intp(A_lvl1_crd[np.uintp(A_p1)])
-            acc += magnitude_golden0mag(A_vals[np.uintp(A_p1)]) * x[np.uintp(j)]
-            A_p1 = A_p1_2 + 1
-            j = np.intp(A_lvl1_crd[np.uintp(A_p1)])
-            acc_1 += magnitude_golden0mag(A_vals[np.uintp(A_p1)]) * x[np.uintp(j)]
-        for A_p1 in range(A_p1_mid, A_p1_stop):
-            j = np.intp(A_lvl1_crd[np.uintp(A_p1)])
-            acc += magnitude_golden0mag(A_vals[np.uintp(A_p1)]) * x[np.uintp(j)]
-        acc += acc_1
+        if A_p1_stop - A_p1_start >= 16:
+            A_p1_mid = A_p1_start + (A_p1_stop - A_p1_start & -2)
+            acc_1 = 0.0
+            for A_p1_2 in range(A_p1_start, A_p1_mid, 2):
+                A_p1 = A_p1_2
+                j = np.intp(A_lvl1_crd[np.uintp(A_p1)])
+                acc += magnitude_golden0mag(A_vals[np.uintp(A_p1)]) * x[np.uintp(j)]
+                A_p1 = A_p1_2 + 1
+                j = np.intp(A_lvl1_crd[np.uintp(A_p1)])
+                acc_1 += magnitude_golden0mag(A_vals[np.uintp(A_p1)]) * x[np.uintp(j)]
+            for A_p1 in range(A_p1_mid, A_p1_stop):
+                j = np.intp(A_lvl1_crd[np.uintp(A_p1)])
+                acc += magnitude_golden0mag(A_vals[np.uintp(A_p1)]) * x[np.uintp(j)]
+            acc += acc_1
+        else:
+            for A_p1 in range(A_p1_start, A_p1_stop):
+                j = np.intp(A_lvl1_crd[np.uintp(A_p1)])
+                acc += magnitude_golden0mag(A_vals[np.uintp(A_p1)]) * x[np.uintp(j)]
         y[np.uintp(i)] += acc
 
 

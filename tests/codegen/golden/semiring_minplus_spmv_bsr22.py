@@ -29,8 +29,11 @@ def kernel_0(y, A_lvl0_size, A_lvl1_pos, A_lvl1_crd, A_lvl2_size, A_lvl3_size, A
             v_i_div2_border[np.uintp(v_i_div2_chunk)] = v_i_div2_lo
     for v_i_div2_chunk_u in prange(v_i_div2_chunks):
         v_i_div2_chunk = np.intp(v_i_div2_chunk_u)
+        v_i_div2_end = np.intp(A_lvl1_pos[np.uintp(v_i_div2_border[np.uintp(v_i_div2_chunk)])])
         for v_i_div2 in range(v_i_div2_border[np.uintp(v_i_div2_chunk)], v_i_div2_border[np.uintp(v_i_div2_chunk + 1)]):
-            for A_p1 in range(np.intp(A_lvl1_pos[np.uintp(v_i_div2)]), np.intp(A_lvl1_pos[np.uintp(v_i_div2 + 1)])):
+            v_i_div2_begin = v_i_div2_end
+            v_i_div2_end = np.intp(A_lvl1_pos[np.uintp(v_i_div2 + 1)])
+            for A_p1 in range(v_i_div2_begin, v_i_div2_end):
                 v_j_div2 = np.intp(A_lvl1_crd[np.uintp(A_p1)])
                 for v_i_mod2 in range(max(0, -(2 * v_i_div2)), min(A_lvl2_size, n_i - 2 * v_i_div2)):
                     i = 2 * v_i_div2 + v_i_mod2
@@ -68,8 +71,11 @@ def kernel_0_serial(y, A_lvl0_size, A_lvl1_pos, A_lvl1_crd, A_lvl2_size, A_lvl3_
                     v_i_div2_hi = v_i_div2_mid
             v_i_div2_border[np.uintp(v_i_div2_chunk)] = v_i_div2_lo
     for v_i_div2_chunk in range(v_i_div2_chunks):
+        v_i_div2_end = np.intp(A_lvl1_pos[np.uintp(v_i_div2_border[np.uintp(v_i_div2_chunk)])])
         for v_i_div2 in range(v_i_div2_border[np.uintp(v_i_div2_chunk)], v_i_div2_border[np.uintp(v_i_div2_chunk + 1)]):
-            for A_p1 in range(np.intp(A_lvl1_pos[np.uintp(v_i_div2)]), np.intp(A_lvl1_pos[np.uintp(v_i_div2 + 1)])):
+            v_i_div2_begin = v_i_div2_end
+            v_i_div2_end = np.intp(A_lvl1_pos[np.uintp(v_i_div2 + 1)])
+            for A_p1 in range(v_i_div2_begin, v_i_div2_end):
                 v_j_div2 = np.intp(A_lvl1_crd[np.uintp(A_p1)])
                 for v_i_mod2 in range(max(0, -(2 * v_i_div2)), min(A_lvl2_size, n_i - 2 * v_i_div2)):
                     i = 2 * v_i_div2 + v_i_mod2

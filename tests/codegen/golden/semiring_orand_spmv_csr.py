@@ -29,23 +29,31 @@ def kernel_0(y, A_lvl1_pos, A_lvl1_crd, A_vals, x, n_i, n_threads):
             i_border[np.uintp(i_chunk)] = i_lo
     for i_chunk_u in prange(i_chunks):
         i_chunk = np.intp(i_chunk_u)
+        i_end = np.intp(A_lvl1_pos[np.uintp(i_border[np.uintp(i_chunk)])])
         for i in range(i_border[np.uintp(i_chunk)], i_border[np.uintp(i_chunk + 1)]):
+            i_begin = i_end
+            i_end = np.intp(A_lvl1_pos[np.uintp(i + 1)])
             acc = False
-            A_p1_start = np.intp(A_lvl1_pos[np.uintp(i)])
-            A_p1_stop = np.intp(A_lvl1_pos[np.uintp(i + 1)])
-            A_p1_mid = A_p1_start + (A_p1_stop - A_p1_start & -2)
-            acc_1 = False
-            for A_p1_2 in range(A_p1_start, A_p1_mid, 2):
-                A_p1 = A_p1_2
-                j = np.intp(A_lvl1_crd[np.uintp(A_p1)])
-                acc |= bool(A_vals[np.uintp(A_p1)]) & bool(x[np.uintp(j)])
-                A_p1 = A_p1_2 + 1
-                j = np.intp(A_lvl1_crd[np.uintp(A_p1)])
-                acc_1 |= bool(A_vals[np.uintp(A_p1)]) & bool(x[np.uintp(j)])
-            for A_p1 in range(A_p1_mid, A_p1_stop):
-                j = np.intp(A_lvl1_crd[np.uintp(A_p1)])
-                acc |= bool(A_vals[np.uintp(A_p1)]) & bool(x[np.uintp(j)])
-            acc |= acc_1
+            A_p1_start = i_begin
+            A_p1_stop = i_end
+            if A_p1_stop - A_p1_start >= 16:
+                A_p1_mid = A_p1_start + (A_p1_stop - A_p1_start & -2)
+                acc_1 = False
+                for A_p1_2 in range(A_p1_start, A_p1_mid, 2):
+                    A_p1 = A_p1_2
+                    j = np.intp(A_lvl1_crd[np.uintp(A_p1)])
+                    acc |= bool(A_vals[np.uintp(A_p1)]) & bool(x[np.uintp(j)])
+                    A_p1 = A_p1_2 + 1
+                    j = np.intp(A_lvl1_crd[np.uintp(A_p1)])
+                    acc_1 |= bool(A_vals[np.uintp(A_p1)]) & bool(x[np.uintp(j)])
+                for A_p1 in range(A_p1_mid, A_p1_stop):
+                    j = np.intp(A_lvl1_crd[np.uintp(A_p1)])
+                    acc |= bool(A_vals[np.uintp(A_p1)]) & bool(x[np.uintp(j)])
+                acc |= acc_1
+            else:
+                for A_p1 in range(A_p1_start, A_p1_stop):
+                    j = np.intp(A_lvl1_crd[np.uintp(A_p1)])
+                    acc |= bool(A_vals[np.uintp(A_p1)]) & bool(x[np.uintp(j)])
             y[np.uintp(i)] = acc
 
 
@@ -73,23 +81,31 @@ def kernel_0_serial(y, A_lvl1_pos, A_lvl1_crd, A_vals, x, n_i, n_threads):
                     i_hi = i_mid
             i_border[np.uintp(i_chunk)] = i_lo
     for i_chunk in range(i_chunks):
+        i_end = np.intp(A_lvl1_pos[np.uintp(i_border[np.uintp(i_chunk)])])
         for i in range(i_border[np.uintp(i_chunk)], i_border[np.uintp(i_chunk + 1)]):
+            i_begin = i_end
+            i_end = np.intp(A_lvl1_pos[np.uintp(i + 1)])
             acc = False
-            A_p1_start = np.intp(A_lvl1_pos[np.uintp(i)])
-            A_p1_stop = np.intp(A_lvl1_pos[np.uintp(i + 1)])
-            A_p1_mid = A_p1_start + (A_p1_stop - A_p1_start & -2)
-            acc_1 = False
-            for A_p1_2 in range(A_p1_start, A_p1_mid, 2):
-                A_p1 = A_p1_2
-                j = np.intp(A_lvl1_crd[np.uintp(A_p1)])
-                acc |= bool(A_vals[np.uintp(A_p1)]) & bool(x[np.uintp(j)])
-                A_p1 = A_p1_2 + 1
-                j = np.intp(A_lvl1_crd[np.uintp(A_p1)])
-                acc_1 |= bool(A_vals[np.uintp(A_p1)]) & bool(x[np.uintp(j)])
-            for A_p1 in range(A_p1_mid, A_p1_stop):
-                j = np.intp(A_lvl1_crd[np.uintp(A_p1)])
-                acc |= bool(A_vals[np.uintp(A_p1)]) & bool(x[np.uintp(j)])
-            acc |= acc_1
+            A_p1_start = i_begin
+            A_p1_stop = i_end
+            if A_p1_stop - A_p1_start >= 16:
+                A_p1_mid = A_p1_start + (A_p1_stop - A_p1_start & -2)
+                acc_1 = False
+                for A_p1_2 in range(A_p1_start, A_p1_mid, 2):
+                    A_p1 = A_p1_2
+                    j = np.intp(A_lvl1_crd[np.uintp(A_p1)])
+                    acc |= bool(A_vals[np.uintp(A_p1)]) & bool(x[np.uintp(j)])
+                    A_p1 = A_p1_2 + 1
+                    j = np.intp(A_lvl1_crd[np.uintp(A_p1)])
+                    acc_1 |= bool(A_vals[np.uintp(A_p1)]) & bool(x[np.uintp(j)])
+                for A_p1 in range(A_p1_mid, A_p1_stop):
+                    j = np.intp(A_lvl1_crd[np.uintp(A_p1)])
+                    acc |= bool(A_vals[np.uintp(A_p1)]) & bool(x[np.uintp(j)])
+                acc |= acc_1
+            else:
+                for A_p1 in range(A_p1_start, A_p1_stop):
+                    j = np.intp(A_lvl1_crd[np.uintp(A_p1)])
+                    acc |= bool(A_vals[np.uintp(A_p1)]) & bool(x[np.uintp(j)])
             y[np.uintp(i)] = acc
 
 

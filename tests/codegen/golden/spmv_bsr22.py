@@ -29,8 +29,11 @@ def kernel_0(y, A_lvl0_size, A_lvl1_pos, A_lvl1_crd, A_lvl2_size, A_lvl3_size, A
             v_i_div2_border[np.uintp(v_i_div2_chunk)] = v_i_div2_lo
     for v_i_div2_chunk_u in prange(v_i_div2_chunks):
         v_i_div2_chunk = np.intp(v_i_div2_chunk_u)
+        v_i_div2_end = np.intp(A_lvl1_pos[np.uintp(v_i_div2_border[np.uintp(v_i_div2_chunk)])])
         for v_i_div2 in range(v_i_div2_border[np.uintp(v_i_div2_chunk)], v_i_div2_border[np.uintp(v_i_div2_chunk + 1)]):
-            for A_p1 in range(np.intp(A_lvl1_pos[np.uintp(v_i_div2)]), np.intp(A_lvl1_pos[np.uintp(v_i_div2 + 1)])):
+            v_i_div2_begin = v_i_div2_end
+            v_i_div2_end = np.intp(A_lvl1_pos[np.uintp(v_i_div2 + 1)])
+            for A_p1 in range(v_i_div2_begin, v_i_div2_end):
                 v_j_div2 = np.intp(A_lvl1_crd[np.uintp(A_p1)])
                 for v_i_mod2 in range(max(0, -(2 * v_i_div2)), min(A_lvl2_size, n_i - 2 * v_i_div2)):
                     i = 2 * v_i_div2 + v_i_mod2
@@ -38,22 +41,28 @@ def kernel_0(y, A_lvl0_size, A_lvl1_pos, A_lvl1_crd, A_lvl2_size, A_lvl3_size, A
                     acc = 0.0
                     v_j_mod2_start = max(0, -(2 * v_j_div2))
                     v_j_mod2_stop = min(A_lvl3_size, n_j - 2 * v_j_div2)
-                    v_j_mod2_mid = v_j_mod2_start + (v_j_mod2_stop - v_j_mod2_start & -2)
-                    acc_1 = 0.0
-                    for v_j_mod2_2 in range(v_j_mod2_start, v_j_mod2_mid, 2):
-                        v_j_mod2 = v_j_mod2_2
-                        j = 2 * v_j_div2 + v_j_mod2
-                        A_p3 = A_p2 * A_lvl3_size + v_j_mod2
-                        acc += A_vals[np.uintp(A_p3)] * x[np.uintp(j)]
-                        v_j_mod2 = v_j_mod2_2 + 1
-                        j = 2 * v_j_div2 + v_j_mod2
-                        A_p3 = A_p2 * A_lvl3_size + v_j_mod2
-                        acc_1 += A_vals[np.uintp(A_p3)] * x[np.uintp(j)]
-                    for v_j_mod2 in range(v_j_mod2_mid, v_j_mod2_stop):
-                        j = 2 * v_j_div2 + v_j_mod2
-                        A_p3 = A_p2 * A_lvl3_size + v_j_mod2
-                        acc += A_vals[np.uintp(A_p3)] * x[np.uintp(j)]
-                    acc += acc_1
+                    if v_j_mod2_stop - v_j_mod2_start >= 16:
+                        v_j_mod2_mid = v_j_mod2_start + (v_j_mod2_stop - v_j_mod2_start & -2)
+                        acc_1 = 0.0
+                        for v_j_mod2_2 in range(v_j_mod2_start, v_j_mod2_mid, 2):
+                            v_j_mod2 = v_j_mod2_2
+                            j = 2 * v_j_div2 + v_j_mod2
+                            A_p3 = A_p2 * A_lvl3_size + v_j_mod2
+                            acc += A_vals[np.uintp(A_p3)] * x[np.uintp(j)]
+                            v_j_mod2 = v_j_mod2_2 + 1
+                            j = 2 * v_j_div2 + v_j_mod2
+                            A_p3 = A_p2 * A_lvl3_size + v_j_mod2
+                            acc_1 += A_vals[np.uintp(A_p3)] * x[np.uintp(j)]
+                        for v_j_mod2 in range(v_j_mod2_mid, v_j_mod2_stop):
+                            j = 2 * v_j_div2 + v_j_mod2
+                            A_p3 = A_p2 * A_lvl3_size + v_j_mod2
+                            acc += A_vals[np.uintp(A_p3)] * x[np.uintp(j)]
+                        acc += acc_1
+                    else:
+                        for v_j_mod2 in range(v_j_mod2_start, v_j_mod2_stop):
+                            j = 2 * v_j_div2 + v_j_mod2
+                            A_p3 = A_p2 * A_lvl3_size + v_j_mod2
+                            acc += A_vals[np.uintp(A_p3)] * x[np.uintp(j)]
                     y[np.uintp(i)] += acc
 
 
@@ -81,8 +90,11 @@ def kernel_0_serial(y, A_lvl0_size, A_lvl1_pos, A_lvl1_crd, A_lvl2_size, A_lvl3_
                     v_i_div2_hi = v_i_div2_mid
             v_i_div2_border[np.uintp(v_i_div2_chunk)] = v_i_div2_lo
     for v_i_div2_chunk in range(v_i_div2_chunks):
+        v_i_div2_end = np.intp(A_lvl1_pos[np.uintp(v_i_div2_border[np.uintp(v_i_div2_chunk)])])
         for v_i_div2 in range(v_i_div2_border[np.uintp(v_i_div2_chunk)], v_i_div2_border[np.uintp(v_i_div2_chunk + 1)]):
-            for A_p1 in range(np.intp(A_lvl1_pos[np.uintp(v_i_div2)]), np.intp(A_lvl1_pos[np.uintp(v_i_div2 + 1)])):
+            v_i_div2_begin = v_i_div2_end
+            v_i_div2_end = np.intp(A_lvl1_pos[np.uintp(v_i_div2 + 1)])
+            for A_p1 in range(v_i_div2_begin, v_i_div2_end):
                 v_j_div2 = np.intp(A_lvl1_crd[np.uintp(A_p1)])
                 for v_i_mod2 in range(max(0, -(2 * v_i_div2)), min(A_lvl2_size, n_i - 2 * v_i_div2)):
                     i = 2 * v_i_div2 + v_i_mod2
@@ -90,22 +102,28 @@ def kernel_0_serial(y, A_lvl0_size, A_lvl1_pos, A_lvl1_crd, A_lvl2_size, A_lvl3_
                     acc = 0.0
                     v_j_mod2_start = max(0, -(2 * v_j_div2))
                     v_j_mod2_stop = min(A_lvl3_size, n_j - 2 * v_j_div2)
-                    v_j_mod2_mid = v_j_mod2_start + (v_j_mod2_stop - v_j_mod2_start & -2)
-                    acc_1 = 0.0
-                    for v_j_mod2_2 in range(v_j_mod2_start, v_j_mod2_mid, 2):
-                        v_j_mod2 = v_j_mod2_2
-                        j = 2 * v_j_div2 + v_j_mod2
-                        A_p3 = A_p2 * A_lvl3_size + v_j_mod2
-                        acc += A_vals[np.uintp(A_p3)] * x[np.uintp(j)]
-                        v_j_mod2 = v_j_mod2_2 + 1
-                        j = 2 * v_j_div2 + v_j_mod2
-                        A_p3 = A_p2 * A_lvl3_size + v_j_mod2
-                        acc_1 += A_vals[np.uintp(A_p3)] * x[np.uintp(j)]
-                    for v_j_mod2 in range(v_j_mod2_mid, v_j_mod2_stop):
-                        j = 2 * v_j_div2 + v_j_mod2
-                        A_p3 = A_p2 * A_lvl3_size + v_j_mod2
-                        acc += A_vals[np.uintp(A_p3)] * x[np.uintp(j)]
-                    acc += acc_1
+                    if v_j_mod2_stop - v_j_mod2_start >= 16:
+                        v_j_mod2_mid = v_j_mod2_start + (v_j_mod2_stop - v_j_mod2_start & -2)
+                        acc_1 = 0.0
+                        for v_j_mod2_2 in range(v_j_mod2_start, v_j_mod2_mid, 2):
+                            v_j_mod2 = v_j_mod2_2
+                            j = 2 * v_j_div2 + v_j_mod2
+                            A_p3 = A_p2 * A_lvl3_size + v_j_mod2
+                            acc += A_vals[np.uintp(A_p3)] * x[np.uintp(j)]
+                            v_j_mod2 = v_j_mod2_2 + 1
+                            j = 2 * v_j_div2 + v_j_mod2
+                            A_p3 = A_p2 * A_lvl3_size + v_j_mod2
+                            acc_1 += A_vals[np.uintp(A_p3)] * x[np.uintp(j)]
+                        for v_j_mod2 in range(v_j_mod2_mid, v_j_mod2_stop):
+                            j = 2 * v_j_div2 + v_j_mod2
+                            A_p3 = A_p2 * A_lvl3_size + v_j_mod2
+                            acc += A_vals[np.uintp(A_p3)] * x[np.uintp(j)]
+                        acc += acc_1
+                    else:
+                        for v_j_mod2 in range(v_j_mod2_start, v_j_mod2_stop):
+                            j = 2 * v_j_div2 + v_j_mod2
+                            A_p3 = A_p2 * A_lvl3_size + v_j_mod2
+                            acc += A_vals[np.uintp(A_p3)] * x[np.uintp(j)]
                     y[np.uintp(i)] += acc
 
 
