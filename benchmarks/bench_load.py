@@ -2,13 +2,16 @@
 
 The 2-D 5-point Poisson matrix of side 100 (10,000 rows), right-hand side of ones, rtol 1e-8:
 ustc ``solve`` with CG, BiCGSTAB and GMRES(30) against SciPy's ``cg``, ``bicgstab`` and
-``gmres(restart=30)``. Each solver runs 10 times idle, then 10 times beside a CPU hog: one
-background process spinning on one core (a bounded busy loop that the benchmark starts before
-and kills after the timed runs). Reported per solver: median and worst of the 10 runs in each
-condition, the slowdown (hog median / idle median), and the worst-to-median ratio under the hog.
-The machine is shared with other jobs, so the load average is printed with the table; ustc
-runs with its defaults (``OMP_WAIT_POLICY=PASSIVE`` set by ``import ustc``, see
-``ustc/_threads.py``). Usage: ``python benchmarks/bench_load.py [--write] [--runs N]``.
+``gmres(restart=30)``. Each solver runs 10 times idle and 10 times beside a CPU hog (one
+background process spinning on one core, a bounded busy loop), in alternating rounds of 2 runs
+per condition after one untimed run: the hog is started 0.3 s before each hog round and killed
+after it, so a change in the other jobs' load between the two conditions weighs on both alike.
+Reported per solver: median and worst of the 10 runs in each condition, the slowdown (hog
+median / idle median), and the worst-to-median ratio under the hog. The machine is shared with
+other jobs, so the load average before and after is printed with the table; ustc runs with its
+defaults (``OMP_WAIT_POLICY=PASSIVE`` set by ``import ustc``, see ``ustc/_threads.py``; at
+10,000 rows every kernel of these solves runs on one thread). Usage:
+``python benchmarks/bench_load.py [--write] [--runs N]``.
 """
 
 from __future__ import annotations
@@ -46,34 +49,45 @@ def _solvers(a, b) -> dict:
     }
 
 
-def _times(fn, runs: int) -> list[float]:
-    fn()
-    out = []
-    for _ in range(runs):
-        t = time.perf_counter()
-        fn()
-        out.append(time.perf_counter() - t)
-    return out
+ROUND = 2  # timed runs per condition and round
+
+
+def _round(solvers: dict, samples: dict, state: str) -> None:
+    """One round of every solver (an untimed run, then :data:`ROUND` timed ones) into ``samples``."""
+    for name, fns in solvers.items():
+        for k, lib in enumerate(("ustc", "SciPy")):
+            fns[k]()
+            for _ in range(ROUND):
+                t = time.perf_counter()
+                fns[k]()
+                samples.setdefault((name, lib, state), []).append(time.perf_counter() - t)
 
 
 def measure(runs: int) -> tuple[list[list[str]], str]:
     a, b = _problem()
     solvers = _solvers(a, b)
-    idle = {(name, lib): _times(fns[k], runs) for name, fns in solvers.items() for k, lib in enumerate(("ustc", "SciPy"))}
-    hog = subprocess.Popen([sys.executable, "-c", HOG])
-    try:
-        time.sleep(0.5)
-        busy = {(name, lib): _times(fns[k], runs) for name, fns in solvers.items()
-                for k, lib in enumerate(("ustc", "SciPy"))}
-    finally:
-        hog.kill()
-        hog.wait()
+    before = os.getloadavg()
+    samples: dict = {}
+    for _ in range(max(1, -(-runs // ROUND))):
+        _round(solvers, samples, "idle")
+        hog = subprocess.Popen([sys.executable, "-c", HOG])
+        try:
+            time.sleep(0.3)
+            _round(solvers, samples, "hog")
+        finally:
+            hog.kill()
+            hog.wait()
+    after = os.getloadavg()
     rows = []
-    for key in idle:
-        i_med, b_med = statistics.median(idle[key]), statistics.median(busy[key])
-        rows.append([key[0], key[1], f"{i_med * 1e3:,.1f}", f"{max(idle[key]) * 1e3:,.1f}", f"{b_med * 1e3:,.1f}",
-                     f"{max(busy[key]) * 1e3:,.1f}", f"{b_med / i_med:.2f}×", f"{max(busy[key]) / b_med:.2f}×"])
-    return rows, "load average before the run: " + " ".join(f"{x:.2f}" for x in os.getloadavg())
+    for name in solvers:
+        for lib in ("ustc", "SciPy"):
+            idle, busy = samples[(name, lib, "idle")], samples[(name, lib, "hog")]
+            i_med, b_med = statistics.median(idle), statistics.median(busy)
+            rows.append([name, lib, f"{i_med * 1e3:,.1f}", f"{max(idle) * 1e3:,.1f}", f"{b_med * 1e3:,.1f}",
+                         f"{max(busy) * 1e3:,.1f}", f"{b_med / i_med:.2f}×", f"{max(busy) / b_med:.2f}×"])
+    load = "load average before the run: " + " ".join(f"{x:.2f}" for x in before) + ", after: " \
+        + " ".join(f"{x:.2f}" for x in after)
+    return rows, load
 
 
 def table(rows) -> str:
