@@ -216,9 +216,10 @@ def test_spgemm_in_every_named_format(fmt, rng):
             np.testing.assert_allclose(mm.execute().to_dense(), -3 * a @ b, atol=1e-12)
 
 
-@pytest.mark.parametrize("fmt, via", [("DCSR", False), ("COO", True), ("BSR(1, 1)", True)])
+@pytest.mark.parametrize("fmt, via", [("DCSR", True), ("COO", True), ("BSR(1, 1)", True)])
 def test_spgemm_generated_edge_shapes(rng, fmt, via):
-    """Edge shapes in the workspace kernel (DCSR, in its own format) and through CSR (COO, BSR)."""
+    """Edge shapes through CSR (DCSR, COO, BSR) and, forced, in the operands' own kernel (DCSR's
+    workspace kernel)."""
     for shape_a, shape_b in (((0, 4), (4, 3)), ((4, 0), (0, 3)), ((1, 6), (6, 1)), ((5, 5), (5, 5))):
         a, b = random_dense(rng, shape_a, 0.5), np.zeros(shape_b)
         if shape_a == (1, 6):
@@ -229,5 +230,8 @@ def test_spgemm_generated_edge_shapes(rng, fmt, via):
         C = mm.execute()
         assert C.format == A.format and C.shape == (shape_a[0], shape_b[1])
         np.testing.assert_allclose(C.to_dense(), a @ b)
+        own = ustc.Matmul(A, B, options={"route": "generated"}).plan().execute()
+        assert own.format == A.format
+        np.testing.assert_allclose(own.to_dense(), a @ b)
     forced = ustc.Matmul(A, B, options={"route": "generated"}).plan()
     assert forced.plan_info.startswith("generated")

@@ -164,11 +164,15 @@ def test_matmul_spgemm_routes_are_chosen_from_the_plan():
     with ustc.Matmul(A, A) as mm:
         mm.plan()
         assert "workspace" in mm.plan_info
-    D = A.convert(F.DCSR)   # no fast conversion to CSR: the serial workspace kernel in DCSR
+    D = A.convert(F.DCSR)   # DCSR converts to CSR in O(nnz) in parallel: the row-parallel CSR kernel
     with ustc.Matmul(D, D) as mm:
         mm.plan()
-        assert mm.plan_info.startswith("generated: cpu") and "workspace" in mm.plan_info, mm.plan_info
+        assert "row-parallel CSR" in mm.plan_info and "DCSR" in mm.plan_info, mm.plan_info
         assert mm.execute().format == D.format
+    with ustc.Matmul(D, D, options={"route": "generated"}) as mm:  # the serial workspace kernel in DCSR
+        mm.plan()
+        assert mm.plan_info.startswith("generated: cpu") and "row-parallel" not in mm.plan_info, mm.plan_info
+        assert_matches(mm.execute(), D.to_dense() @ D.to_dense())
     C = A.convert(F.COO(2))  # COO converts to CSR in O(nnz): the row-parallel CSR kernel
     with ustc.Matmul(C, C) as mm:
         mm.plan()

@@ -162,3 +162,79 @@ def test_any_shape_and_block(rows, cols, r, c, density, seed, dtype, src):
     assert_same_storage(got, oracle(a, F.CSR))
     np.testing.assert_array_equal(got.to_dense(), x)
     _unchanged(a, snap)
+
+
+# -- Tensor.convert(copy=False): the user's explicit option -----------------------------------
+
+SHARING = [("CSR", "COO"), ("CSR", "DCSR"), ("COO", "CSR"), ("DCSR", "CSR")]
+
+
+@pytest.mark.parametrize("src, dst", SHARING)
+@pytest.mark.parametrize("shape", [(0, 0), (1, 17), (17, 1), (23, 31)], ids=str)
+@pytest.mark.parametrize("dtype", [np.float64, np.int32, np.complex64])
+def test_copy_false_shares_columns_and_values(src, dst, shape, dtype):
+    x = rand_dense(shape, dtype, 0.3, seed=8)
+    a = Tensor.from_dense(x, src)
+    snap = _snapshot(a)
+    got = a.convert(dst, copy=False)
+    want = oracle(a, dst)
+    assert_same_storage(got, want)
+    copied = a.convert(dst)
+    assert_same_storage(copied, want)
+    col = a.format.nlevels - 1
+    if a.nse:
+        assert np.shares_memory(got.values, a.values) and np.shares_memory(got.crd(1), a.crd(col))
+        assert not np.shares_memory(copied.values, a.values) and not np.shares_memory(copied.crd(1), a.crd(col))
+    _unchanged(a, snap)
+
+
+def test_copy_false_elsewhere_copies():
+    x = rand_dense((12, 10), np.float64, 0.3, seed=9)
+    for src, dst in (("CSR", "CSC"), ("BSR(2, 2)", "CSR"), ("DIAI", "CSR"), ("CSR", "BSR(2, 2)")):
+        a = Tensor.from_dense(x, src)
+        got = a.convert(dst, copy=False)
+        np.testing.assert_array_equal(got.to_dense(), x)
+        assert not np.shares_memory(got.values, a.values)
+
+
+@pytest.mark.parametrize("dst", ["COO", "DCSR"])
+def test_writes_through_a_shared_result_keep_the_source_valid(dst):
+    """The contract of ``copy=False``: a value written in place is seen by both tensors; a write
+    that changes the pattern gives the result new buffers and leaves the source as it was."""
+    x = rand_dense((8, 9), np.float64, 0.4, seed=10)
+    x[0, 0], x[1, 1] = 3.0, 0.0
+    a = Tensor.from_dense(x, "CSR")
+    b = a.convert(dst, copy=False)
+    b.values[0] = 7.0                      # the entry at (0, 0) of both
+    assert a.to_dense()[0, 0] == 7.0 and b.to_dense()[0, 0] == 7.0
+    expect = a.to_dense().copy()
+    b[1, 1] = 5.0                          # a new entry: the result's pattern changes
+    a.validate()
+    np.testing.assert_array_equal(a.to_dense(), expect)
+    assert b.to_dense()[1, 1] == 5.0
+    b *= 2
+    a.validate()
+    np.testing.assert_array_equal(a.to_dense(), expect)
+
+
+@pytest.mark.parametrize("block", BLOCKS, ids=str)
+def test_scipy_bsr_with_block_columns_out_of_order(block):
+    """SciPy's ``tobsr`` leaves each block row's columns in first-met order (its BSR view is
+    nonunique, nonordered): each block row is sorted by the kernels; a repeated block column
+    goes the generic way, which sums it."""
+    sp = pytest.importorskip("scipy.sparse")
+    x = rand_dense((24, 36), np.float64, 0.3, seed=11)  # every block size divides it (SciPy asks)
+    b = sp.csr_array(x).tobsr(blocksize=block)
+    t = Tensor.from_package(b)
+    snap = _snapshot(t)
+    got = fastpaths_rows.to_csr(t, F.CSR)
+    assert got is not None
+    assert_same_storage(got, oracle(t, F.CSR))
+    np.testing.assert_array_equal(got.to_dense(), x)
+    _unchanged(t, snap)
+    if b.nnz and len(b.indices) > 1 and b.indptr[1] >= 2:
+        dup = sp.bsr_array((b.data.copy(), b.indices.copy(), b.indptr.copy()), shape=b.shape)
+        dup.indices[1] = dup.indices[0]
+        t = Tensor.from_package(dup)
+        assert fastpaths_rows.to_csr(t, F.CSR) is None
+        np.testing.assert_allclose(t.convert(F.CSR).to_dense(), dup.toarray())

@@ -29,7 +29,7 @@ import numpy as np
 from .. import cache
 from ..errors import ConversionWarning, UnsupportedOperation, UstcError
 from ..kernels import registry
-from ..tensor import fastpaths
+from ..tensor import fastpaths, fastpaths_rows
 from ..tensor.tensor import Tensor
 from ..codegen import functions
 from ..codegen import notation as nt
@@ -151,32 +151,47 @@ class ViaCsrRoute(RegisteredRoute):
     def run(self, a, b, out, alpha):
         from ..formats import CSR
 
-        a, b = (x if self.entry.matches("spgemm", x.format, "cpu") else x.convert(CSR) for x in (a, b))
+        a, b = (x if self.entry.matches("spgemm", x.format, "cpu") else _csr_operand(x, CSR) for x in (a, b))
         return super().run(a, b, out, alpha)
+
+
+def _csr_operand(x, csr):
+    """``x`` in CSR for one execute: a temporary no user sees and no kernel writes, so a DCSR or COO
+    operand's column coordinates and values are shared, not copied (``fastpaths_rows.to_csr``)."""
+    from ..tensor import safety
+    from ..tensor.fastpaths_rows import to_csr
+
+    safety.ensure_safe(x)
+    shared = to_csr(x, csr, share=True)
+    return shared if shared is not None else x.convert(csr)
 
 
 def _generated_spgemm(p: Problem, a, b, out_format) -> Route | None:
     """The generated SpGEMM on the CPU, numeric values only (bool and object products keep the
     other routes): for the operands' own formats when that kernel reduces each row in a workspace
-    in parallel, or serially where the operands' conversion to CSR has no fast path (DCSR: the
-    serial kernel measured 153 ms against 251 ms through CSR on the 512,000-row stencil), else
-    through CSR (:class:`ViaRowsRoute`: COO converts in O(nnz), BSR takes no workspace, DIA's kernel
-    would convert its operands to DCSR at every execute and run serially)."""
+    in parallel, or serially where the operands' conversion to CSR has no fast path, else through
+    CSR (:class:`ViaRowsRoute`: CSR-family, DCSR, BSR and DIA operands convert in O(nnz) in parallel,
+    ``fastpaths_rows``). DCSR went through CSR once its conversion took 3.9 ms instead of 74 ms
+    (512,000-row stencil): A @ A in alternating rounds on a loaded machine, 0.99x the CSR time
+    through CSR against 1.41x for the serial own kernel; COO 0.92x against 1.59x."""
     if p.target != "cpu" or not np.issubdtype(np.result_type(a.dtype, b.dtype), np.number):
         return None
     if out_format is not None and not all(lv.type.ordered for lv in out_format.levels):
         return None  # an unordered output: the registered kernel skips the row sort (the workspace sorts)
     route = GeneratedRoute(p, "cpu", out_format)
     workspace, rows, converts = route.facts(a, b)
-    cheap = all(fastpaths.family(x.format) is not None for x in (a, b))  # CSR / COO family: O(nnz) to CSR
+    cheap = all(fastpaths.family(x.format) is not None or fastpaths_rows.source_kind(x.format, x.level_shape)
+                for x in (a, b))  # CSR / COO family, DCSR, BSR, DIA: O(nnz) to CSR in parallel
     own = workspace and not converts  # a kernel that converts its operands walks no own format (DIA: to DCSR)
     return route if own and (rows or not cheap) else ViaRowsRoute(p, a, b, out_format)
 
 
 class ViaRowsRoute(Route):
     """SpGEMM through the generated row-parallel CSR kernel: each execute converts the operands
-    that are not CSR (O(nnz) each, so their current values count), the kernel reduces every
-    output row in a workspace in parallel, and its CSR result converts to the requested format.
+    that are not CSR (O(nnz) each, so their current values count; a DCSR or COO operand's column
+    coordinates and values are shared with its CSR temporary, :func:`_csr_operand`), the kernel
+    reduces every output row in a workspace in parallel, and its CSR result converts to the
+    requested format (a DCSR or COO result takes the CSR's buffers: ``fastpaths_rows.from_csr``).
     Chosen where the operands' own kernel would write serially (DCSR, COO) or re-emit partial
     products (BSR, DIA)."""
 
@@ -201,8 +216,8 @@ class ViaRowsRoute(Route):
 
     def _rows(self, a, b):
         """Both operands in CSR; one operand passed twice (``A @ A``) is converted once."""
-        ca = a if self._is_csr(a) else a.convert(self.csr)
-        return ca, ca if b is a else (b if self._is_csr(b) else b.convert(self.csr))
+        ca = a if self._is_csr(a) else _csr_operand(a, self.csr)
+        return ca, ca if b is a else (b if self._is_csr(b) else _csr_operand(b, self.csr))
 
     def prepare(self, a, b, out, alpha) -> None:
         self.inner.prepare(*self._rows(a, b), None, alpha)
@@ -210,13 +225,65 @@ class ViaRowsRoute(Route):
 
     def run(self, a, b, out, alpha):
         c = self.inner.run(*self._rows(a, b), None, alpha)
-        return c if self.out_format is None or c.format == self.out_format else c.convert(self.out_format)
+        if self.out_format is None or c.format == self.out_format:
+            return c
+        shared = fastpaths_rows.from_csr(c, self.out_format)  # c is dropped: DCSR / COO take its buffers
+        return shared if shared is not None else c.convert(self.out_format)
 
     def unbind(self) -> None:
         self.inner.unbind()
 
     def release(self) -> None:
         self.inner.release()
+
+
+class CsrOperandRoute(Route):
+    """A product with a dense result through the generated CSR kernel: each execute converts ``a``
+    to CSR (in parallel, no sort: ``fastpaths_rows``; a COO's column coordinates and values are
+    shared with the temporary) and runs the CSR kernel. Chosen for a BSR operand times a wide X,
+    where its own kernel measured slower than conversion plus the CSR kernel (``_csr_spmm``)."""
+
+    kind = "generated"
+
+    def __init__(self, p: Problem, a):
+        from ..formats import CSR
+
+        self.csr = CSR
+        self.inner = GeneratedRoute(p, "cpu", None)
+        self._head = f"generated CSR kernel after converting a ({_fmt_name_text(a.format)}) to CSR at every execute"
+        self.info = self._head
+
+    def prepare(self, a, b, out, alpha) -> None:
+        self.inner.prepare(_csr_operand(a, self.csr), b, out, alpha)
+        self.overwrites = self.inner.overwrites
+        self.info = f"{self._head}; {self.inner.info}"
+
+    def run(self, a, b, out, alpha):
+        return self.inner.run(_csr_operand(a, self.csr), b, out, alpha)
+
+    def unbind(self) -> None:
+        self.inner.unbind()
+
+    def release(self) -> None:
+        self.inner.release()
+
+
+CSR_OPERAND_COLUMNS = 32  # columns of X from which a BSR SpMM converts its operand to CSR at every execute
+
+
+def _csr_spmm(p: Problem, a, b, op) -> Route | None:
+    """:class:`CsrOperandRoute` for SpMM on the CPU with a BSR ``a`` (numeric values) and an ``X`` of
+    at least :data:`CSR_OPERAND_COLUMNS` columns: the conversion costs O(nnz) once, the product
+    O(nnz x columns). On the 512,000-row stencil, BSR(2, 2), in alternating rounds beside the CSR
+    kernel on a loaded machine: 64 columns, the own kernel 2.30x the CSR time, conversion plus
+    the CSR kernel 1.28x; 16 columns, 1.52x against 1.85x (the own kernel stays). COO measured
+    the same either way (1.07x to 1.51x, within the noise) and keeps its own kernel; DIAI's own
+    kernel was 1.21x, conversion would add ~12 ms."""
+    if op != "spmm" or p.target != "cpu" or not p.a.sparse or p.b.sparse or a.device != "cpu" \
+            or not np.issubdtype(a.dtype, np.number) or getattr(b, "ndim", 0) != 2 \
+            or b.shape[-1] < CSR_OPERAND_COLUMNS or fastpaths_rows.source_kind(a.format, a.level_shape) != "bsr":
+        return None
+    return CsrOperandRoute(p, a)
 
 
 def _via_csr(p: Problem, a, b, op, out_format) -> Route | None:
@@ -422,6 +489,10 @@ def choose(p: Problem, a, b, out_format, fused: Fusion = NO_FUSION) -> tuple[Rou
                 "in parallel (the operands' own kernel would write serially or re-emit partial products)"
             return route, f"the generated kernel reduces each output row in a workspace and writes it once, {where}"
         tried.append("no generated workspace SpGEMM for these values or this output order")
+    if forced is None and op == "spmm":
+        route = _csr_spmm(p, a, b, op)
+        if route is not None:
+            return route, "converting a to CSR in parallel and the CSR kernel measured faster than a's own kernel"
     if forced in (None, "registered"):
         entry = registry.lookup(op, a.format, p.target, a, b) if op else None
         if entry is not None:

@@ -10,16 +10,21 @@ stencil before):
   parallel (or shared, below).
 * **COO** (canonical, row-major): the run borders of the sorted rows are the offsets
   (``kernels.sorted_pos``); columns and values as for DCSR.
-* **BSR(r, c)** and **DIA** (DIAI: values indexed by row, DIAJ: by column): a parallel pass
+* **BSR(r, c)** (block columns ordered and unique where the level promises it; else checked in
+  one parallel pass, and where a row's are out of order, as SciPy's ``tobsr`` leaves them, each
+  block row's positions are sorted by column first, in parallel) and **DIA** (DIAI: values indexed by
+  row, DIAJ: by column; offsets checked ascending): a parallel pass
   counts every output row's nonzeros (explicit zeros of a block or a diagonal are not stored in
   CSR), a parallel prefix places the rows, a parallel pass writes each row at its offset. Block
   columns are ordered and diagonal offsets ascend, so each row comes out in column order.
 
 **Sharing.** With ``share=True`` (DCSR and COO sources only) the CSR takes the source's column
 coordinates and values as they are (the same arrays, ``np.shares_memory`` holds, when their
-dtype is the one CSR would choose), and a write to either tensor's values is seen by the other.
-``Tensor.convert`` never shares: it is the caller's contract. ``ustc.Matmul`` shares for the
-operand conversion it makes at every execute, a temporary no user sees and no kernel writes.
+dtype is the one CSR would choose), and a write to either tensor's values is seen by the other;
+:func:`from_csr` does the same from CSR into DCSR or COO. ``Tensor.convert`` shares only when
+asked (``copy=False``, as SciPy's ``tocoo(copy=False)``: :func:`shared`); by default it copies.
+``ustc.Matmul`` shares for the operand conversion it makes at every execute and for its CSR
+product's conversion into a DCSR or COO result: temporaries no user sees and no kernel writes.
 The source is never written.
 
 Each function returns None when its shortcut does not apply (another format, a GPU tensor,
@@ -30,11 +35,13 @@ takes the generic path, so results are identical either way.
 from __future__ import annotations
 
 import functools
+from dataclasses import replace
 
 import numpy as np
 
 from ..format.ir import TensorFormat
-from .fastpaths import _csr_tensor, _fitting, _pos_dtype, coo_like, compiled_dtype, family
+from .dtypes import buffer_dtypes
+from .fastpaths import COMPRESSED, _csr_tensor, _fitting, _pos_dtype, coo_like, compiled_dtype, family
 
 BLOCKS_PER_THREAD = 4  # prefix blocks per thread (kernels.prefix_in_place)
 
@@ -67,10 +74,11 @@ def source_kind(fmt: TensorFormat, level_shape) -> str | None:
         if bare == _named("DIAJ"):
             return "diaj"
         return None
-    if fmt.nlevels == 4:
+    if fmt.nlevels == 4 and len(level_shape) == 4:
         r, c = level_shape[2], level_shape[3]
-        if r >= 1 and c >= 1 and bare == _named(f"BSR({r}, {c})"):
-            return "bsr"
+        plain = TensorFormat(fmt.dims, [(lv.expr, replace(lv.type, properties=())) for lv in fmt.levels])
+        if r >= 1 and c >= 1 and plain == _named(f"BSR({r}, {c})"):
+            return "bsr"  # block columns checked at run time where the level does not promise order
     return None
 
 
@@ -118,8 +126,14 @@ def to_csr(t, fmt: TensorFormat, share: bool = False):
     counts = np.empty(nrows + 1, dtype=_pos_dtype(len(values)))  # a row's count, then its end
     counts[0] = 0
     if kind == "bsr":
+        pos, crd = b[(1, "pos")], b[(1, "crd")]
+        order = np.empty(0, dtype=np.int64)
+        if t.format.levels[1].type != COMPRESSED and kernels.segments_increasing(pos, crd):
+            order = np.empty(int(pos[-1]), dtype=_pos_dtype(int(pos[-1])))  # SciPy's tobsr leaves block
+            if kernels.block_order(pos, crd, order):                         # columns in first-met order
+                return None  # a block column repeated within its row: the generic path sums them
         r, c = t._layout.level_shape[2:]
-        args = (b[(1, "pos")], b[(1, "crd")], values, r, c, nrows, ncols)
+        args = (pos, crd, order, values, r, c, nrows, ncols)
         count, fill = kernels.bsr_row_counts, kernels.bsr_row_fill
     else:
         pos0 = b[(0, "pos")]
@@ -134,6 +148,49 @@ def to_csr(t, fmt: TensorFormat, share: bool = False):
     crd_out, values_out = np.empty(total, dtype=_fitting(max(ncols - 1, 0))), np.empty(total, dtype=values.dtype)
     fill(*args, counts, crd_out, values_out)
     return _csr_tensor(t.shape, t.package, fmt, counts, crd_out, values_out)
+
+
+def from_csr(t, fmt: TensorFormat):
+    """The CSR ``t`` in DCSR or canonical COO ``fmt`` sharing ``t``'s column coordinates and values
+    (the same arrays when their dtype is the one ``fmt`` chooses): DCSR keeps the offsets of the
+    rows that hold entries (O(rows) with NumPy), COO expands the rows in parallel. For a CSR the
+    caller drops (``ustc.Matmul``'s CSR product in the operands' format); None where it does not
+    apply (another format, explicit zeros)."""
+    fam = family(t.format)
+    if fam is None or fam.kind != "csr" or fam.major != 0 or t.device != "cpu" or not compiled_dtype(t.dtype):
+        return None
+    kind = source_kind(fmt, ())
+    if kind not in ("dcsr", "coo"):
+        return None
+    from . import kernels
+    from .fastpaths import _coo_from_rows
+    from .tensor import Tensor
+
+    pos = t._buffers[(1, "pos")]
+    nnz = int(pos[-1])
+    crd, values = t._buffers[(1, "crd")][:nnz], t._values[:nnz]
+    if kernels.count_zeros(values):
+        return None
+    if kind == "coo":
+        return _coo_from_rows(t.shape, t.package, fmt, pos, crd, values)
+    rows = np.flatnonzero(pos[1:] != pos[:-1])
+    dtypes = buffer_dtypes(fmt, fmt.level_shape(t.shape), (0, 0), nnz)
+    starts = np.empty(len(rows) + 1, dtype=dtypes[(1, "pos")])
+    starts[:-1] = pos[rows]
+    starts[-1] = nnz
+    buffers = {(0, "pos"): np.array([0, len(rows)], dtype=dtypes[(0, "pos")]),
+               (0, "crd"): rows.astype(dtypes[(0, "crd")]), (1, "pos"): starts,
+               (1, "crd"): crd.astype(dtypes[(1, "crd")], copy=False)}
+    return Tensor(fmt, t.shape, buffers, values, package=t.package)
+
+
+def shared(t, fmt: TensorFormat):
+    """``Tensor.convert(fmt, copy=False)``: ``t`` in ``fmt`` sharing the arrays both formats store
+    (DCSR or COO -> CSR: :func:`to_csr` with ``share=True``; CSR -> DCSR or COO: :func:`from_csr`),
+    or None where no such conversion applies (the caller then copies)."""
+    if source_kind(t.format, t._layout.level_shape) in ("dcsr", "coo"):
+        return to_csr(t, fmt, share=True)
+    return from_csr(t, fmt)
 
 
 def _chunks(kernels, n: int) -> int:

@@ -704,15 +704,37 @@ def dcsr_pos(rows, pos1, n, pos_out):
 
 
 @njit_cached(parallel=True)
-def bsr_row_counts(pos, crd, values, r, c, nrows, ncols, counts):
+def block_order(pos, crd, order):
+    """``order[pos[b]:pos[b + 1]]`` = the positions of block row ``b`` sorted by block column
+    (insertion sort: a block row holds few blocks); returns how many repeat the column before."""
+    repeats = 0
+    for b in prange(pos.size - 1):
+        start, end = np.intp(pos[U(b)]), np.intp(pos[U(b + 1)])
+        for q in range(start, end):
+            key = crd[U(q)]
+            k = q
+            while k > start and crd[U(order[U(k - 1)])] > key:
+                order[U(k)] = order[U(k - 1)]
+                k -= 1
+            order[U(k)] = q
+        for q in range(start + 1, end):
+            repeats += crd[U(order[U(q)])] == crd[U(order[U(q - 1)])]
+    return repeats
+
+
+@njit_cached(parallel=True)
+def bsr_row_counts(pos, crd, order, values, r, c, nrows, ncols, counts):
     """``counts[i + 1]`` = nonzeros of row ``i`` of a BSR(r, c) matrix (blocks of block row ``b``
-    at positions ``[pos[b], pos[b + 1])``, block column ``crd[p]``, values row-major per block;
-    the columns of an edge block past ``ncols`` are padding)."""
+    at positions ``[pos[b], pos[b + 1])``, in column order or, when ``order`` is not empty, in the
+    order it gives; block column ``crd[p]``, values row-major per block; the columns of an edge
+    block past ``ncols`` are padding)."""
+    permuted = order.size > 0
     for b in prange(pos.size - 1):
         start, end = np.intp(pos[U(b)]), np.intp(pos[U(b + 1)])
         for ii in range(min(r, nrows - b * r)):
             n = 0
-            for p in range(start, end):
+            for q in range(start, end):
+                p = np.intp(order[U(q)]) if permuted else q
                 j0 = np.intp(crd[U(p)]) * c
                 base = (p * r + ii) * c
                 for jj in range(min(c, ncols - j0)):
@@ -721,13 +743,15 @@ def bsr_row_counts(pos, crd, values, r, c, nrows, ncols, counts):
 
 
 @njit_cached(parallel=True)
-def bsr_row_fill(pos, crd, values, r, c, nrows, ncols, pos_out, crd_out, values_out):
+def bsr_row_fill(pos, crd, order, values, r, c, nrows, ncols, pos_out, crd_out, values_out):
     """Each nonzero of row ``i`` of the BSR(r, c) matrix at ``pos_out[i]`` onwards, in column order."""
+    permuted = order.size > 0
     for b in prange(pos.size - 1):
         start, end = np.intp(pos[U(b)]), np.intp(pos[U(b + 1)])
         for ii in range(min(r, nrows - b * r)):
             o = np.intp(pos_out[U(b * r + ii)])
-            for p in range(start, end):
+            for q in range(start, end):
+                p = np.intp(order[U(q)]) if permuted else q
                 j0 = np.intp(crd[U(p)]) * c
                 base = (p * r + ii) * c
                 for jj in range(min(c, ncols - j0)):
@@ -768,6 +792,17 @@ def dia_row_fill(offsets, values, length, by_row, nrows, ncols, pos_out, crd_out
                     crd_out[U(o)] = j
                     values_out[U(o)] = v
                     o += 1
+
+
+@njit_cached(parallel=True)
+def segments_increasing(pos, crd):
+    """How many coordinates of ``crd`` do not exceed the one before them in their segment of
+    ``pos`` (0: every segment strictly increasing)."""
+    bad = 0
+    for b in prange(pos.size - 1):
+        for p in range(np.intp(pos[U(b)]) + 1, np.intp(pos[U(b + 1)])):
+            bad += crd[U(p)] <= crd[U(p - 1)]
+    return bad
 
 
 @njit_cached(parallel=True)

@@ -246,15 +246,24 @@ class Tensor:
             np.add.at(out, coords, values)
         return packages.wrap(out, self._package)
 
-    def convert(self, tensor_format=None, *, prune: bool = False) -> "Tensor":
+    def convert(self, tensor_format=None, *, prune: bool = False, copy: bool = True) -> "Tensor":
         """The same tensor in another format (any to any); duplicates summed, zeros dropped
         except where the target stores them. ``prune``: structured targets keep the n
-        largest magnitudes of an over-full block instead of raising."""
+        largest magnitudes of an over-full block instead of raising. ``copy=False`` (as
+        SciPy's ``tocoo(copy=False)``): where both formats store the same array (CSR <-> COO
+        and DCSR: the column coordinates and the values) the result shares it, so a write to
+        either tensor's values is seen by the other; elsewhere the result is a copy as usual."""
         self._require_host()
         fmt = as_format(tensor_format)
         if fmt.ndim != self.ndim:
             raise FormatError(f"cannot convert a {self.ndim}-D tensor to the {fmt.ndim}-D format {fmt}")
         safety.ensure_safe(self)       # the conversion kernels index through the buffers
+        if not copy:
+            from .fastpaths_rows import shared
+
+            result = shared(self, fmt)
+            if result is not None:
+                return result
         perm = _dense_permutation(fmt)
         if perm is not None:
             return Tensor.from_dense(packages.wrap(self.to_dense(), self._package), fmt)

@@ -1,0 +1,125 @@
+"""Planned products whose operands go through CSR at every execute (``ops.routes``): SpGEMM on
+DCSR, COO, BSR and DIA operands (``ViaRowsRoute``), SpMM on a BSR operand times a wide X
+(``CsrOperandRoute``). Results equal NumPy's, operands are never written, the temporaries'
+shared buffers never reach the user's result, and values changed in place are seen at the
+next execute."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import ustc
+from ustc import formats as F
+from ustc.formats import NAMED
+from ustc.ops import routes
+from ustc.tensor import fastpaths_rows
+
+
+
+def rand_dense(shape, dtype, density, seed=0):
+    """Random entries (none zero) at about ``density`` of the places."""
+    rng = np.random.default_rng(seed)
+    mask = rng.random(shape) < density
+    vals = rng.integers(1, 9, shape) * rng.choice([-1, 1], shape)
+    if np.dtype(dtype).kind == "c":
+        vals = vals + 1j * rng.integers(-3, 4, shape)
+    return np.where(mask, vals, 0).astype(dtype)
+
+
+def _kinds():
+    """The registry's 2-D formats that convert to CSR by the row kernels."""
+    out = []
+    for nf in NAMED:
+        fmt = nf.format()
+        if fmt.ndim == 2 and fastpaths_rows.source_kind(fmt, fmt.level_shape((4, 4))) is not None:
+            out.append(nf.name if not nf.example else str(fmt))
+    return out
+
+
+KINDS = _kinds()
+
+
+def _snapshot(t):
+    return [b.copy() for b in t.buffers.values()], t.values.copy()
+
+
+def _unchanged(t, snap):
+    for b, old in zip(t.buffers.values(), snap[0]):
+        np.testing.assert_array_equal(b, old)
+    np.testing.assert_array_equal(t.values, snap[1])
+
+
+def _no_shared(result, *operands):
+    arrays = [*result.buffers.values(), result.values]
+    for t in operands:
+        for a in [*t.buffers.values(), t.values]:
+            assert not any(np.shares_memory(a, r) for r in arrays)
+
+
+@pytest.mark.parametrize("fmt", KINDS)
+@pytest.mark.parametrize("shape", [(0, 0), (1, 9), (9, 1), (8, 8), (13, 10)], ids=str)
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.int64, np.complex128])
+def test_spgemm_through_csr(fmt, shape, dtype):
+    a = rand_dense(shape, dtype, 0.3, seed=1)
+    b = rand_dense(shape[::-1], dtype, 0.3, seed=2)
+    A, B = ustc.Tensor.from_dense(a, fmt), ustc.Tensor.from_dense(b, fmt)
+    snaps = _snapshot(A), _snapshot(B)
+    for left, right, want in ((A, B, a @ b), (A, A if shape[0] == shape[1] else B, None)):
+        if want is None and left is not right:
+            continue
+        want = a @ a if want is None else want
+        mm = ustc.Matmul(left, right).plan()
+        assert "to CSR at every execute" in mm.plan_info, mm.plan_info
+        C = mm.execute()
+        assert C.format == A.format
+        np.testing.assert_allclose(C.to_dense(), want, rtol=1e-5)
+        _no_shared(C, left, right)
+        _unchanged(A, snaps[0]), _unchanged(B, snaps[1])
+
+
+@pytest.mark.parametrize("fmt", ["DCSR", "COO"])
+def test_spgemm_sees_values_changed_in_place(fmt):
+    a = rand_dense((20, 20), np.float64, 0.2, seed=3)
+    A = ustc.Tensor.from_dense(a, fmt)
+    mm = ustc.Matmul(A, A).plan()
+    C1 = mm.execute()
+    A.values[...] *= 2   # the next execute's shared CSR temporary reads these
+    C2 = mm.execute()
+    np.testing.assert_allclose(C1.to_dense(), a @ a)
+    np.testing.assert_allclose(C2.to_dense(), 4 * (a @ a))
+    _no_shared(C1, C2)
+
+
+@pytest.mark.parametrize("block", [(1, 1), (2, 2), (3, 2)])
+@pytest.mark.parametrize("columns", [1, routes.CSR_OPERAND_COLUMNS - 1, routes.CSR_OPERAND_COLUMNS, 40])
+def test_bsr_spmm_route_by_columns(block, columns):
+    a = rand_dense((14, 11), np.float64, 0.3, seed=4)
+    x = np.random.default_rng(5).standard_normal((11, columns))
+    A = ustc.Tensor.from_dense(a, F.BSR(*block))
+    snap = _snapshot(A)
+    mm = ustc.Matmul(A, x).plan()
+    via = "generated CSR kernel after converting a (" in mm.plan_info
+    assert via == (columns >= routes.CSR_OPERAND_COLUMNS), mm.plan_info
+    np.testing.assert_allclose(mm.execute(), a @ x)
+    A.values[...] *= -1
+    np.testing.assert_allclose(mm.execute(), -(a @ x))
+    c = np.ones((14, columns))
+    out = ustc.Matmul(A, x, c, alpha=2.0, beta=3.0).plan().execute()
+    np.testing.assert_allclose(out, -2 * (a @ x) + 3)
+    A.values[...] *= -1
+    _unchanged(A, snap)
+
+
+def test_from_csr_shares_the_dropped_csr():
+    a = rand_dense((30, 25), np.float64, 0.2, seed=6)
+    C = ustc.Tensor.from_dense(a, F.CSR)
+    for fmt in (F.DCSR, F.COO(2)):
+        got = fastpaths_rows.from_csr(C, fmt)
+        assert got.format == fmt
+        np.testing.assert_array_equal(got.to_dense(), a)
+        assert np.shares_memory(got.values, C.values) and np.shares_memory(got.crd(1), C.crd(1))
+        got.validate()
+    assert fastpaths_rows.from_csr(C, F.CSC) is None and fastpaths_rows.from_csr(C, F.BSR(2, 2)) is None
+    empty = ustc.Tensor.from_dense(np.zeros((0, 4)), F.CSR)
+    assert fastpaths_rows.from_csr(empty, F.DCSR).nse == 0
