@@ -171,3 +171,49 @@ def test_cg_maxiter_and_breakdown(cg_loops):
     with pytest.raises(ustc.SolveError, match=r"cg broke down at iteration \d"):
         ustc.solve(ustc.Tensor.from_package(s * 1e306), b, "cg")   # p·q overflows
     assert cg_loops
+
+
+@pytest.fixture
+def bicg_loops(monkeypatch):
+    calls = []
+    inner = krylov.bicgstab_rows
+    monkeypatch.setattr(krylov, "FUSED", {**krylov.FUSED, "bicgstab": lambda *a: calls.append(1) or inner(*a)})
+    return calls
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.complex128])
+@pytest.mark.parametrize("preconditioner", [None, "jacobi"])
+def test_bicgstab_fused_matches_per_step_path(monkeypatch, bicg_loops, dtype, preconditioner):
+    s = convection(300, dtype)
+    if np.dtype(dtype).kind == "c":
+        s = s + 0.3j * sp.eye_array(300, format="csr")
+    s = sp.csr_array(s @ sp.diags_array(np.linspace(1, 4, 300)).astype(dtype)) if preconditioner else s
+    b = np.random.default_rng(4).standard_normal(300).astype(dtype)
+    rtol = 1e-4 if dtype == np.float32 else 1e-10
+    a = ustc.Tensor.from_package(s)
+    x, info = ustc.solve(a, b, "bicgstab", rtol=rtol, preconditioner=preconditioner, return_info=True)
+    assert bicg_loops
+    monkeypatch.setattr(krylov, "FUSED", {})
+    x_plain, info_plain = ustc.solve(a, b, "bicgstab", rtol=rtol, preconditioner=preconditioner,
+                                     return_info=True)
+    assert info.converged and info_plain.converged
+    assert abs(info.iterations - info_plain.iterations) <= max(2, info_plain.iterations // 20)
+    scale = np.abs(x_plain).max()
+    tol = 1e-3 if dtype == np.float32 else 1e-7
+    assert np.allclose(x, x_plain, rtol=tol, atol=tol * scale)
+    assert np.linalg.norm(b - s @ x) <= 2 * rtol * np.linalg.norm(b)
+
+
+def test_bicgstab_maxiter_convergence_on_s_and_breakdown(bicg_loops):
+    s = convection(200)
+    a = ustc.Tensor.from_package(s)
+    b = np.ones(200)
+    x, info = ustc.solve(a, b, "bicgstab", maxiter=3, check=False, return_info=True)
+    assert info.iterations == 3 and not info.converged
+    assert info.residual_norm == pytest.approx(np.linalg.norm(b - s @ x), rel=1e-9)
+    d = sp.csr_array(sp.diags_array(np.full(50, 2.0)))       # s = 0 after one step: converges on s
+    x, info = ustc.solve(ustc.Tensor.from_package(d), np.ones(50), "bicgstab", return_info=True)
+    assert info.converged and info.iterations == 1 and np.allclose(x, 0.5)
+    with pytest.raises(ustc.SolveError, match=r"bicgstab broke down at iteration \d"):
+        ustc.solve(ustc.Tensor.from_package(s * 1e306), b, "bicgstab")
+    assert len(bicg_loops) == 3

@@ -96,10 +96,10 @@ def test_non_convergence(rng):
 
 
 def test_iterative_solve_plans_exactly_once(rng, counted_plans, monkeypatch):
-    """One plan for the whole solve, executed every iteration (CG and GMRES on a small host CSR
-    matrix: for the first residual, each restart's and the final one; their inner products run
-    in the fused loops of ustc.ops.krylov.cg_rows / gmres_rows); later solves with the same
-    matrix take it from the plan cache (and give it back), a new matrix plans again."""
+    """One plan for the whole solve, executed every iteration (on a small host CSR matrix: for the
+    first residual, each GMRES restart's and the final one; the products of the iterations run in
+    the fused loops of ustc.ops.krylov.FUSED); later solves with the same matrix take it from the
+    plan cache (and give it back), a new matrix plans again."""
     from ustc.ops.plan import Matmul
 
     plans, executed = counted_plans, []
@@ -109,7 +109,7 @@ def test_iterative_solve_plans_exactly_once(rng, counted_plans, monkeypatch):
     for k, method in enumerate(("cg", "bicgstab", "gmres", "cg")):
         executed.clear()
         _, info = ustc.solve(ustc.Tensor.from_package(s), rng.standard_normal(100), method, return_info=True)
-        least = 2 if method in ("cg", "gmres") else info.iterations
+        least = 2                          # every method of this small CSR system runs fused
         assert len(plans) == 1 and info.iterations > 3 and len(executed) >= least
         assert set(executed) == set(plans) and plans[0]._bound is None     # cached, holding no operand
     ustc.solve(ustc.Tensor.from_package(spd(90)), np.ones(90), "cg")

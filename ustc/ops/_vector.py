@@ -455,3 +455,90 @@ def cg_loop(pos, crd, vals, x, r, z, p, q, dinv, jacobi, rr, rz, stop, maxiter):
             p[U(i)] = z[U(i)] + beta * p[U(i)]
         rz = rz_new
     return it, rr, 0
+
+
+@njit_cached(nogil=True)
+def _csr_product(pos, crd, vals, x, out, left, zero):
+    """``out = A x`` for CSR rows (two interleaved sums a row); returns ``left · out``."""
+    d = zero
+    for i in range(out.size):
+        e, end = pos[U(i)], pos[U(i + 1)]
+        a = zero
+        b = zero
+        while e + 1 < end:
+            a += vals[U(e)] * x[U(crd[U(e)])]
+            b += vals[U(e + 1)] * x[U(crd[U(e + 1)])]
+            e += 2
+        if e < end:
+            a += vals[U(e)] * x[U(crd[U(e)])]
+        out[U(i)] = a + b
+        d += np.conj(left[U(i)]) * (a + b)
+    return d
+
+
+@njit_cached(nogil=True)
+def bicgstab_loop(pos, crd, vals, x, r, r0, p, v, s, t, ph, sh, dinv, jacobi, rr, stop, maxiter):
+    """The iterations of :func:`ustc.ops.krylov.bicgstab` on CSR rows, on one thread, in one call,
+    right-preconditioned by Jacobi's ``dinv`` (or none): each product takes the inner product
+    that follows it in the same pass (``r0 · v``, ``t · s``), ``s = r - alpha v`` its norm and
+    ``sh = M s``, the update of ``x`` and ``r`` the next ``r0 · r``. ``r``, ``r0``, ``rr`` enter
+    as the Python loop has them before its first iteration. Returns ``(it, value, state)``:
+    state 0 the loop ran out (``maxiter`` or a zero ``rho`` / ``omega`` / denominator; value
+    ``r·r``), 1 converged before iteration ``it + 1`` began (``r·r``), 4 converged on ``s``
+    within iteration ``it`` (``s·s``), 2 a NaN or Inf in iteration ``it``."""
+    n = x.size
+    zero = x.dtype.type(0)
+    one = x.dtype.type(1)
+    rho = alpha = omega = one
+    rho_new = zero
+    for i in range(n):
+        rho_new += np.conj(r0[U(i)]) * r[U(i)]
+    it = 0
+    for it in range(1, maxiter + 1):
+        if np.sqrt(rr) <= stop:
+            return it - 1, rr, 1
+        if not np.isfinite(rho_new):
+            return it, rr, 2
+        if rho_new == 0 or omega == 0:
+            break
+        beta = (rho_new / rho) * (alpha / omega)
+        for i in range(n):
+            pi = r[U(i)] + beta * (p[U(i)] - omega * v[U(i)])
+            p[U(i)] = pi
+            ph[U(i)] = pi * dinv[U(i)] if jacobi else pi
+        rho = rho_new
+        denom = _csr_product(pos, crd, vals, ph, v, r0, zero)
+        if not np.isfinite(denom):
+            return it, rr, 2
+        if denom == 0:
+            break
+        alpha = rho / denom
+        ss = 0.0
+        for i in range(n):
+            si = r[U(i)] - alpha * v[U(i)]
+            s[U(i)] = si
+            sh[U(i)] = si * dinv[U(i)] if jacobi else si
+            ss += (np.conj(si) * si).real
+        if not (np.isfinite(alpha) and np.isfinite(ss)):
+            return it, rr, 2
+        if np.sqrt(ss) <= stop:
+            for i in range(n):
+                x[U(i)] += alpha * ph[U(i)]
+            return it, ss, 4
+        ts = _csr_product(pos, crd, vals, sh, t, t, zero)      # t = A sh; returns t · t
+        tt = ts.real
+        ts = zero
+        for i in range(n):
+            ts += np.conj(t[U(i)]) * s[U(i)]
+        omega = ts / tt if tt != 0 else zero
+        if not (np.isfinite(tt) and np.isfinite(omega)):
+            return it, rr, 2
+        rr = 0.0
+        rho_new = zero
+        for i in range(n):
+            x[U(i)] += alpha * ph[U(i)] + omega * sh[U(i)]
+            ri = s[U(i)] - omega * t[U(i)]
+            r[U(i)] = ri
+            rr += (np.conj(ri) * ri).real
+            rho_new += np.conj(r0[U(i)]) * ri
+    return it, rr, 0

@@ -75,6 +75,8 @@ class Operator:
             raise
         self.matmul = mm
         self.applications = 0
+        #: ``(pos, crd, values)`` when the method runs its fused loop on CSR rows (:func:`csr_rows`)
+        self.rows = None
 
     def close(self) -> None:
         """Give the plan back to the plan cache, holding no operand (released if caching is off)."""
@@ -133,7 +135,10 @@ class Preconditioner:
 
 
 def cg(op: Operator, b, x, dinv, rtol, atol, maxiter):
-    """Conjugate gradients; ``dinv``: None, Jacobi's ``1 / diag(A)`` or a :class:`Preconditioner`."""
+    """Conjugate gradients; ``dinv``: None, Jacobi's ``1 / diag(A)`` or a :class:`Preconditioner`.
+    With ``op.rows`` set, the fused loop of :data:`FUSED` runs the iterations."""
+    if getattr(op, "rows", None) is not None and "cg" in FUSED:
+        return FUSED["cg"](op, op.rows, b, x, dinv, rtol, atol, maxiter)
     vec = op.vec
     r, q = vec.empty(b.size, b.dtype), vec.empty(b.size, b.dtype)
     stop = max(rtol * vec.norm2(b), atol)
@@ -195,7 +200,10 @@ def cg_rows(op: Operator, rows, b, x, dinv, rtol, atol, maxiter):
 
 
 def bicgstab(op: Operator, b, x, dinv, rtol, atol, maxiter):
-    """BiCGSTAB, right-preconditioned by ``dinv`` (None, Jacobi's vector or a Preconditioner)."""
+    """BiCGSTAB, right-preconditioned by ``dinv`` (None, Jacobi's vector or a Preconditioner).
+    With ``op.rows`` set, the fused loop of :data:`FUSED` runs the iterations."""
+    if getattr(op, "rows", None) is not None and "bicgstab" in FUSED:
+        return FUSED["bicgstab"](op, op.rows, b, x, dinv, rtol, atol, maxiter)
     vec = op.vec
     n, dt = b.size, b.dtype
     r, v, t = vec.empty(n, dt), vec.zeros(n, dt), vec.empty(n, dt)
@@ -238,6 +246,32 @@ def bicgstab(op: Operator, b, x, dinv, rtol, atol, maxiter):
     return x, it, math.sqrt(rr), math.sqrt(rr) <= stop
 
 
+def bicgstab_rows(op: Operator, rows, b, x, dinv, rtol, atol, maxiter):
+    """:func:`bicgstab` on host vectors and CSR rows ``rows = (pos, crd, values)`` of ``A``, its
+    iterations one compiled one-thread call (:func:`ustc.ops._vector.bicgstab_loop`); ``dinv``:
+    None or Jacobi's vector. The first residual goes through the planned product ``op``."""
+    from ._vector import bicgstab_loop
+
+    pos, crd, vals = rows
+    vec = op.vec
+    n, dt = b.size, b.dtype
+    r, t = vec.empty(n, dt), vec.empty(n, dt)
+    stop = max(rtol * vec.norm2(b), atol)
+    rr = vec.residual(r, b, op.apply(x, t))
+    check_finite("bicgstab", 0, stop, rr)
+    r0 = vec.asarray(r, dt, copy=True)
+    p, v, s, ph, sh = vec.zeros(n, dt), vec.zeros(n, dt), vec.empty(n, dt), vec.empty(n, dt), vec.empty(n, dt)
+    jacobi = dinv is not None
+    scale = dinv if jacobi else np.ones(1, dtype=dt)
+    it, value, state = bicgstab_loop(pos, crd, vals, x, r, r0, p, v, s, t, ph, sh, scale, jacobi, rr, stop,
+                                     maxiter)
+    if state == 2:
+        check_finite("bicgstab", it, math.nan)
+    if state in (1, 4):
+        return x, it, math.sqrt(value), True
+    return x, it, math.sqrt(value), math.sqrt(value) <= stop
+
+
 def check_finite(method: str, iteration: int, *scalars) -> None:
     """SolveError when one of the scalars ``method`` computed in ``iteration`` is NaN or Inf.
     The inputs were checked finite before the solve, so this is an overflow or a breakdown."""
@@ -261,7 +295,10 @@ def gmres(op: Operator, b, x, dinv, rtol, atol, maxiter, restart: int, size: int
     """Restarted GMRES(m): Arnoldi with classical Gram-Schmidt, a second pass where the first
     cancelled much (the host's DGKS test) or always (a device), Givens rotations; ``maxiter``
     counts inner iterations (matrix products); ``size``: the system's size where ``b`` holds only
-    a part of it (one block of a distributed solve), which bounds the restart length."""
+    a part of it (one block of a distributed solve), which bounds the restart length. With
+    ``op.rows`` set, the fused cycle of :data:`FUSED` runs the iterations."""
+    if getattr(op, "rows", None) is not None and "gmres" in FUSED and size is None:
+        return FUSED["gmres"](op, op.rows, b, x, dinv, rtol, atol, maxiter, restart)
     vec = op.vec
     n, m, dt = b.size, max(1, min(restart, b.size if size is None else size)), b.dtype
     stop = max(rtol * vec.norm2(b), atol)
@@ -358,8 +395,8 @@ def csr_rows(a, b, dinv, vec, threads: int = 0, method: str = "gmres"):
     host vectors of the plain backend, a 2-D CSR tensor on the CPU with NumPy buffers and
     ``b``'s value dtype, no preconditioner or Jacobi's, and a solve limited to one thread
     (``threads``, from :func:`solve_threads`) or small enough: GMRES up to
-    :data:`FUSED_GMRES_ROWS` rows, CG where every kernel of its per-step path would run its
-    one-thread twin anyway (fewer than ``_vector.SERIAL_LENGTH`` rows and
+    :data:`FUSED_GMRES_ROWS` rows, CG and BiCGSTAB where every kernel of their per-step paths
+    would run its one-thread twin anyway (fewer than ``_vector.SERIAL_LENGTH`` rows and
     ``runtime.SERIAL_WORK`` entries: the crossovers measured for them); else None."""
     from ..formats import CSR
     from ..tensor.interop import plain_format
@@ -386,7 +423,7 @@ def csr_rows(a, b, dinv, vec, threads: int = 0, method: str = "gmres"):
 
 SOLVERS = {"cg": cg, "bicgstab": bicgstab, "gmres": gmres}
 #: the methods with a fused host path on CSR rows (:func:`csr_rows` says when it runs)
-FUSED = {"cg": cg_rows, "gmres": gmres_rows}
+FUSED = {"cg": cg_rows, "bicgstab": bicgstab_rows, "gmres": gmres_rows}
 
 
 class Outcome(NamedTuple):
@@ -451,12 +488,7 @@ def _run(a, b, x, dinv, method, rtol, atol, maxiter, restart, target, vec, threa
     try:
         extra = (restart,) if method == "gmres" else ()
         solver = SOLVERS[method]
-        rows = csr_rows(a, b, dinv, vec, threads, method) if target == "cpu" and method in FUSED else None
-        if rows is not None:
-            fused = FUSED[method]
-
-            def solver(op, b, x, dinv, rtol, atol, maxiter, *extra):  # noqa: F811 - a fused method
-                return fused(op, rows, b, x, dinv, rtol, atol, maxiter, *extra)
+        op.rows = csr_rows(a, b, dinv, vec, threads, method) if target == "cpu" and method in FUSED else None
         x, it, _, claimed = solver(op, b, x, dinv, rtol, atol, maxiter, *extra)
 
         def residual():
