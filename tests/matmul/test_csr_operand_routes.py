@@ -70,7 +70,8 @@ def test_spgemm_through_csr(fmt, shape, dtype):
             continue
         want = a @ a if want is None else want
         mm = ustc.Matmul(left, right).plan()
-        assert "to CSR at every execute" in mm.plan_info, mm.plan_info
+        dia = fastpaths_rows.source_kind(A.format, A.level_shape) in ("diai", "diaj")
+        assert ("DIA product" if dia else "to CSR at every execute") in mm.plan_info, mm.plan_info
         C = mm.execute()
         assert C.format == A.format
         np.testing.assert_allclose(C.to_dense(), want, rtol=1e-5)
@@ -123,3 +124,41 @@ def test_from_csr_shares_the_dropped_csr():
     assert fastpaths_rows.from_csr(C, F.CSC) is None and fastpaths_rows.from_csr(C, F.BSR(2, 2)) is None
     empty = ustc.Tensor.from_dense(np.zeros((0, 4)), F.CSR)
     assert fastpaths_rows.from_csr(empty, F.DCSR).nse == 0
+
+
+DIAS = [f for f in KINDS if f.startswith("DIA")]
+
+
+@pytest.mark.parametrize("fa", DIAS)
+@pytest.mark.parametrize("fb", DIAS)
+@pytest.mark.parametrize("mkn", [(0, 3, 4), (3, 0, 4), (1, 1, 1), (1, 6, 1), (7, 9, 5), (9, 7, 11), (40, 40, 40)], ids=str)
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.int32, np.complex128])
+def test_dia_product(fa, fb, mkn, dtype):
+    m, k, n = mkn
+    a, b = rand_dense((m, k), dtype, 0.3, seed=m + k), rand_dense((k, n), dtype, 0.3, seed=n)
+    A, B = ustc.Tensor.from_dense(a, fa), ustc.Tensor.from_dense(b, fb)
+    snaps = _snapshot(A), _snapshot(B)
+    mm = ustc.Matmul(A, B).plan()
+    assert "DIA product" in mm.plan_info, mm.plan_info
+    C = mm.execute()
+    assert C.format == A.format
+    C.validate()
+    np.testing.assert_allclose(C.to_dense(), a @ b, rtol=1e-5)
+    want = ustc.Tensor.from_dense(a @ b, fa)   # the same diagonals a conversion of the product keeps
+    np.testing.assert_array_equal(C.buffers[(0, "crd")], want.buffers[(0, "crd")])
+    _no_shared(C, A, B)
+    _unchanged(A, snaps[0]), _unchanged(B, snaps[1])
+    A.values[...] *= 2
+    np.testing.assert_allclose(mm.execute().to_dense(), 2 * (a @ b), rtol=1e-5)
+    np.testing.assert_allclose(ustc.Matmul(A, B, alpha=3).plan().execute().to_dense(), 6 * (a @ b), rtol=1e-5)
+
+
+def test_dia_product_cancelling_diagonal_is_dropped():
+    """A diagonal of C whose products cancel everywhere is not stored."""
+    a = np.diag(np.ones(5)) + np.diag(np.ones(4), 1)
+    b = np.diag(np.ones(5)) - np.diag(np.ones(4), 1)   # (a @ b) has offsets 0 and 2; offset 1 cancels
+    A, B = ustc.Tensor.from_dense(a, "DIAI"), ustc.Tensor.from_dense(b, "DIAI")
+    C = ustc.matmul(A, B)
+    np.testing.assert_allclose(C.to_dense(), a @ b)
+    assert C.buffers[(0, "crd")].tolist() == [0, 2]
+    assert ustc.Matmul(A, B, options={"out_format": "CSR"}).plan().execute().format == F.CSR

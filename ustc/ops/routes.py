@@ -244,6 +244,37 @@ class ViaRowsRoute(Route):
         self.inner.release()
 
 
+class DiaProductRoute(Route):
+    """SpGEMM of two DIA matrices (DIAI, DIAJ) into DIA, diagonal by diagonal
+    (``fastpaths_rows.dia_product``): C's offsets are sums of A's and B's, each pair of diagonals a
+    streaming multiply-add over the rows they share, chunks of rows in parallel. No conversion:
+    through CSR, DIAI A @ A on the 512,000-row stencil took 1.5x the CSR time, most of it
+    writing the 12.7M-entry CSR product back into DIAI."""
+
+    kind = "registered kernel"
+    info = "built-in kernel: DIA product diagonal by diagonal (spgemm, cpu)"
+
+    def __init__(self, out_format):
+        self.out_format = out_format
+
+    def run(self, a, b, out, alpha):
+        from ..tensor.fastpaths_rows import dia_product
+
+        c = dia_product(a, b, self.out_format)
+        return c if alpha == 1 else c * alpha
+
+
+def _dia_spgemm(p: Problem, a, b, out_format) -> Route | None:
+    """:class:`DiaProductRoute` for DIA x DIA into a DIA format on the CPU (numeric values)."""
+    kinds = {fastpaths_rows.source_kind(x.format, x.level_shape) for x in (a, b)}
+    if p.target != "cpu" or out_format is None or not kinds <= {"diai", "diaj"} \
+            or fastpaths_rows.source_kind(out_format, ()) not in ("diai", "diaj") \
+            or not np.issubdtype(np.result_type(a.dtype, b.dtype), np.number) \
+            or not all(fastpaths.compiled_dtype(x.dtype) for x in (a, b)):
+        return None
+    return DiaProductRoute(out_format)
+
+
 class CsrOperandRoute(Route):
     """A product with a dense result through the generated CSR kernel: each execute converts ``a``
     to CSR (in parallel, no sort: ``fastpaths_rows``; a COO's column coordinates and values are
@@ -502,6 +533,9 @@ def choose(p: Problem, a, b, out_format, fused: Fusion = NO_FUSION) -> tuple[Rou
         return DenseRoute(), "both operands are dense"
     tried = []
     if forced is None and op == "spgemm":
+        route = _dia_spgemm(p, a, b, out_format)
+        if route is not None:
+            return route, "DIA times DIA is DIA: the diagonals multiply pairwise, no conversion"
         route = _generated_spgemm(p, a, b, out_format)
         if route is not None:
             where = "in the operands' own formats" if isinstance(route, GeneratedRoute) else \

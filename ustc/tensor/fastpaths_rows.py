@@ -193,6 +193,59 @@ def shared(t, fmt: TensorFormat):
     return from_csr(t, fmt)
 
 
+DIA_PRODUCT_ROWS = 4096  # rows of C per chunk of the DIA product (a chunk's diagonals stay in cache)
+
+
+def dia_product(a, b, fmt: TensorFormat):
+    """``a @ b`` of two DIA matrices (DIAI or DIAJ, any mix) as a DIA tensor in ``fmt`` (DIAI or
+    DIAJ), computed diagonal by diagonal (``kernels.dia_product``): C's offsets are the sums of
+    A's and B's, each pair of diagonals a streaming multiply-add over the rows they share; the
+    diagonals that come out all zero are dropped (as a conversion of the product would), those
+    outside C never made. None where it does not apply (other formats, a GPU, values Numba does
+    not compile, bool, offsets out of order)."""
+    kinds = [source_kind(x.format, x._layout.level_shape) for x in (a, b)] + [source_kind(fmt, ())]
+    if any(k not in ("diai", "diaj") for k in kinds) or a.device != "cpu" or b.device != "cpu" \
+            or a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
+        return None
+    dtype = np.result_type(a.dtype, b.dtype)
+    if not compiled_dtype(dtype) or dtype.kind == "b" or not compiled_dtype(a.dtype) or not compiled_dtype(b.dtype):
+        return None
+    offsets = []
+    for x in (a, b):
+        pos0 = x._buffers[(0, "pos")]
+        off = x._buffers[(0, "crd")][int(pos0[0]):int(pos0[1])].astype(np.int64)
+        if len(off) > 1 and not bool(np.all(off[1:] > off[:-1])):
+            return None
+        offsets.append(off)
+    from . import kernels
+    from .storage import Layout
+    from .dtypes import narrow
+    from .tensor import Tensor
+
+    (m, k), n = a.shape, b.shape[1]
+    sums = (offsets[0][:, None] + offsets[1][None, :]).ravel()
+    inside = (sums > -m) & (sums < n) if m and n else np.zeros(len(sums), bool)
+    c_off = np.unique(sums[inside])
+    pair = np.where(inside, np.searchsorted(c_off, sums), -1).astype(np.int64)
+    c_rows = kinds[2] == "diai"
+    c_len = m if c_rows else n
+    c_val = np.zeros(len(c_off) * c_len, dtype=dtype)
+    a_val = a._values if a.dtype == dtype else a._values.astype(dtype)
+    b_val = b._values if b.dtype == dtype else b._values.astype(dtype)
+    chunks = max(1, -(-m // DIA_PRODUCT_ROWS))
+    bounds = np.arange(chunks + 1, dtype=np.int64) * m // chunks
+    kernels.dia_product(offsets[0], a_val, kinds[0] == "diai", offsets[1], b_val, kinds[1] == "diai", pair,
+                        c_val, c_rows, m, k, n, bounds)
+    keep = np.zeros(len(c_off), dtype=np.bool_)
+    kernels.diagonals_nonzero(c_val, c_len, keep)
+    if not keep.all():
+        c_off, c_val = c_off[keep], c_val.reshape(len(keep), c_len)[keep].ravel()
+    layout = Layout.of(fmt, (m, n))
+    buffers = narrow(fmt, {(0, "pos"): np.array([0, len(c_off)], dtype=np.int64), (0, "crd"): c_off},
+                     layout.level_shape, layout.origins)
+    return Tensor(fmt, (m, n), buffers, c_val)
+
+
 def _chunks(kernels, n: int) -> int:
     from .fastpaths import PARALLEL_TRANSPOSE
 

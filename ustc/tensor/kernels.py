@@ -795,6 +795,45 @@ def dia_row_fill(offsets, values, length, by_row, nrows, ncols, pos_out, crd_out
 
 
 @njit_cached(parallel=True)
+def dia_product(a_off, a_val, a_rows, b_off, b_val, b_rows, pair, c_val, c_rows, m, k, n, bounds):
+    """``C = A @ B`` of two DIA matrices (``m x k`` and ``k x n``) into the DIA values ``c_val``
+    (zeroed): diagonal ``pair[da * len(b_off) + db]`` of C (-1: outside C) gathers the products
+    of A's diagonal ``da`` and B's ``db`` (offsets add). A diagonal's values are indexed by the
+    row (``*_rows``: DIAI) or the column (DIAJ). Chunks of C's rows ``[bounds[t], bounds[t + 1])``
+    run in parallel, every pair of diagonals over one chunk in turn (the chunk's rows stay in cache)."""
+    na, nb = a_off.size, b_off.size
+    a_len, b_len, c_len = (m if a_rows else k), (k if b_rows else n), (m if c_rows else n)
+    for t in prange(bounds.size - 1):
+        for da in range(na):
+            oa = np.intp(a_off[da])
+            for db in range(nb):
+                dc = pair[da * nb + db]
+                if dc < 0:
+                    continue
+                ob = np.intp(b_off[db])
+                lo = max(bounds[t], -oa, -oa - ob)
+                hi = min(bounds[t + 1], k - oa, n - oa - ob)
+                ab, bb, cb = da * a_len, db * b_len, dc * c_len
+                for i in range(lo, hi):
+                    x = a_val[U(ab + (i if a_rows else i + oa))]
+                    y = b_val[U(bb + (i + oa if b_rows else i + oa + ob))]
+                    c_val[U(cb + (i if c_rows else i + oa + ob))] += x * y
+
+
+@njit_cached(parallel=True)
+def diagonals_nonzero(values, length, keep):
+    """``keep[d]``: diagonal ``d`` (``values[d * length:(d + 1) * length]``) holds a nonzero (each
+    scan stops at the first)."""
+    for d in prange(keep.size):
+        found = False
+        for q in range(d * length, (d + 1) * length):
+            if values[U(q)] != 0:
+                found = True
+                break
+        keep[d] = found
+
+
+@njit_cached(parallel=True)
 def segments_increasing(pos, crd):
     """How many coordinates of ``crd`` do not exceed the one before them in their segment of
     ``pos`` (0: every segment strictly increasing)."""
