@@ -4,11 +4,16 @@
     >>> t = from_file("bcsstk01.mtx", tensor_format="CSR")         # doctest: +SKIP
     >>> to_file(t, "copy.tns")                                     # doctest: +SKIP
 
-Matrix Market goes through SciPy (``scipy.io.mmread`` / ``mmwrite``, backed by
-the multithreaded fast_matrix_market): coordinate and array files; real,
-integer, pattern and complex fields; general, symmetric, skew-symmetric and
-hermitian symmetry (expanded to every entry on reading). Pattern entries read
-as 1.0.
+Matrix Market goes through SciPy's multithreaded fast_matrix_market: coordinate
+and array files; real, integer, pattern and complex fields; general, symmetric,
+skew-symmetric and hermitian symmetry (expanded to every entry on reading).
+Pattern entries read as 1.0. A coordinate file's entries are parsed in file
+order by its core and go straight into CSR-family or canonical COO rows
+(:mod:`ustc.tensor.io_kernels`: one parallel counting sort that also places a
+symmetric file's mirrored entries, then each row sorted and summed); CSR / CSC
+tensors are written from their rows, their symmetry found on them. Where
+SciPy's internal interface is missing, ``scipy.io.mmread`` / ``mmwrite`` do the
+work.
 
 FROSTT ``.tns`` files hold one entry per line, ``i1 i2 ... iN value`` with
 1-based indices, separated by any whitespace; ``#`` starts a comment that runs
