@@ -26,6 +26,10 @@ Cases, with their targets:
   DIAI (``todia()``; DIAJ is SciPy's layout);
 * stencil ``ustc.einsum("ij->ij", A, out_format="CSC")`` (A the CSR) against SciPy ``tocsc()``;
   context: ``A.convert("CSC")``.
+* stencil BSR(2, 2), DIAJ (SciPy's ``tobsr`` / ``todia`` of the CSR), DIAI and DCSR (ustc tensors made
+  once) -> CSR against ``bsr.tocsr()``, ``dia.tocsr()`` (SciPy has no DCSR: ``coo.tocsr()``);
+  CSR <-> COO context: ustc ``convert(fmt, copy=False)`` (shares column coordinates and values,
+  as SciPy's ``tocoo()`` does by default) and SciPy ``tocoo(copy=True)``.
   Targets: ustc time <= 1.0x SciPy's; ustc extra peak memory <= 1.2x the output size; bytes in + out
   over time >= 40% of the one-thread triad bandwidth measured in the same run (sparse inputs).
 * SpGEMM ``ustc.matmul(A, A)`` and SpMM ``ustc.matmul(A, X)`` (X dense, 64 float64 columns) with A
@@ -365,9 +369,28 @@ def family_cases(label: str, sources: dict, torch) -> list[Case]:
         for d in sources:
             if d != s:
                 method = METHODS[d]
+                context = torch_context(tx, d)
+                if {s, d} == {"CSR", "COO"}:  # SciPy's tocoo() shares indices and data; ustc on request
+                    context[f"ustc `convert(\"{d}\", copy=False)`"] = \
+                        functools.partial(lambda x, d: Tensor.from_package(x).convert(d, copy=False), x, d)
+                    if d == "COO":
+                        context["SciPy `csr.tocoo(copy=True)`"] = functools.partial(x.tocoo, copy=True)
                 cases.append(convert_case(label, f"{s} -> {d}", x, d, f"`{s.lower()}.{method}()`",
-                                          getattr(x, method), torch_context(tx, d)))
+                                          getattr(x, method), context))
     return cases
+
+
+def into_csr_cases(label: str, sources: dict) -> list[Case]:
+    """BSR(2, 2), DIAJ, DIAI and DCSR into CSR (SciPy has no DCSR: its peer is ``coo.tocsr()``, the
+    nearest source SciPy has whose rows are sorted)."""
+    csr, coo = sources["CSR"], sources["COO"]
+    bsr, dia = csr.tobsr(blocksize=(2, 2)), csr.todia()
+    diai, dcsr = Tensor.from_package(csr).convert("DIAI"), Tensor.from_package(csr).convert("DCSR")
+    return [convert_case(label, "BSR(2, 2) -> CSR", bsr, "CSR", "`bsr.tocsr()`", bsr.tocsr),
+            convert_case(label, "DIAJ -> CSR", dia, "CSR", "`dia.tocsr()`", dia.tocsr),
+            Case(label, "DIAI -> CSR", lambda: diai.convert("CSR"), "`dia.tocsr()`", dia.tocsr, diai, {}, "CSR"),
+            Case(label, "DCSR -> CSR", lambda: dcsr.convert("CSR"), "`coo.tocsr()` (no DCSR in SciPy)", coo.tocsr,
+                 dcsr, {}, "CSR")]
 
 
 def stencil_extra_cases(label: str, sources: dict) -> list[Case]:
@@ -407,7 +430,8 @@ def run_conversions(args, torch, timing) -> tuple[list[Case], dict]:
     info["stencil"] = (csr.shape[0], csr.nnz)
     print(f"7-point stencil side {args.side}: {csr.shape[0]:,} rows, {csr.nnz:,} nonzeros:", flush=True)
     sources = compressed_sources(csr)
-    run(family_cases(f"stencil {args.side}³", sources, torch) + stencil_extra_cases(f"stencil {args.side}³", sources))
+    run(family_cases(f"stencil {args.side}³", sources, torch) + stencil_extra_cases(f"stencil {args.side}³", sources)
+        + into_csr_cases(f"stencil {args.side}³", sources))
     del csr, sources
     csr = random_csr(args.random)
     info["random"] = (csr.shape[0], csr.nnz)
