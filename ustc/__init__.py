@@ -43,6 +43,7 @@ def __getattr__(name: str):
 def __dir__():
     return sorted(set(globals()) | set(_LAZY))
 
+
 __all__ = ["__version__", "cache", "prune", "einsum", "jit", "matmul", "Matmul", "Semiring", "solve", "SolveInfo", "kernels", "formats", "Dimension", "LevelFormat", "LevelProperty", "TensorFormat", "parse", "Tensor", "sparsify", "sparse_relu", "from_file", "to_file",
            "aslinearoperator", "eye", "diags", "random", "kron", "vstack", "hstack", "block", "concatenate",
            "warm_cache",
