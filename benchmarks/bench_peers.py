@@ -627,7 +627,7 @@ def build_report(run: dict, args) -> tuple[str, list[str]]:
             tables += ["", caption, "", *table()]
     verdicts = sum(line.count("| PASS |") + line.count("| FAIL |") for line in tables)
     body = [
-        f"Measured {datetime.date.today().isoformat()} on {machine()}; {versions_line(run['peers'])}. "
+        f"Measured {datetime.date.today().isoformat()} on {machine()}; {run.get('versions') or versions_line(run['peers'])}. "
         f"1-minute load average {run['load'][0]:.2f} at the start, {run['load'][1]:.2f} at the end (this "
         f"process included). STREAM triad, same run, {run['threads']} threads: {run['triad']:.1f} GB/s.",
         "", f"**Verdicts: {verdicts - len(failures)} PASS, {len(failures)} FAIL.**", *tables,
@@ -673,7 +673,10 @@ def method(run: dict, args) -> str:
         f"the samples; ratios are of medians. Results are each library's own: SciPy's, MKL's and GraphBLAS's "
         f"SpGEMM may leave columns unsorted, ustc's CSR is sorted. Threads: every library on "
         f"{run['threads']} threads (Numba's count: `mkl_set_num_threads`, GraphBLAS `nthreads`, "
-        f"`torch.set_num_threads`); SciPy is serial. Bytes moved (SpMV): values + column indices + row "
+        f"`torch.set_num_threads`); SciPy is serial. ustc's planned generated products of at least 2^22 "
+        f"entries run their one-thread kernel while only one core is free (`ustc.ops.routes.BUSY_WORK`: "
+        f"`/proc/loadavg`'s runnable count looked at each execute), so on a loaded machine its SpMV rows may "
+        f"be one thread's time. Bytes moved (SpMV): values + column indices + row "
         f"pointers of the CSR with int32 indices + x read once + y written once, each byte counted once, "
         f"for every CSR or COO peer (the least any of them must move; GraphBLAS reads int64 indices, so it "
         f"moves more); DIAI: `Tensor.nbytes` of the DIAI tensor (padded diagonals and offsets) + x + y. "
@@ -781,7 +784,8 @@ def main(argv=None) -> int:
     print(f"load average (1 min) at start: {run['load'][0]:.2f}")
     run["triad"] = stream_triad_gbs(threads, args.bw_mb)
     print(f"STREAM triad on {threads} threads: {run['triad']:.1f} GB/s")
-    print(versions_line(peers))
+    run["versions"] = versions_line(peers)   # the code measured: read before the run, not when writing
+    print(run["versions"])
     for name in OPERATIONS:
         if name in args.only:
             MEASURE[name](run, peers, args)
