@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import _threads, cache
+from .. import cache
 from ..errors import ConversionWarning, UnsupportedOperation, UstcError
 from ..kernels import registry
 from ..tensor import fastpaths, fastpaths_rows
@@ -85,13 +85,6 @@ def fusion(prologs=None, epilog=None, semiring=None) -> Fusion:
             for k in ("a", "b")}
     post = functions.function(epilog, 1, "epilog") if epilog is not None else None
     return Fusion(as_semiring(semiring), made["a"], made["b"], post)
-
-
-#: a product binding at least this many entries runs its generated kernel's one-thread twin while
-#: only one core is free (``_threads.free_cores``, ~30 us a look, so only where kernels take ms): beside
-#: other runnable threads the parallel kernel's static chunks wait on a descheduled worker (stencil
-#: 114^3 CSR SpMV at load 4-6 on 2 cores: SciPy's serial 9.9 ms median, the 2-thread peers 15-17 ms)
-BUSY_WORK = 1 << 22
 
 
 def op_name(p: Problem) -> str | None:
@@ -418,7 +411,7 @@ class GeneratedRoute(Route):
                                                 epilog=epilog),))
         self.target, self.out_format = target, out_format
         self._run = self._module = self._call = self._plan = None
-        self._args, self._bound, self._fn, self._busy = None, None, None, None
+        self._args, self._bound, self._fn = None, None, None
         self.info = "generated"
 
     def prepare(self, a, b, out, alpha) -> None:
@@ -478,24 +471,12 @@ class GeneratedRoute(Route):
             self._args, self._bound = self._run._arguments(self._plan, views, {}), (a, b, out, alpha)
             # the kernel these operands take, chosen once per binding (not at every execute)
             self._fn = self._cpu_function(a, b) if self.target == "cpu" else self._call
-            self._busy = self._serial_twin(a, b) if self.target == "cpu" else None
         return self._args
-
-    def _serial_twin(self, a, b):
-        """The serial twin of the bound parallel kernel when the operands hold at least
-        :data:`BUSY_WORK` entries (``run`` takes it while only one core is free), else None."""
-        name = self._plan.get("serial")
-        if name is None or getattr(self._fn, "__name__", None) == name or runtime.input_work((a, b)) < BUSY_WORK:
-            return None
-        return getattr(self._module, name)
 
     def run(self, a, b, out, alpha):
         if not self.sparse_out:
             args = self._arguments(a, b, out, alpha)
-            fn = self._fn
-            if self._busy is not None and _threads.free_cores() == 1:
-                fn = self._busy   # the parallel kernel's static chunks would wait on a descheduled thread
-            fn(*args)
+            self._fn(*args)
             self._run.epilog(self._plan, out)
             return out
         call = self._cpu_function(a, b) if self.target == "cpu" else self._call
@@ -508,7 +489,7 @@ class GeneratedRoute(Route):
         return result
 
     def unbind(self) -> None:
-        self._args = self._bound = self._fn = self._busy = None
+        self._args = self._bound = self._fn = None
         if self._run is not None:
             for bound in self._run.tensors.values():
                 bound.value = None
