@@ -32,6 +32,7 @@ import ustc
 from ustc import cache
 from ustc.codegen import notation as nt
 from ustc.ops import runtime
+from ustc.codegen.plans import plans_of
 
 SPMV = nt.Program((nt.Statement(nt.Access("y", ("i",)),
                                 nt.Mul(nt.Access("A", ("i", "j")), nt.Access("x", ("j",))), True),))
@@ -77,11 +78,11 @@ def launcher(t_device, x, y, schedule=None):
     """The generated launch wrapper bound to its device arguments: a pure kernel call."""
     run = runtime.prepare(SPMV, {"y": y, "A": t_device, "x": x}, "cuda", schedule)
     module, _ = cache.load(run.fields, run.generate)
-    plan = module.PLAN[0]
+    plan = plans_of(module)[0]
     views = {n: b.value for n, b in run.tensors.items()}
-    launch = run._launcher(module, plan)
+    launch = run._launcher(module, plan.function)
     args = run._arguments(plan, views, {})
-    return lambda: launch(*args), module.SCHEDULES[plan["function"]]
+    return lambda: launch(*args), module.SCHEDULES[plan.function]
 
 
 def spmv_bytes(t, x, y) -> int:

@@ -6,13 +6,13 @@ lattices (``lower``) — retrying with a converted operand whenever a stage
 raises :class:`~codegen.space.Replan`. The result is a loop-IR
 :class:`~codegen.loopir.Module` whose ``meta["plan"]`` tells the host, per
 statement, which function to call, what each parameter is, and which operands
-to convert first; emitters turn the module into source text.
+to convert first (a :class:`~codegen.plans.StatementPlan`); emitters turn the module into source text.
 
 User functions (prologs, epilogs, semiring operators) become the module's
 externs. A dense output's epilog is fused into its store where each element is
 stored once (``optimize.fuse_epilog``); otherwise the statement gets a second
 function ``<kernel>_epilog(vals)`` that applies it to every element of the
-output's flat array, which the host runs after the kernel (``plan["epilog"]``).
+output's flat array, which the host runs after the kernel (``plan.epilog``).
 """
 
 from __future__ import annotations
@@ -34,6 +34,8 @@ from . import workspace
 from .graph import loop_order
 from .lower import Lowering, Output
 from .names import buffer_name
+from .plans import StatementPlan
+from .roles import Kind, Role
 from .space import Replan, Space
 
 log = logging.getLogger("ustc.codegen")
@@ -87,12 +89,12 @@ def compile_statement(statement: nt.Statement, operands: dict[str, Operand], nam
     _check_clashes(stmt, params)
     overwrites = False
     if tuning.overwrite and not output.sparse and not stmt.accumulate and stmt.lhs.tensor not in {a.tensor for a in stmt.rhs.accesses()}:
-        extents = {p.role[1]: p.name for p in params if p.role[0] == "extent"}
+        extents = {p.role.index: p.name for p in params if p.role.kind is Kind.EXTENT}
         body, overwrites = optimize.overwrite_stores(body, output.tensor, stmt.lhs.indices, extents)
     extra: list[ir.Function] = []
     epilog = None
     if stmt.epilog is not None and not output.sparse:
-        extents = {p.role[1]: p.name for p in params if p.role[0] == "extent"}
+        extents = {p.role.index: p.name for p in params if p.role.kind is Kind.EXTENT}
         h = lowering.extern(stmt.epilog)
         body, fused = optimize.fuse_epilog(body, output.tensor, stmt.lhs.indices, extents, h)
         epilog = "fused"
@@ -104,17 +106,16 @@ def compile_statement(statement: nt.Statement, operands: dict[str, Operand], nam
         params = tuple(p for p in _candidates(stmt, formats, operands, aliases, output, lowering.writer)
                        if p.name in _names(body))
     fn = ir.Function(name, params, tuple(body), doc=str(statement))
-    plan = {"function": name, "params": [list(p.role) for p in params], "convert": converts,
-            "alias": aliases, "order": order, "sparse_output": output.sparse, "rows": lowering.rows,
-            "statement": str(statement), "accumulate": statement.accumulate, "overwrites": overwrites,
-            "writer": lowering.writer.passes if lowering.writer is not None else 0,
-            "workspace": lowering.ws.index if lowering.ws is not None else None}
-    if lowering.writer is not None and lowering.writer.split:  # the writer's chunks run in parallel
-        plan["split"] = True
-    if not stmt.semiring.is_plus_times:
-        plan["semiring"] = stmt.semiring.name
-    if stmt.epilog is not None:  # "fused" (in the kernel's store or insert), or the function to run after it
-        plan["epilog"] = "fused" if output.sparse and lowering.writer is not None else epilog or "host"
+    plan = StatementPlan(
+        function=name, params=tuple(p.role for p in params), convert=converts, alias=aliases, order=order,
+        sparse_output=output.sparse, rows=lowering.rows, statement=str(statement), accumulate=statement.accumulate,
+        overwrites=overwrites, writer=lowering.writer.passes if lowering.writer is not None else 0,
+        workspace=lowering.ws.index if lowering.ws is not None else None,
+        split=lowering.writer is not None and lowering.writer.split,  # the writer's chunks run in parallel
+        semiring=None if stmt.semiring.is_plus_times else stmt.semiring.name,
+        # "fused" (in the kernel's store or insert), or the function to run after it
+        epilog=None if stmt.epilog is None else
+        "fused" if output.sparse and lowering.writer is not None else epilog or "host")
     return fn, plan, extra, tuple(lowering.externs.values())
 
 
@@ -123,7 +124,7 @@ def epilog_function(name: str, epilog: str, statement: str) -> ir.Function:
     e, n = "e", "n_e"
     store = ir.Store("vals", (ir.Index(ir.Var(e)),), ir.Call(epilog, (ir.Load("vals", (ir.Index(ir.Var(e)),)),)))
     body = (ir.Assign(n, ir.Call("len", (ir.Var("vals"),))), ir.For(e, ir.Const(0), ir.Var(n), (store,), parallel=True))
-    return ir.Function(name, (ir.Param("vals", ("out_flat",)),), body, doc=f"epilog of {statement}")
+    return ir.Function(name, (ir.Param("vals", Role(Kind.OUT_FLAT)),), body, doc=f"epilog of {statement}")
 
 
 def _apply(exc: Replan, stmt, formats, converts, aliases):
@@ -152,16 +153,16 @@ def _candidates(stmt, formats, operands, aliases, output, writer=None):
     """Every parameter a kernel for ``stmt`` could use, in a stable order."""
     out = stmt.lhs.tensor
     if writer is not None:
-        yield ir.Param("emit", ("emit",))
+        yield ir.Param("emit", Role(Kind.EMIT))
         yield from writer.params
     elif output.sparse:
-        yield ir.Param("emit", ("emit",))
+        yield ir.Param("emit", Role(Kind.EMIT))
         for d in range(len(stmt.lhs.indices)):
-            yield ir.Param(f"{out}_crd{d}", ("out_crd", out, d))
-        yield ir.Param(f"{out}_vals", ("out_vals", out))
-        yield ir.Param(f"{out}_offsets", ("out_offsets", out))
+            yield ir.Param(f"{out}_crd{d}", Role(Kind.OUT_CRD, out, dim=d))
+        yield ir.Param(f"{out}_vals", Role(Kind.OUT_VALS, out))
+        yield ir.Param(f"{out}_offsets", Role(Kind.OUT_OFFSETS, out))
     else:
-        yield ir.Param(out, ("array", out))
+        yield ir.Param(out, Role(Kind.ARRAY, out))
     seen = {out}
     for access in stmt.rhs.accesses():
         t = access.tensor
@@ -170,44 +171,36 @@ def _candidates(stmt, formats, operands, aliases, output, writer=None):
         seen.add(t)
         fmt = formats.get(t)
         if fmt is None:
-            yield ir.Param(t, ("array", aliases.get(t, t)))
+            yield ir.Param(t, Role(Kind.ARRAY, aliases.get(t, t)))
             continue
         for k, level in enumerate(fmt.levels):
             for buf in level.type.buffers:
-                yield ir.Param(buffer_name(t, buf, k), (buf, t, k))
-            yield ir.Param(buffer_name(t, "size", k), ("size", t, k))
-            yield ir.Param(buffer_name(t, "lo", k), ("lo", t, k))
-        yield ir.Param(f"{t}_vals", ("vals", t))
+                yield ir.Param(buffer_name(t, buf, k), Role.of(buf, t, k))
+            yield ir.Param(buffer_name(t, "size", k), Role(Kind.SIZE, t, k))
+            yield ir.Param(buffer_name(t, "lo", k), Role(Kind.LO, t, k))
+        yield ir.Param(f"{t}_vals", Role(Kind.VALS, t))
     for index in stmt.indices:
-        yield ir.Param(f"n_{index}", ("extent", index))
+        yield ir.Param(f"n_{index}", Role(Kind.EXTENT, index=index))
     for name in stmt.rhs.scalars():
-        yield ir.Param(name, ("scalar", name))
-    yield ir.Param(workspace.THREADS, ("threads",))
+        yield ir.Param(name, Role(Kind.SCALAR, name=name))
+    yield ir.Param(workspace.THREADS, Role(Kind.THREADS))
 
 
 def _check_clashes(stmt: nt.Statement, params) -> None:
     """Parameter names are built from tensor and index names (``A_lvl1_pos``, ``n_i``); a user name
     that spells one of another role (an index ``n_i``, a tensor ``A_vals``) would alias two
     arguments. Refuse it, naming both, rather than compute with the wrong one."""
-    seen: dict[str, tuple] = {}
-    user = {i: ("index", i) for i in stmt.indices} | {s: ("scalar", s) for s in stmt.rhs.scalars()}
+    user = {i: f"the index '{i}'" for i in stmt.indices} | {s: f"the scalar '{s}'" for s in stmt.rhs.scalars()}
+    roles: dict[str, Role] = {}
     for p in params:
-        clash = seen.get(p.name) or (user.get(p.name) if p.role[0] not in ("extent", "scalar") else None)
-        if clash is not None and clash != p.role:
-            raise KernelError(f"the name '{p.name}' is both {_role_text(clash)} and {_role_text(p.role)} "
+        if p.name in roles:
+            if roles[p.name] != p.role:
+                raise KernelError(f"the name '{p.name}' is both {roles[p.name].describe()} and {p.role.describe()} "
+                                  f"in {stmt}; rename the tensor or index")
+        elif p.name in user and p.role.kind not in (Kind.EXTENT, Kind.SCALAR):
+            raise KernelError(f"the name '{p.name}' is both {user[p.name]} and {p.role.describe()} "
                               f"in {stmt}; rename the tensor or index")
-        seen[p.name] = p.role
-
-
-def _role_text(role: tuple) -> str:
-    kind = role[0]
-    if kind in ("index", "scalar"):
-        return f"the {kind} '{role[1]}'"
-    if kind == "extent":
-        return f"the extent of index '{role[1]}'"
-    if kind == "array":
-        return f"the dense operand '{role[1]}'"
-    return f"{kind} of '{role[1]}'" + (f" level {role[2]}" if len(role) > 2 else "")
+        roles[p.name] = p.role
 
 
 def _names(body) -> set[str]:

@@ -27,6 +27,7 @@ import warnings
 from dataclasses import dataclass, field
 
 from .cuda_machine import Instructions, Occupancy, Resources, instructions, occupancy, resources
+from .plans import plans_of
 
 ARCH = (9, 0)
 PROMISE = re.compile(r"^# promises: at most (\d+) registers a thread \((\d+) blocks of (\d+) threads a "
@@ -147,7 +148,7 @@ def check_run(run, cc=ARCH) -> list[Report]:
     module = run.module
     with open(module.__file__, encoding="utf-8") as fh:
         promised = declared(fh.read())
-    statements = {p["function"]: p["statement"] for p in module.PLAN}
+    statements = {p.function: p.statement for p in plans_of(module)}
     out, seen = [], set()
     for name, kernel, args in launches:
         sig = tuple(numba.typeof(a) for a in args)

@@ -34,6 +34,7 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from . import loopir as ir
+from .roles import SCALARS, Kind, Role
 
 SCHEDULES = ("thread_per_row", "warp_per_row", "merge_path", "block_tile", "serial")
 #: folds (``Assign.op`` / ``Store.op``) that CUDA can apply atomically, and the ``cuda.atomic`` function
@@ -42,7 +43,7 @@ LANED = ("warp_per_row", "block_tile")
 WARP = 32
 #: 32-bit registers of one sm_90 multiprocessor; ptxas allocates them to a thread in units of 8
 REGISTERS_PER_SM = 65536
-SCALAR_ROLES = ("size", "lo", "extent", "scalar")
+SCALAR_ROLES = SCALARS  # parameters the host passes as numbers (a launch may read them)
 
 
 @dataclass(frozen=True)
@@ -224,7 +225,7 @@ def row_reduction(loop: ir.For, fn: ir.Function):
 
 
 def _scalars(fn: ir.Function) -> set[str]:
-    return {p.name for p in fn.params if p.role[0] in SCALAR_ROLES}
+    return {p.name for p in fn.params if p.role.kind in SCALAR_ROLES}
 
 
 def merge_rows(fn: ir.Function, m: Mapping) -> bool:
@@ -297,11 +298,11 @@ def _tile_span(loop: ir.For, assigns: dict) -> int | None:
     return None
 
 
-def _lane_key(role: tuple):
-    if role[0] == "size":
-        return (role[1], role[2])
-    if role[0] == "extent":
-        return role[1]
+def _lane_key(role: Role):
+    if role.kind is Kind.SIZE:
+        return (role.tensor, role.level)
+    if role.kind is Kind.EXTENT:
+        return role.index
     return None
 
 
@@ -354,8 +355,9 @@ def reduced_level(fn: ir.Function, m: Mapping):
     for e in (m.warp.start, m.warp.stop):
         if isinstance(e, ir.Call) and e.fn == "np.intp":  # a signed view of an index load
             e = e.args[0]
-        if isinstance(e, ir.Load) and roles.get(e.array, ("",))[0] == "pos":
-            return roles[e.array][1], roles[e.array][2]
+        role = roles.get(e.array) if isinstance(e, ir.Load) else None
+        if role is not None and role.kind is Kind.POS:
+            return role.tensor, role.level
     return None
 
 

@@ -34,6 +34,7 @@ from ustc.errors import UnsupportedOperation
 from . import loopir as ir
 from .cuda_schedule import ATOMIC, SCALAR_ROLES, WARP, Mapping, Schedule, choose_schedule, planned, substitute
 from .emit_cpu import CpuEmitter, extern_lines
+from .roles import LEVEL_BUFFERS
 
 FULL_MASK = "0xFFFFFFFF"
 ARITHMETIC = ("+", "-", "*", "//", "%", "&", ">>", "<<")
@@ -69,7 +70,7 @@ class CudaEmitter(CpuEmitter):
     # -- device kernel ----------------------------------------------------------------------
     def kernel(self, fn: ir.Function, schedule: Schedule) -> list[str]:
         self.width = schedule.width
-        self._index_arrays = {p.name for p in fn.params if p.role[0] in ("pos", "crd")}
+        self._index_arrays = {p.name for p in fn.params if p.role.kind in LEVEL_BUFFERS}
         m = planned(fn, schedule)
         params = [p.name for p in fn.params] + (["result"] if _returns(fn) else [])
         out = [f"# schedule: {schedule.describe()}",
@@ -245,7 +246,7 @@ class CudaEmitter(CpuEmitter):
         if m.loop is None:
             config = "1, 1"
         else:
-            scalars = {p.name for p in fn.params if p.role[0] in SCALAR_ROLES}
+            scalars = {p.name for p in fn.params if p.role.kind in SCALAR_ROLES}
             work = ir.sub(m.loop.stop, m.loop.start)
             laned = m.tile is not None or (m.warp is not None and schedule.kind == "warp_per_row")
             per = schedule.width if laned else 1

@@ -27,6 +27,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Sequence, Union
 
+from .roles import Role
+
 
 class Expr:
     pass
@@ -167,16 +169,14 @@ class Return(Stmt):
 
 @dataclass(frozen=True)
 class Param:
-    """A kernel argument; ``role`` tells the host what to pass (see ``ustc.ops.kernel``).
-
-    Roles: ``("pos"|"crd", tensor, level)``, ``("vals", tensor)``, ``("size"|"lo", tensor, level)``,
-    ``("extent", index)``, ``("array", tensor)`` (a dense NumPy operand), ``("scalar", name)``,
-    ``("out_crd", tensor, dim)``, ``("out_vals", tensor)``, ``("emit",)``, ``("threads",)`` (the host's
-    thread count: a row-parallel kernel with a workspace splits its rows into chunks per thread).
-    """
+    """A kernel argument; ``role`` (:class:`~codegen.roles.Role`) tells the host what to pass."""
 
     name: str
-    role: tuple
+    role: Role
+
+    def __post_init__(self):
+        if not isinstance(self.role, Role):
+            raise TypeError(f"parameter {self.name!r}: its role must be a codegen.roles.Role, got {self.role!r}")
 
 
 @dataclass(frozen=True)

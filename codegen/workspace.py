@@ -45,7 +45,7 @@ from . import loopir as ir
 from .names import FreshNames
 
 CHUNKS_PER_THREAD = 1  # chunks of rows per thread: the borders balance the work (Numba's prange is static)
-THREADS = "n_threads"  # the kernel parameter (role ``("threads",)``) the host sets to its thread count
+THREADS = "n_threads"  # the kernel parameter (role ``Kind.THREADS``) the host sets to its thread count
 SHORT = 48  # rows up to this long are insertion-sorted (output rows are mostly short)
 DENSE = 4   # a longer row spanning at most DENSE columns per entry is read off the marks in order
 BIN = 32    # bucketed rows whose fullest bucket holds at most BIN entries are insertion-sorted

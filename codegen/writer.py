@@ -56,6 +56,7 @@ from ustc.format.levels.base import LevelType, LevelWrite, signed
 
 from . import loopir as ir
 from .names import FreshNames, buffer_name
+from .roles import Kind, Role
 from .space import rename, to_loop
 
 
@@ -225,14 +226,14 @@ class Writer:
         out = []
         for k, lv in enumerate(self.levels):
             for buf in lv.ltype.buffers:
-                out.append(ir.Param(buffer_name(self.tensor, buf, k), ("out_level", self.tensor, k, buf)))
-            for role, expr in (("out_size", lv.names.size), ("out_lo", lv.names.lo)):
-                if isinstance(expr, ir.Var) and expr.name == buffer_name(self.tensor, role[4:], k):
-                    out.append(ir.Param(expr.name, (role, self.tensor, k)))
+                out.append(ir.Param(buffer_name(self.tensor, buf, k), Role(Kind.OUT_LEVEL, self.tensor, k, buffer=buf)))
+            for kind, buf, expr in ((Kind.OUT_SIZE, "size", lv.names.size), (Kind.OUT_LO, "lo", lv.names.lo)):
+                if isinstance(expr, ir.Var) and expr.name == buffer_name(self.tensor, buf, k):
+                    out.append(ir.Param(expr.name, Role(kind, self.tensor, k)))
             if lv.names.work and not self.split:  # a split writer allocates one per chunk
-                out.append(ir.Param(lv.names.work, ("out_work", self.tensor, k)))
-        out.append(ir.Param(self.vals, ("out_vals", self.tensor)))
-        out.append(ir.Param(self.counts, ("out_counts", self.tensor)))
+                out.append(ir.Param(lv.names.work, Role(Kind.OUT_WORK, self.tensor, k)))
+        out.append(ir.Param(self.vals, Role(Kind.OUT_VALS, self.tensor)))
+        out.append(ir.Param(self.counts, Role(Kind.OUT_COUNTS, self.tensor)))
         return out
 
     def reserved(self) -> set[str]:

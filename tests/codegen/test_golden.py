@@ -18,6 +18,7 @@ import ustc
 from ustc.codegen import notation as nt
 from ustc.codegen.compile import Operand, compile_program
 from ustc.codegen.emit_cpu import CpuEmitter
+from ustc.codegen.plans import plans_text
 
 GOLDEN = Path(__file__).parent / "golden"
 F = ustc.formats
@@ -71,7 +72,7 @@ def emitted(statement: nt.Statement, formats: dict) -> str:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ustc.ConversionWarning)
         module = compile_program(program, operands, ("golden file: " + str(statement),))
-    return CpuEmitter().emit(module) + f"\n\nPLAN = {module.meta['plan']!r}\n"
+    return CpuEmitter().emit(module) + f"\n\n{plans_text(module.meta['plan'])}\n"
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

@@ -17,6 +17,7 @@ from ustc.codegen import optimize
 from ustc.codegen.compile import Operand, compile_program
 from ustc.codegen.cuda_schedule import choose_schedule
 from ustc.codegen.emit_cuda import CudaEmitter
+from ustc.codegen.plans import plans_text
 
 from test_golden import GOLDEN, MUL, SPMV
 
@@ -42,7 +43,7 @@ def emitted(statement: nt.Statement, formats: dict, schedule) -> str:
         warnings.simplefilter("ignore", ustc.ConversionWarning)
         module = compile_program(program, operands, ("golden file: " + str(statement),), optimize.CUDA)
     schedules = {fn.name: choose_schedule(fn, None, schedule) for fn in module.functions}
-    return CudaEmitter().emit(module, schedules) + f"\n\nPLAN = {module.meta['plan']!r}\n"
+    return CudaEmitter().emit(module, schedules) + f"\n\n{plans_text(module.meta['plan'])}\n"
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

@@ -18,7 +18,7 @@ from ustc.ops import library, runtime
 F = ustc.formats
 
 
-def plan_of(text: str, formats: dict, tuning=optimize.CPU) -> dict:
+def plan_of(text: str, formats: dict, tuning=optimize.CPU):
     program = library.parse_program(text)
     st = program.statements[0]
     operands = {a.tensor: Operand(a.tensor, formats.get(a.tensor), len(a.indices), "float64")
@@ -40,11 +40,11 @@ def plan_of(text: str, formats: dict, tuning=optimize.CPU) -> dict:
     ("C[i,j] = A[i,j] * B[i,j]", {}, True),                 # dense loops over both indices
 ])
 def test_which_kernels_overwrite(text, formats, expected):
-    assert plan_of(text, formats)["overwrites"] is expected
+    assert plan_of(text, formats).overwrites is expected
 
 
 def test_gpu_kernels_keep_accumulating_stores():
-    assert plan_of("y[i] = A[i,j] * x[j]", {"A": F.CSR}, optimize.CUDA)["overwrites"] is False
+    assert plan_of("y[i] = A[i,j] * x[j]", {"A": F.CSR}, optimize.CUDA).overwrites is False
 
 
 def test_a_store_under_a_condition_is_left_alone():

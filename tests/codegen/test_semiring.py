@@ -21,6 +21,7 @@ from ustc.codegen import lattice as lat
 from ustc.codegen import notation as nt
 from ustc.codegen.compile import Operand, compile_program
 from ustc.codegen.emit_cpu import CpuEmitter
+from ustc.codegen.plans import plans_of, plans_text
 from ustc.codegen.semiring import PLUS_TIMES, Semiring, as_semiring, identity
 from ustc.errors import KernelError, UnsupportedOperation, UstcError
 
@@ -225,7 +226,7 @@ def emitted(statement, formats, dtype) -> str:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ustc.ConversionWarning)
         module = compile_program(program, operands, ("golden file: " + str(statement),))
-    return CpuEmitter().emit(module) + f"\n\nPLAN = {module.meta['plan']!r}\n"
+    return CpuEmitter().emit(module) + f"\n\n{plans_text(module.meta['plan'])}\n"
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -468,7 +469,7 @@ def test_min_plus_spgemm_inner_products_through_the_writer(out_format):
     run = runtime.prepare(nt.Program((st,)), {"A": ustc.Tensor.from_package(g), "B": ustc.Tensor.from_package(h),
                                               "C": out_format}, "cpu")
     module, _ = run.load()
-    assert (module.PLAN[0]["writer"] > 0) == (out_format != F.CSR)
+    assert (plans_of(module)[0].writer > 0) == (out_format != F.CSR)
     C = run.run()["C"]
     got = np.full((6, 7), np.inf)
     coords, values = C.entries()

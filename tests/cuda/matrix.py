@@ -234,8 +234,7 @@ def install_model() -> None:
     from ustc.codegen import warp_model
     from ustc.ops import cuda_host
 
-    def launcher(module, plan, views):
-        name = plan["function"]
+    def launcher(module, name, views):
         return functools.partial(warp_model.launch, module, name, getattr(module, "launch_" + name), log=MODEL_LOG)
 
     cuda_host.launcher = launcher

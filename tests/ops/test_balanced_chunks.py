@@ -67,7 +67,7 @@ def check_product(a: np.ndarray, b: np.ndarray, fmt) -> None:
 
 
 # -- the kernel ---------------------------------------------------------------------------------
-def spgemm_source(fmt=F.CSR) -> tuple[dict, str]:
+def spgemm_source(fmt=F.CSR):
     spgemm = nt.Statement(nt.Access("C", ("i", "j")), nt.Mul(nt.Access("A", ("i", "k")), nt.Access("B", ("k", "j"))))
     module = compile_program(nt.Program((spgemm,)), {t: Operand(t, fmt, 2, "float64") for t in "ABC"})
     return module.meta["plan"][0], CpuEmitter().emit(module)
@@ -77,7 +77,7 @@ def test_chunk_borders_balance_the_products_of_each_row():
     """One chunk per thread; the pre-pass adds nnz(B[k, :]) over A[i, :] per row, in parallel,
     and the borders come from a binary search of the running sum; one chunk skips it."""
     plan, src = spgemm_source()
-    assert plan["rows"] == "i" and plan["workspace"] == "j"
+    assert plan.rows == "i" and plan.workspace == "j"
     assert wsp.CHUNKS_PER_THREAD == 1 and "i_chunks = min(i_rows, n_threads)" in src
     kernel = src.split("def kernel_0_serial")[0]
     assert "if i_chunks > 1:" in kernel

@@ -20,6 +20,7 @@ from ustc import formats as F
 from ustc.codegen import notation as nt
 from ustc.codegen import workspace as wsp
 from ustc.codegen.compile import Operand, compile_program
+from ustc.codegen.roles import Role
 from ustc.codegen.emit_cpu import CpuEmitter
 from ustc.ops import runtime
 
@@ -64,7 +65,7 @@ def check_spmv(a: np.ndarray, fmt, k: int | None = None) -> None:
     np.testing.assert_allclose(ustc.matmul(A, x), -2 * expected, rtol=1e-12, atol=1e-12)
 
 
-def spmv_source(fmt) -> tuple[dict, str]:
+def spmv_source(fmt):
     """The plan and source of ``y[i] = A[i, j] * x[j]`` with ``A`` in ``fmt``."""
     stmt = nt.Statement(nt.Access("y", ("i",)), nt.Mul(nt.Access("A", ("i", "j")), nt.Access("x", ("j",))))
     ops = {"y": Operand("y", None, 1, "float64"), "A": Operand("A", fmt, 2, "float64"),
@@ -79,7 +80,7 @@ def test_csr_rows_split_by_stored_work_without_a_pre_pass():
     overwrites y (no zero fill), and nothing but the chunks runs in parallel."""
     plan, src = spmv_source(F.CSR)
     kernel = src.split("def kernel_0_serial")[0]
-    assert ["threads"] in plan["params"] and plan["overwrites"]
+    assert Role.of("threads") in plan.params and plan.overwrites
     assert wsp.CHUNKS_PER_THREAD == 1 and "i_chunks = min(i_rows, n_threads)" in kernel
     assert "if np.intp(A_lvl1_pos[np.uintp(i_mid)]) + i_mid < i_goal:" in kernel
     assert kernel.count("prange(") == 1 and "for i_chunk_u in prange(i_chunks):" in kernel
@@ -97,7 +98,7 @@ def test_balanced_only_where_the_rows_work_is_stored(fmt, balanced):
     into y (no parallel rows), DIAI's rows sit inside its diagonals, a dense row's work is its
     extent, a loose_compressed level stores (start, end) pairs (segments not back to back)."""
     plan, src = spmv_source(fmt)
-    assert (["threads"] in plan["params"]) == balanced, src
+    assert (Role.of("threads") in plan.params) == balanced, src
     assert ("_border[" in src) == balanced
 
 

@@ -139,7 +139,7 @@ def test_generated_spgemm_source_has_a_workspace_and_no_coordinate_lists():
     operands = {t: Operand(t, F.CSR, 2, "float64") for t in "ABC"}
     module = compile_program(nt.Program((spgemm,)), operands)
     plan = module.meta["plan"][0]
-    assert plan["workspace"] == "j" and plan["rows"] == "i"
+    assert plan.workspace == "j" and plan.rows == "i"
     src = CpuEmitter().emit(module)
     assert "ws_j_mark" in src and "prange" in src
 

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from strategies import examples, formats
 from ustc import Tensor
+from ustc.codegen.plans import StatementPlan, plans_of
 from ustc import formats as F
 from ustc.errors import StorageError
 from ustc.ops import convert as generated
@@ -37,11 +38,11 @@ def parallel_everywhere(monkeypatch):
     monkeypatch.setattr(written_host, "CHUNKS_PER_THREAD", 5)
 
 
-def plan_of(a: Tensor, fmt) -> dict:
+def plan_of(a: Tensor, fmt) -> StatementPlan:
     """The plan of the conversion kernel ``B[...] = A[...]`` for ``a`` into ``fmt``."""
     run = runtime.prepare(generated.copy_program(a.ndim), {"B": as_format(fmt), "A": a}, "cpu")
     module, _ = run.load()
-    return module.PLAN[0]
+    return plans_of(module)[0]
 
 
 def check(a: Tensor, fmt, split: bool | None = True) -> Tensor:
@@ -52,7 +53,7 @@ def check(a: Tensor, fmt, split: bool | None = True) -> Tensor:
     assert got is not None
     assert_same_storage(got, oracle(a, fmt))
     if split is not None:
-        assert bool(plan_of(a, fmt).get("split")) == split
+        assert plan_of(a, fmt).split == split
     return got
 
 
@@ -89,10 +90,10 @@ def test_which_kernels_split():
     words) and the row kernel's compressed rows (not written by the writer)."""
     a = Tensor.from_dense(rand_dense((6, 8), np.float64, 0.4, seed=1), F.CSR)
     for name in SPLIT_2D:
-        assert plan_of(a, REGISTRY[name]).get("split"), name
+        assert plan_of(a, REGISTRY[name]).split, name
     for fmt in ("DIAI", "DIAJ", "SkewDIAI", F.DELTA(4, True)):
-        assert not plan_of(a, fmt).get("split"), fmt
-    assert not plan_of(a, "CSR").get("writer")
+        assert not plan_of(a, fmt).split, fmt
+    assert not plan_of(a, "CSR").writer
 
 
 @pytest.mark.parametrize("fmt, split", [

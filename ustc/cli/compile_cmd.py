@@ -211,10 +211,10 @@ def _conversions(plans) -> list[str]:
     """What the host converts before each kernel (from the module's PLAN)."""
     notes = []
     for plan in plans:
-        for name, fmt in plan["convert"].items():
-            original = plan["alias"].get(name)
+        for name, fmt in plan.convert:
+            original = dict(plan.alias).get(name)
             what = f"'{original}' (read as {name})" if original else f"'{name}'"
-            notes.append(f"{plan['function']} first converts operand {what} to {fmt} (the formats' level "
+            notes.append(f"{plan.function} first converts operand {what} to {fmt} (the formats' level "
                          f"orders or derived levels do not co-iterate as stored)")
     return notes
 
@@ -223,21 +223,23 @@ def _machine_code(run, module, emit: str) -> str:
     """LLVM IR or assembly of every kernel function, compiled for the placeholder arguments."""
     import numba
 
+    from ..codegen.plans import plans_of
+
     run.run()  # compiles (or loads) each function for the placeholders' types
     parts = []
     comment = ";" if emit == "llvm" else "#"
-    for plan in module.PLAN:
-        fn = getattr(module, plan["function"])
+    for plan in plans_of(module):
+        fn = getattr(module, plan.function)
         options = {k: v for k, v in fn.targetoptions.items() if k != "nopython"}
         # small placeholders run the serial twin, if any: its signatures are the function's too
-        twin = getattr(module, plan["serial"]) if plan.get("serial") else fn
+        twin = getattr(module, plan.serial) if plan.serial else fn
         for sig in dict.fromkeys(fn.signatures or twin.signatures):
             # a fresh, uncached dispatcher: one loaded from Numba's cache has no LLVM IR left
             fresh = numba.njit(**options)(fn.py_func)
             fresh.compile(sig)
             text = fresh.inspect_llvm(sig) if emit == "llvm" else fresh.inspect_asm(sig)
             types = ", ".join(str(t) for t in sig)
-            parts.append(f"{comment} ---- {plan['function']}: {plan['statement']}\n"
+            parts.append(f"{comment} ---- {plan.function}: {plan.statement}\n"
                          f"{comment}      ({types})\n{text.rstrip()}\n")
     return "\n".join(parts)
 
@@ -259,6 +261,7 @@ def _ptx(run_, verbose: bool) -> str:
 
 def run(args) -> int:
     from .. import cache
+    from ..codegen.plans import plans_of
     from ..ops import runtime
 
     if args.target == "cuda" and args.emit not in CUDA_EMITS:
@@ -281,7 +284,7 @@ def run(args) -> int:
             body = _ptx(run_, args.verbose)
         else:
             body = _machine_code(run_, module, args.emit)
-    notes = _conversions(module.PLAN)
+    notes = _conversions(plans_of(module))
     comment = ";" if args.emit == "llvm" else "//" if args.emit == "ptx" else "#"
     text = _header(args, bindings, extents, notes, comment) + body
     if not text.endswith("\n"):

@@ -17,6 +17,7 @@ import numpy as np
 from .. import cache
 from ..errors import ConversionWarning
 from ..codegen import notation as nt
+from ..codegen.plans import plans_of
 from ..codegen.space import coiterable
 from ..codegen.writer import Strategy, own_walk_strategies
 from ..format.ir import TensorFormat
@@ -79,8 +80,8 @@ def written(t: Tensor, fmt: TensorFormat) -> Tensor | None:
     with warnings.catch_warnings():  # transposing the source first is this plan's business, not news
         warnings.simplefilter("ignore", ConversionWarning)
         module, _ = cache.load(run.fields, run.generate)
-    plan = module.PLAN[0]
-    if not plan.get("writer") or not all(_transposes(t.format, target) for target in plan["convert"].values()):
+    plan = plans_of(module)[0]
+    if not plan.writer or not all(_transposes(t.format, target) for _, target in plan.convert):
         return None
     result = run.run()["B"]
     result._package = t.package

@@ -144,6 +144,7 @@ def generate(run, operands: dict, header: tuple) -> str:
     from ..codegen.compile import compile_program
     from ..codegen.cuda_schedule import choose_schedule
     from ..codegen.emit_cuda import CudaEmitter
+    from ..codegen.plans import plans_text
 
     module = compile_program(run.program, operands, header, optimize.CUDA)
     f = run.fields
@@ -155,14 +156,13 @@ def generate(run, operands: dict, header: tuple) -> str:
                  for fn in module.functions}
     text = CudaEmitter().emit(module, schedules)
     described = {name: s.describe() for name, s in schedules.items()}
-    return text + f"\n\nPLAN = {module.meta['plan']!r}\nSCHEDULES = {described!r}\n"
+    return text + f"\n\n{plans_text(module.meta['plan'])}\nSCHEDULES = {described!r}\n"
 
 
 # -- launching -----------------------------------------------------------------------------
 
-def launcher(module, plan: dict, views: dict):
-    """The launch wrapper of ``plan``'s kernel, bound to the operands' current stream."""
-    name = plan["function"]
+def launcher(module, name: str, views: dict):
+    """The launch wrapper of the kernel ``name``, bound to the operands' current stream."""
     launch = getattr(module, "launch_" + name)
     record = getattr(_compile_only, "record", None)
     if record is not None:

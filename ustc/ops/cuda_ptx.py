@@ -50,7 +50,7 @@ def compile_run(run, cc: tuple[int, int] = ARCH) -> list[CompiledKernel]:
         warnings.simplefilter("ignore")
         with cuda_host.compile_only(record):
             run.run()
-    statements = {p["function"]: p["statement"] for p in _plans(run)}
+    statements = {p.function: p.statement for p in _plans(run)}
     out, seen = [], set()
     for name, kernel, args in record:
         sig = tuple(_typeof(a) for a in args)
@@ -63,9 +63,10 @@ def compile_run(run, cc: tuple[int, int] = ARCH) -> list[CompiledKernel]:
 
 def _plans(run):
     from .. import cache
+    from ..codegen.plans import plans_of
 
     module, _ = cache.load(run.fields, run.generate)
-    return module.PLAN
+    return plans_of(module)
 
 
 def _typeof(value):

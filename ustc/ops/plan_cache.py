@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..codegen import notation as nt
+from ..codegen.plans import plans_of
+from ..codegen.roles import Kind
 from ..tensor.storage import Layout
 from ..tensor.tensor import Tensor
 from . import runtime
@@ -131,16 +133,14 @@ def set_maxsize(n: int) -> None:
         cache.set_maxsize(n)
 
 
-_TENSOR_ROLES = ("pos", "crd", "vals", "size", "lo")
-
-
 @dataclass(frozen=True)
 class DirectCall:
     """A one-statement kernel with a dense output, called without the runtime's per-call work:
     the kernel functions (parallel and serial twin), each argument's source resolved at planning
-    (``roles``: ``("out",)``, ``("array", k)``, ``("pos" | "crd", k, level)``, ``("vals", k)`` of
-    the ``k``-th input, ``("const", value)`` for extents and level sizes, or ``("threads",)``: the
-    host's thread count, 1 for the serial twin), the output's shape,
+    from the kernel's parameter roles (``roles``, the binder's instructions: ``("out",)``,
+    ``("array", k)``, ``("pos" | "crd", k, level)``, ``("vals", k)`` of the ``k``-th input,
+    ``("const", value)`` for extents and level sizes, or ``("threads",)``: the host's thread
+    count, 1 for the serial twin), the output's shape,
     dtype and start value (None: the kernel stores every element). Unbatched host operands only;
     :meth:`build` returns None for anything else (conversions, aliases, epilog passes, roles it
     does not know), which then runs through the Run."""
@@ -165,40 +165,40 @@ class DirectCall:
     def build(cls, program: nt.Program, run: runtime.Run) -> "DirectCall | None":
         if len(program.statements) != 1 or run.target != "cpu":
             return None
-        statement, plan = program.statements[0], run.module.PLAN[0]
+        statement, plan = program.statements[0], plans_of(run.module)[0]
         out = run.tensors[statement.lhs.tensor]
-        if out.format is not None or plan.get("sparse_output") or plan["convert"] or plan["alias"] \
-                or plan.get("epilog") not in (None, "fused") or statement.accumulate \
+        if out.format is not None or plan.sparse_output or plan.convert or plan.alias \
+                or plan.epilog not in (None, "fused") or statement.accumulate \
                 or any(b.format is not None and b.format.batch_levels for b in run.tensors.values()):
             return None
         inputs = tuple(n for n in run.tensors if n != out.name)
         roles = []
-        for role in plan["params"]:
-            kind, name = role[0], role[1] if len(role) > 1 else None
-            if kind == "array" and name == out.name:
+        for role in plan.params:
+            kind, name = role.kind, role.tensor
+            if kind is Kind.ARRAY and name == out.name:
                 roles.append(("out",))
-            elif kind == "array" and name in inputs:
+            elif kind is Kind.ARRAY and name in inputs:
                 roles.append(("array", inputs.index(name)))
-            elif kind == "extent":
-                roles.append(("const", run.extents[name]))
-            elif kind in ("size", "lo"):
+            elif kind is Kind.EXTENT:
+                roles.append(("const", run.extents[role.index]))
+            elif kind in (Kind.SIZE, Kind.LO):
                 layout = Layout.of(run.tensors[name].format, run.tensors[name].shape)
-                roles.append(("const", (layout.level_shape if kind == "size" else layout.origins)[role[2]]))
-            elif kind in ("pos", "crd"):
-                roles.append((kind, inputs.index(name), role[2]))
-            elif kind == "vals":
+                roles.append(("const", (layout.level_shape if kind is Kind.SIZE else layout.origins)[role.level]))
+            elif kind in (Kind.POS, Kind.CRD):
+                roles.append((kind.value, inputs.index(name), role.level))
+            elif kind is Kind.VALS:
                 roles.append(("vals", inputs.index(name)))
-            elif kind == "threads":
+            elif kind is Kind.THREADS:
                 roles.append(("threads",))
             else:
                 return None                    # a role this caller does not bind: the Run binds it
         reads_self = any(a.tensor == out.name for a in statement.rhs.accesses())
         if reads_self:
             return None
-        fill = None if plan.get("overwrites") else runtime.fill_value(statement, out.dtype)
-        serial = getattr(run.module, plan["serial"]) if plan.get("serial") else None
+        fill = None if plan.overwrites else runtime.fill_value(statement, out.dtype)
+        serial = getattr(run.module, plan.serial) if plan.serial else None
         zero_d = frozenset(k for k, n in enumerate(inputs) if run.tensors[n].format is None and not run.tensors[n].shape)
-        return cls(getattr(run.module, plan["function"]), serial, inputs, tuple(roles), out.shape, out.dtype, fill,
+        return cls(getattr(run.module, plan.function), serial, inputs, tuple(roles), out.shape, out.dtype, fill,
                    zero_d)
 
     def __call__(self, *values):
@@ -302,7 +302,7 @@ class KernelPlan:
         run.tensors, run.scalars = tensors, dict(scalars)
         module = run.module
         results = {}
-        for statement, plan in zip(self.program.statements, module.PLAN):
+        for statement, plan in zip(self.program.statements, plans_of(module)):
             fn = runtime.cpu_function(module, plan, run.work())
             results[statement.lhs.tensor] = run._statement(statement, plan, fn)
         return results

@@ -34,6 +34,7 @@ from ..tensor.tensor import Tensor
 from ..codegen import functions
 from ..codegen import notation as nt
 from ..codegen.functions import Function
+from ..codegen.plans import plans_of
 from ..codegen.semiring import PLUS_TIMES, Semiring, as_semiring
 from . import runtime
 from .operands import Problem, indices
@@ -420,12 +421,12 @@ class GeneratedRoute(Route):
             bindings["alpha"] = alpha
         self._run = runtime.prepare(self.program, bindings, self.target)
         module, key = self._run.load()
-        self._module, self._plan = module, module.PLAN[0]
-        self.overwrites = bool(self._plan.get("overwrites"))
+        self._module, self._plan = module, plans_of(module)[0]
+        self.overwrites = self._plan.overwrites
         # on a GPU the module's launch wrapper picks the grid; on the CPU the njit function runs
-        self._call = self._run._launcher(module, self._plan) if self.target == "cuda" else \
-            getattr(module, self._plan["function"])
-        converts = ", ".join(f"{n} to {f}" for n, f in self._plan["convert"].items())
+        self._call = self._run._launcher(module, self._plan.function) if self.target == "cuda" else \
+            getattr(module, self._plan.function)
+        converts = ", ".join(f"{n} to {f}" for n, f in self._plan.convert)
         self.info = (f"generated: {self.target}, key {key[:12]}… ({self.program})"
                      + (f"; converts {converts} at every execute" if converts else "")
                      + ("" if self._run.stable else "; compiled in memory (a user function has no stable key)"))
@@ -442,7 +443,7 @@ class GeneratedRoute(Route):
             warnings.simplefilter("ignore", ConversionWarning)
             self.prepare(a, b, None, 1)
         plan = self._plan
-        return plan.get("workspace") is not None, plan.get("rows") is not None, bool(plan["convert"])
+        return plan.workspace is not None, plan.rows is not None, bool(plan.convert)
 
     def _cpu_function(self, a, b):
         """The njit function these operands run: the serial twin when they are small."""
@@ -461,11 +462,11 @@ class GeneratedRoute(Route):
     def _arguments(self, a, b, out, alpha):
         bound = self._bound
         same = bound is not None and bound[0] is a and bound[1] is b and bound[2] is out and bound[3] == alpha
-        if not same or self._plan["convert"]:
+        if not same or self._plan.convert:
             views = {"A": a, "B": b, "C": out}
-            for alias, original in self._plan["alias"].items():
+            for alias, original in self._plan.alias:
                 views[alias] = views[original]
-            for name, fmt in self._plan["convert"].items():
+            for name, fmt in self._plan.convert:
                 views[name] = views[name].convert(fmt)
             self._run.scalars = {"alpha": alpha} if self.scaled else {}
             self._args, self._bound = self._run._arguments(self._plan, views, {}), (a, b, out, alpha)

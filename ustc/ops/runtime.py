@@ -47,6 +47,8 @@ from ..tensor.safety import ensure_safe
 from ..tensor.tensor import Tensor, as_format
 from ..codegen import functions as user_functions
 from ..codegen import notation as nt
+from ..codegen.plans import StatementPlan, plans_of, plans_text
+from ..codegen.roles import Kind
 from . import written
 from .operands import dtype_name
 
@@ -219,10 +221,10 @@ class Run:
 
             return cuda_host.generate(self, ops, header)
         module = compile_program(self.program, ops, header)
-        for fn, plan in zip(module.functions, module.meta["plan"]):
-            if parallel(fn):
-                plan["serial"] = serial_name(fn.name)
-        return CpuEmitter().emit(module) + f"\n\nPLAN = {module.meta['plan']!r}\n"
+        functions = {fn.name: fn for fn in module.functions}
+        plans = [plan.replace(serial=serial_name(plan.function)) if parallel(functions[plan.function]) else plan
+                 for plan in module.meta["plan"]]
+        return CpuEmitter().emit(module) + f"\n\n{plans_text(plans)}\n"
 
     def header(self) -> tuple[str, ...]:
         import numba
@@ -245,9 +247,9 @@ class Run:
     def run(self) -> dict:
         module, key = self.load()
         results = {}
-        for statement, plan in zip(self.program.statements, module.PLAN):
-            fn = cpu_function(module, plan, self.work()) if self.target == "cpu" else getattr(module, plan["function"])
-            call = fn if self.target == "cpu" else self._launcher(module, plan)
+        for statement, plan in zip(self.program.statements, plans_of(module)):
+            fn = cpu_function(module, plan, self.work()) if self.target == "cpu" else getattr(module, plan.function)
+            call = fn if self.target == "cpu" else self._launcher(module, plan.function)
             first = not getattr(fn, "overloads", None)  # (Numba's .signatures builds a list)
             t0 = time.perf_counter()
             results[statement.lhs.tensor] = self._statement(statement, plan, call)
@@ -260,29 +262,30 @@ class Run:
         return input_work(b.value for name, b in self.tensors.items()
                           if b.value is not None and name not in self.program.outputs)
 
-    def _launcher(self, module, plan):
+    def _launcher(self, module, function: str):
+        """The launch wrapper of the CUDA kernel ``function`` of ``module``, bound to the operands' stream."""
         from . import cuda_host
 
-        return cuda_host.launcher(module, plan, {n: b.value for n, b in self.tensors.items()})
+        return cuda_host.launcher(module, function, {n: b.value for n, b in self.tensors.items()})
 
     # -- one statement --------------------------------------------------------------------
-    def _statement(self, statement: nt.Statement, plan: dict, fn):
+    def _statement(self, statement: nt.Statement, plan: StatementPlan, fn):
         views = {name: b.value for name, b in self.tensors.items()}
-        for alias, original in plan["alias"].items():
+        for alias, original in plan.alias:
             views[alias] = views[original]
-        for name, fmt in plan["convert"].items():
+        for name, fmt in plan.convert:
             views[name] = views[name].convert(fmt)
         out = self.tensors[statement.lhs.tensor]
-        if plan.get("writer"):
+        if plan.writer:
             return self._written(statement, fn, plan, views, out)
-        if plan["sparse_output"]:
+        if plan.sparse_output:
             return self._sparse(statement, plan, fn, views, out)
         target = out.value
         reads_self = any(a.tensor == out.name for a in statement.rhs.accesses())
         if not statement.accumulate:
             fill = fill_value(statement, out.dtype)
             target = np.full_like(out.value, fill) if reads_self else out.value
-            if not reads_self and not plan.get("overwrites"):  # else the kernel stores every element
+            if not reads_self and not plan.overwrites:  # else the kernel stores every element
                 target.fill(fill)
         views[out.name] = target
         fn(*self._arguments(plan, views, {}))
@@ -291,10 +294,10 @@ class Run:
             out.value[...] = target
         return out.value
 
-    def epilog(self, plan: dict, array) -> None:
+    def epilog(self, plan: StatementPlan, array) -> None:
         """Run the plan's epilog pass (``<kernel>_epilog``) over a dense output, when the kernel
         did not fuse it; nothing otherwise."""
-        name = plan.get("epilog")
+        name = plan.epilog
         if name in (None, "fused", "host"):
             return
         contiguous = bool(array.flags.c_contiguous)
@@ -302,16 +305,16 @@ class Run:
         if self.target == "cpu":
             from ..codegen.emit_cpu import serial_name
 
-            fn = cpu_function(self.module, {"function": name, "serial": serial_name(name)}, flat.size)
+            fn = _pick(self.module, name, serial_name(name), flat.size)
         else:
-            fn = self._launcher(self.module, {"function": name})
+            fn = self._launcher(self.module, name)
         if flat.size:
             fn(flat)
         if not contiguous:
             array[...] = flat.reshape(array.shape)
 
     def _sparse(self, statement, plan, fn, views, out):
-        rows = plan.get("rows")
+        rows = plan.rows
         offsets = np.zeros(self.extents[rows] + 1 if rows else 1, np.int64)
         coords, values = self._entries(plan, fn, views, out, offsets,
                                        self._append_capacity(statement, plan, views, fn))
@@ -362,10 +365,10 @@ class Run:
         than half the arrays is used. Row plans leave the row offsets in ``offsets``."""
         from ..codegen.lower import APPEND, COUNT, FILL
 
-        rows = plan.get("rows")
+        rows = plan.rows
         # coordinates in the narrowest default index dtype, so assembly need not cast them
         dtypes = [index_dtype(0, 0, max(n - 1, 0), "crd") for n in out.shape]
-        threads = 1 if getattr(fn, "__name__", None) == plan.get("serial") else _threads()  # the serial twin: one chunk
+        threads = 1 if getattr(fn, "__name__", None) == plan.serial else _threads()  # the serial twin: one chunk
 
         def run(mode: int, size: int):
             """One kernel call; returns its arrays and how many entries it counted."""
@@ -393,55 +396,56 @@ class Run:
         runs serially (no row-parallel plan, or the serial twin) and an output bound, from the
         operands the kernel reads (``views``: converted ones included), no larger than the
         inputs (a union with a dense operand would allocate the dense size)."""
-        if self.target != "cpu" or (plan.get("rows") and getattr(fn, "__name__", None) != plan.get("serial")):
+        if self.target != "cpu" or (plan.rows and getattr(fn, "__name__", None) != plan.serial):
             return None
         operands = dict(views)
-        for alias, original in plan["alias"].items():  # an operand read twice: its larger copy
+        for alias, original in plan.alias:  # an operand read twice: its larger copy
             if isinstance(views.get(alias), Tensor) and views[alias].nse > getattr(operands[original], "nse", -1):
                 operands[original] = views[alias]
         bound = output_bound(statement, operands, self.extents)
         return bound if bound is not None and bound <= self.work() + 1024 else None
 
-    def _arguments(self, plan: dict, views: dict, out: dict) -> list:
+    def _arguments(self, plan: StatementPlan, views: dict, out: dict) -> list:
         flat = {}
         args = []
-        for role in plan["params"]:
-            kind = role[0]
-            if kind == "emit":
+        for role in plan.params:
+            kind = role.kind
+            if kind is Kind.EMIT:
                 args.append(out["emit"])
-            elif kind == "out_crd":
-                args.append(out["crd"][role[2]])
-            elif kind == "out_vals":
+            elif kind is Kind.OUT_CRD:
+                args.append(out["crd"][role.dim])
+            elif kind is Kind.OUT_VALS:
                 args.append(out["vals"])
-            elif kind == "out_offsets":
+            elif kind is Kind.OUT_OFFSETS:
                 args.append(out["offsets"])
-            elif kind == "out_level":
-                args.append(out["levels"][(role[2], role[3])])
-            elif kind == "out_counts":
+            elif kind is Kind.OUT_LEVEL:
+                args.append(out["levels"][(role.level, role.buffer)])
+            elif kind is Kind.OUT_COUNTS:
                 args.append(out["counts"])
-            elif kind == "out_size":
-                args.append(out["layout"].level_shape[role[2]])
-            elif kind == "out_lo":
-                args.append(out["layout"].origins[role[2]])
-            elif kind == "out_work":
-                args.append(out["work"][role[2]])
-            elif kind == "array":
-                a = views[role[1]]
+            elif kind is Kind.OUT_SIZE:
+                args.append(out["layout"].level_shape[role.level])
+            elif kind is Kind.OUT_LO:
+                args.append(out["layout"].origins[role.level])
+            elif kind is Kind.OUT_WORK:
+                args.append(out["work"][role.level])
+            elif kind is Kind.ARRAY:
+                a = views[role.tensor]
                 args.append(a.reshape(1) if a.ndim == 0 else a)
-            elif kind == "extent":
-                args.append(self.extents[role[1]])
-            elif kind == "scalar":
-                args.append(self.scalars[role[1]])
-            elif kind == "threads":
+            elif kind is Kind.EXTENT:
+                args.append(self.extents[role.index])
+            elif kind is Kind.SCALAR:
+                args.append(self.scalars[role.name])
+            elif kind is Kind.THREADS:
                 args.append(out.get("threads") or _threads())
+            elif kind in (Kind.POS, Kind.CRD, Kind.VALS, Kind.SIZE, Kind.LO):
+                t = role.tensor
+                if t not in flat:
+                    flat[t] = _flat(views[t])
+                buffers, values, level_shape, origins = flat[t]
+                args.append(values if kind is Kind.VALS else level_shape[role.level] if kind is Kind.SIZE
+                            else origins[role.level] if kind is Kind.LO else buffers[(role.level, kind.value)])
             else:
-                t = views[role[1]]
-                if role[1] not in flat:
-                    flat[role[1]] = _flat(t)
-                buffers, values, level_shape, origins = flat[role[1]]
-                args.append({"pos": lambda: buffers[(role[2], "pos")], "crd": lambda: buffers[(role[2], "crd")],
-                             "vals": lambda: values, "size": lambda: level_shape[role[2]],
-                             "lo": lambda: origins[role[2]]}[kind]())
+                raise KernelError(f"{plan.function}: the host binds no {role.describe()} here")
         return args
 
 
@@ -617,12 +621,16 @@ def input_work(values) -> int:
     return sum(v.nse if isinstance(v, Tensor) else int(np.size(v)) for v in values)
 
 
-def cpu_function(module, plan: dict, work: int):
+def cpu_function(module, plan: StatementPlan, work: int):
     """The kernel to call: the serial twin for small inputs (a parallel launch costs ~0.1 ms), else
     the plan's function."""
-    if work < SERIAL_WORK and plan.get("serial"):
-        return getattr(module, plan["serial"])
-    return getattr(module, plan["function"])
+    return _pick(module, plan.function, plan.serial, work)
+
+
+def _pick(module, function: str, serial: str | None, work: int):
+    if work < SERIAL_WORK and serial:
+        return getattr(module, serial)
+    return getattr(module, function)
 
 
 @functools.lru_cache(maxsize=1)

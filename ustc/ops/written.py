@@ -112,15 +112,16 @@ CHUNKS_PER_THREAD = 1  # rows of a split kernel's count table per thread (a pran
 _INT32_MAX = np.iinfo(np.int32).max
 
 
-def run(fmt: TensorFormat, shape, dtype, plan: dict, call: Callable[[dict], object]) -> Tensor:
-    """The output of a kernel that writes ``fmt`` itself: ``call(state)`` runs the kernel once with
+def run(fmt: TensorFormat, shape, dtype, plan, call: Callable[[dict], object]) -> Tensor:
+    """The output of a kernel that writes ``fmt`` itself (``plan``: its
+    :class:`~ustc.codegen.plans.StatementPlan`): ``call(state)`` runs the kernel once with
     the buffers in ``state`` (``levels``, ``vals``, ``counts``, ``layout``, ``work``, ``emit``);
     count, size (refused past the memory budget), (collect, finalize,) fill, finalize."""
     layout = Layout.of(fmt, shape)
-    rows = chunk_rows() if plan.get("split") else 0
+    rows = chunk_rows() if plan.split else 0
     counts = np.zeros((rows, fmt.nlevels) if rows else fmt.nlevels, np.int64)
     buffers, values = count_buffers(fmt, dtype)
-    work = workspaces(fmt, layout, plan["params"])
+    work = workspaces(fmt, layout, plan.params)
     state = {"levels": buffers, "vals": values, "counts": counts, "layout": layout, "work": work}
     call({**state, "emit": 0})
     totals = counts
@@ -132,11 +133,11 @@ def run(fmt: TensorFormat, shape, dtype, plan: dict, call: Callable[[dict], obje
     sizes = plan_buffers(fmt, shape, totals, dtype)
     buffers, values = sizes.allocate()
     state.update(levels=buffers, vals=values)
-    if plan["writer"] == 3:  # collect each parent's coordinates, place them, then fill
+    if plan.writer == 3:  # collect each parent's coordinates, place them, then fill
         reset(work)
         call({**state, "emit": 1})
         finalize(fmt, sizes, buffers)
-    call({**state, "emit": plan["writer"] - 1})
+    call({**state, "emit": plan.writer - 1})
     return tensor_of(fmt, sizes, buffers, values)
 
 
@@ -153,7 +154,7 @@ def workspaces(fmt: TensorFormat, layout: Layout, roles) -> dict[int, np.ndarray
     the level's own positions: int32 when the level's positions fit (a DIA output's diagonals),
     else int64. They are O(level extent), which the shape bounds, and are counted against the
     memory budget."""
-    levels = [role[2] for role in roles if role[0] == "out_work"]
+    levels = [role.level for role in roles if role.kind == "out_work"]
     dtypes = {k: np.dtype(np.int32 if math.prod(layout.level_shape[:k + 1]) <= _INT32_MAX else np.int64)
               for k in levels}
     nbytes = sum(layout.level_shape[k] * dtypes[k].itemsize for k in levels)
