@@ -31,6 +31,23 @@ def extern_lines(module: ir.Module, target: str) -> list[str]:
     return lines + [f'{e.name} = {RESOLVE}("{e.key}", "{target}")' for e in module.externs] + [""]
 
 
+def protect(fn: ir.Function, reserved) -> ir.Function:
+    """``fn`` with every name it uses that is also in ``reserved`` (the module's imports and
+    functions, a target's fixed names) renamed to a fresh one: a tensor named ``np`` or ``cuda``
+    becomes the parameter ``np_2`` (roles, not names, tell the host what to pass)."""
+    return ir.rename(fn, renames(fn, reserved))
+
+
+def renames(fn: ir.Function, reserved) -> dict[str, str]:
+    """``{name: fresh name}`` for the names of ``fn`` in ``reserved`` (:func:`protect`)."""
+    used = ir.names_in(fn)
+    clash = sorted(used & set(reserved))
+    if not clash:
+        return {}
+    fresh = FreshNames(used | set(reserved))
+    return {name: fresh(("reserved", name), name) for name in clash}
+
+
 def parallel(fn: ir.Function) -> bool:
     """Whether ``fn`` has a loop marked parallel."""
     return any(isinstance(s, ir.For) and s.parallel for s in ir.walk(fn.body))
@@ -49,6 +66,9 @@ class CpuEmitter:
     """``emit(module)`` returns the module's source text."""
 
     target = "cpu"
+    #: names the emitted module binds at module level (its imports; :meth:`module_names` adds the
+    #: functions and externs): a user tensor or index spelled like one is renamed in the kernel
+    GLOBALS = frozenset({"np", "njit", "prange", RESOLVE})
 
     def __init__(self, unsigned_index: bool = True):
         self.unsigned_index = unsigned_index
@@ -59,9 +79,18 @@ class CpuEmitter:
         lines = [f"# {line}" if line else "#" for line in module.header]
         lines += ["", "import numpy as np", "from numba import njit, prange", ""]
         lines += extern_lines(module, "cpu")
+        reserved = self.module_names(module)
         for fn in module.functions:
-            lines += ["", *self.function(fn), ""]
+            lines += ["", *self.function(protect(fn, reserved)), ""]
         return "\n".join(lines).rstrip() + "\n"
+
+    def module_names(self, module: ir.Module) -> frozenset[str]:
+        """Every name the emitted module binds at module level (:attr:`GLOBALS`, each function,
+        its serial twin, each extern)."""
+        names = set(self.GLOBALS) | {e.name for e in module.externs}
+        for fn in module.functions:
+            names |= {fn.name, serial_name(fn.name)}
+        return frozenset(names)
 
     def function(self, fn: ir.Function) -> list[str]:
         """The function; a parallel one is followed by its serial twin ``<name>_serial`` (same body,

@@ -33,10 +33,14 @@ from ustc.errors import UnsupportedOperation
 
 from . import loopir as ir
 from .cuda_schedule import ATOMIC, SCALAR_ROLES, WARP, Mapping, Schedule, choose_schedule, planned, substitute
-from .emit_cpu import CpuEmitter, extern_lines
+from .emit_cpu import RESOLVE, CpuEmitter, extern_lines, renames
+from .names import FreshNames
 from .roles import LEVEL_BUFFERS
 
 FULL_MASK = "0xFFFFFFFF"
+#: the merge path's variables, each the kernel's fresh name based on ``mp_<name>``
+MERGE_NAMES = ("tid", "grid", "first", "rows", "base", "entries", "items", "share", "d0", "d1", "r0", "r1",
+               "k0", "k1", "row", "lo", "hi", "mid")
 ARITHMETIC = ("+", "-", "*", "//", "%", "&", ">>", "<<")
 
 
@@ -46,6 +50,10 @@ class CudaEmitter(CpuEmitter):
     """``emit(module, schedules)`` returns the module's source text."""
 
     target = "cuda"
+    #: module-level names (imports, helpers) and the fixed names of the launch wrappers (their
+    #: ``stream`` keyword, the grid size, the returned count): a user name spelled like one is
+    #: renamed; the kernels' own variables (``lane``, ``mp_tid``, ...) are fresh names instead
+    GLOBALS = frozenset({"np", "config", "cuda", "blocks_for", "bounds", RESOLVE, "stream", "blocks", "result"})
 
     def __init__(self, unsigned_index: bool = True):
         super().__init__(unsigned_index)
@@ -62,15 +70,32 @@ class CudaEmitter(CpuEmitter):
                   "    a multiprocessor (none in the CUDA simulator, whose cuda.jit takes none).\"\"\"",
                   '    return {} if config.ENABLE_CUDASIM else {"launch_bounds": (threads, blocks)}', ""]
         lines += extern_lines(module, "cuda")
+        reserved = self.module_names(module)
         for fn in module.functions:
             schedule = (schedules or {}).get(fn.name) or choose_schedule(fn)
+            mapping = renames(fn, reserved)
+            if mapping:
+                fn = ir.rename(fn, mapping)
+                if schedule.loop in mapping:  # block_tile names the loop lanes share
+                    schedule = dataclasses.replace(schedule, loop=mapping[schedule.loop])
             lines += ["", *self.kernel(fn, schedule), "", "", *self.launcher(fn, schedule), ""]
         return "\n".join(lines).rstrip() + "\n"
+
+    def module_names(self, module: ir.Module) -> frozenset[str]:
+        names = set(self.GLOBALS) | {e.name for e in module.externs}
+        for fn in module.functions:
+            names |= {fn.name, f"launch_{fn.name}"}
+        return frozenset(names)
+
+    def fresh(self, key, base: str) -> str:
+        """A variable of the kernel being emitted, unique against every name it uses."""
+        return self._names(("cuda", key), base)
 
     # -- device kernel ----------------------------------------------------------------------
     def kernel(self, fn: ir.Function, schedule: Schedule) -> list[str]:
         self.width = schedule.width
         self._index_arrays = {p.name for p in fn.params if p.role.kind in LEVEL_BUFFERS}
+        self._names = FreshNames(ir.names_in(fn) | self.GLOBALS)
         m = planned(fn, schedule)
         params = [p.name for p in fn.params] + (["result"] if _returns(fn) else [])
         out = [f"# schedule: {schedule.describe()}",
@@ -117,14 +142,15 @@ class CudaEmitter(CpuEmitter):
         the guard that the iteration exists (``""`` when every one does) and the body depth."""
         w, rows = self.width, WARP // self.width
         start, stop = ("" if s.start == ir.Const(0) else self.expr(s.start, 9) + " + "), self.expr(s.stop)
-        out = [f"    lane = cuda.threadIdx.x % {w}  # {note}"]
+        out = [f"    {self.fresh('lane', 'lane')} = cuda.threadIdx.x % {w}  # {note}"]
         if rows == 1:
             out.append(f"    for {s.var} in range({start}cuda.grid(1) // 32, {stop}, cuda.gridsize(1) // 32):")
             return out, "", 2
-        out += [f"    group = cuda.threadIdx.x % 32 // {w}  # {rows} {s.var} per warp",
-                f"    for {s.var}_base in range({start}cuda.grid(1) // 32 * {rows}, {stop}, "
+        group, base = self.fresh("group", "group"), self.fresh(("base", s.var), f"{s.var}_base")
+        out += [f"    {group} = cuda.threadIdx.x % 32 // {w}  # {rows} {s.var} per warp",
+                f"    for {base} in range({start}cuda.grid(1) // 32 * {rows}, {stop}, "
                 f"cuda.gridsize(1) // 32 * {rows}):",
-                f"        {s.var} = {s.var}_base + group"]
+                f"        {s.var} = {base} + {group}"]
         return out, f"{s.var} < {stop}", 2
 
     def warp_loop(self, s: ir.For, m: Mapping) -> list[str]:
@@ -134,7 +160,8 @@ class CudaEmitter(CpuEmitter):
         pre, post = s.body[:k], s.body[k + 1:]
         init = [p for p in pre if isinstance(p, ir.Assign) and p.name == m.acc]
         pre = [p for p in pre if not any(p is q for q in init)]
-        inner = ir.For(m.warp.var, ir.add(m.warp.start, ir.Var("lane")), m.warp.stop, m.warp.body, step=w)
+        lane = ir.Var(self.fresh("lane", "lane"))
+        inner = ir.For(m.warp.var, ir.add(m.warp.start, lane), m.warp.stop, m.warp.body, step=w)
         out, exists, depth = self.lane_rows(s, f"{w} lanes per {s.var}")
         out += self.block(init, depth)  # every lane reaches the shuffles, so sums start outside the guard
         if exists:
@@ -147,12 +174,13 @@ class CudaEmitter(CpuEmitter):
             shuffled = f"cuda.shfl_down_sync({FULL_MASK}, {m.acc}, {offset})"
             out.append(f"        {m.acc} += {shuffled}" if op == "+" else f"        {m.acc} = {op}({m.acc}, {shuffled})")
             offset //= 2
-        guard = "lane == 0" + (f" and {exists}" if exists else "")
+        guard = f"{lane.name} == 0" + (f" and {exists}" if exists else "")
         return out + [f"        if {guard}:"] + (self.block(post, depth + 1) or ["            pass"])
 
     def tile_loop(self, s: ir.For, m: Mapping) -> list[str]:
         """``width`` lanes per iteration of ``s``; they stride through the shared loop ``m.tile``."""
-        shared = dataclasses.replace(m.tile, start=ir.add(m.tile.start, ir.Var("lane")), step=self.width,
+        lane = ir.Var(self.fresh("lane", "lane"))
+        shared = dataclasses.replace(m.tile, start=ir.add(m.tile.start, lane), step=self.width,
                                      parallel=False)
         body = _replace(s.body, m.tile, shared)
         out, exists, depth = self.lane_rows(s, f"{self.width} lanes share the loop over {m.tile.var}")
@@ -168,34 +196,36 @@ class CudaEmitter(CpuEmitter):
         """Merge path over ``s``'s rows: thread t takes items [t*share, (t+1)*share) of the
         row ends and entries merged in order, found by two binary searches (:func:`_search`);
         a row wholly inside its share stores plainly, the first and last add atomically."""
-        v, var = s.var, ir.Var
+        v = s.var
+        n = {k: self.fresh(("mp", k), f"mp_{k}") for k in MERGE_NAMES}
+        var = {k: ir.Var(name) for k, name in n.items()}
         k = s.body.index(m.warp)
         pre, post = s.body[:k], s.body[k + 1:]
         start, stop = m.warp.start, m.warp.stop
-        last_row = ir.sub(ir.add(var("mp_first"), var("mp_rows")), 1)
-        share = ir.Bin("//", ir.add(var("mp_items"), ir.sub(var("mp_grid"), 1)), var("mp_grid"))
-        setup = [ir.Assign("mp_first", s.start), ir.Assign("mp_rows", ir.sub(s.stop, s.start))]
-        work = [ir.Assign("mp_base", substitute(start, v, var("mp_first"))),
-                ir.Assign("mp_entries", ir.sub(substitute(stop, v, last_row), var("mp_base"))),
-                ir.Assign("mp_items", ir.add(var("mp_rows"), var("mp_entries"))),
-                ir.Assign("mp_share", share),
-                ir.Assign("mp_d0", ir.Call("min", (ir.mul(var("mp_tid"), var("mp_share")), var("mp_items")))),
-                ir.Assign("mp_d1", ir.Call("min", (ir.add(var("mp_d0"), var("mp_share")), var("mp_items"))))]
-        walk = [*_search("mp_d0", "mp_r0", stop, v), *_search("mp_d1", "mp_r1", stop, v),
-                ir.Assign("mp_k0", ir.sub(ir.add(var("mp_base"), var("mp_d0")), var("mp_r0"))),
-                ir.Assign("mp_k1", ir.sub(ir.add(var("mp_base"), var("mp_d1")), var("mp_r1")))]
-        piece = (ir.Assign(v, ir.add(var("mp_first"), var("mp_row"))), *pre,
-                 ir.Assign("mp_lo", ir.Call("max", (start, var("mp_k0")))),
-                 ir.Assign("mp_hi", ir.Call("min", (stop, var("mp_k1")))),
-                 dataclasses.replace(m.warp, start=var("mp_lo"), stop=var("mp_hi")))
-        rows = ir.Call("min", (ir.add(var("mp_r1"), 1), var("mp_rows")))
-        shared = ir.disj([ir.eq(var("mp_row"), var("mp_r0")), ir.eq(var("mp_row"), var("mp_r1"))])
+        last_row = ir.sub(ir.add(var["first"], var["rows"]), 1)
+        share = ir.Bin("//", ir.add(var["items"], ir.sub(var["grid"], 1)), var["grid"])
+        setup = [ir.Assign(n["first"], s.start), ir.Assign(n["rows"], ir.sub(s.stop, s.start))]
+        work = [ir.Assign(n["base"], substitute(start, v, var["first"])),
+                ir.Assign(n["entries"], ir.sub(substitute(stop, v, last_row), var["base"])),
+                ir.Assign(n["items"], ir.add(var["rows"], var["entries"])),
+                ir.Assign(n["share"], share),
+                ir.Assign(n["d0"], ir.Call("min", (ir.mul(var["tid"], var["share"]), var["items"]))),
+                ir.Assign(n["d1"], ir.Call("min", (ir.add(var["d0"], var["share"]), var["items"])))]
+        walk = [*_search(n, "d0", "r0", stop, v), *_search(n, "d1", "r1", stop, v),
+                ir.Assign(n["k0"], ir.sub(ir.add(var["base"], var["d0"]), var["r0"])),
+                ir.Assign(n["k1"], ir.sub(ir.add(var["base"], var["d1"]), var["r1"]))]
+        piece = (ir.Assign(v, ir.add(var["first"], var["row"])), *pre,
+                 ir.Assign(n["lo"], ir.Call("max", (start, var["k0"]))),
+                 ir.Assign(n["hi"], ir.Call("min", (stop, var["k1"]))),
+                 dataclasses.replace(m.warp, start=var["lo"], stop=var["hi"]))
+        rows = ir.Call("min", (ir.add(var["r1"], 1), var["rows"]))
+        shared = ir.disj([ir.eq(var["row"], var["r0"]), ir.eq(var["row"], var["r1"])])
         out = ["    # merge path: row ends and entries, merged in order, split evenly over the threads",
-               "    mp_tid = cuda.grid(1)", "    mp_grid = cuda.gridsize(1)"]
-        out += self.block(setup, 1) + ["    if mp_rows > 0:"] + self.block(work, 2)
-        out += ["        if mp_d0 < mp_d1:"] + self.block(walk, 3)
-        out += [f"            for mp_row in range(mp_r0, {self.expr(rows)}):"] + self.block(piece, 4)
-        out += ["                if mp_lo < mp_hi:  # an empty piece adds nothing",
+               f"    {n['tid']} = cuda.grid(1)", f"    {n['grid']} = cuda.gridsize(1)"]
+        out += self.block(setup, 1) + [f"    if {n['rows']} > 0:"] + self.block(work, 2)
+        out += [f"        if {n['d0']} < {n['d1']}:"] + self.block(walk, 3)
+        out += [f"            for {n['row']} in range({n['r0']}, {self.expr(rows)}):"] + self.block(piece, 4)
+        out += [f"                if {n['lo']} < {n['hi']}:  # an empty piece adds nothing",
                 f"                    if {self.expr(shared)}:  # a row the neighbouring threads may share"]
         self._atomic = True
         out += self.block(post, 6)
@@ -277,18 +307,19 @@ def promises(m: Mapping, schedule: Schedule) -> str:
             f"{'' if atomics else 'no '}atomics")
 
 
-def _search(diagonal: str, into: str, stop: ir.Expr, var: str) -> list[ir.Stmt]:
+def _search(n: dict, diagonal: str, into: str, stop: ir.Expr, var: str) -> list[ir.Stmt]:
     """Rows consumed before item ``diagonal`` of the merge path: the first ``r`` in
     ``[max(0, d - entries), min(d, rows)]`` whose row end ``stop(first + r) - base`` exceeds
-    ``d - r - 1`` (the entry index the path is at)."""
-    d, lo, hi, mid = ir.Var(diagonal), ir.Var("mp_lo"), ir.Var("mp_hi"), ir.Var("mp_mid")
-    end = ir.sub(substitute(stop, var, ir.add(ir.Var("mp_first"), mid)), ir.Var("mp_base"))
-    step = ir.If(ir.Bin("<=", end, ir.sub(ir.sub(d, mid), 1)), (ir.Assign("mp_lo", ir.add(mid, 1)),),
-                 (ir.Assign("mp_hi", mid),))
-    return [ir.Assign("mp_lo", ir.Call("max", (ir.Const(0), ir.sub(d, ir.Var("mp_entries"))))),
-            ir.Assign("mp_hi", ir.Call("min", (d, ir.Var("mp_rows")))),
-            ir.While(ir.lt(lo, hi), (ir.Assign("mp_mid", ir.Bin("//", ir.add(lo, hi), ir.Const(2))), step)),
-            ir.Assign(into, lo)]
+    ``d - r - 1`` (the entry index the path is at). ``n``: the merge path's variable names
+    (:data:`MERGE_NAMES` to the kernel's fresh names)."""
+    d, lo, hi, mid = ir.Var(n[diagonal]), ir.Var(n["lo"]), ir.Var(n["hi"]), ir.Var(n["mid"])
+    end = ir.sub(substitute(stop, var, ir.add(ir.Var(n["first"]), mid)), ir.Var(n["base"]))
+    step = ir.If(ir.Bin("<=", end, ir.sub(ir.sub(d, mid), 1)), (ir.Assign(n["lo"], ir.add(mid, 1)),),
+                 (ir.Assign(n["hi"], mid),))
+    return [ir.Assign(n["lo"], ir.Call("max", (ir.Const(0), ir.sub(d, ir.Var(n["entries"]))))),
+            ir.Assign(n["hi"], ir.Call("min", (d, ir.Var(n["rows"])))),
+            ir.While(ir.lt(lo, hi), (ir.Assign(n["mid"], ir.Bin("//", ir.add(lo, hi), ir.Const(2))), step)),
+            ir.Assign(n[into], lo)]
 
 
 def _replace(body, old: ir.Stmt, new: ir.Stmt) -> tuple:

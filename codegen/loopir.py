@@ -24,6 +24,7 @@ fold constants so lowering produces ``i`` rather than ``0 * n + i``.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Sequence, Union
 
@@ -320,3 +321,32 @@ def names_in(fn: "Function") -> set[str]:
 def variables(e: Expr) -> set[str]:
     """The names of the variables ``e`` reads."""
     return {n.name for n in nodes(e) if isinstance(n, Var)}
+
+
+#: the fields of each node that name a variable or array (what :func:`rename` maps)
+_NAMES = {Var: ("name",), Load: ("array",), Assign: ("name",), Store: ("array",), For: ("var",),
+          Sort: ("array",), Alloc: ("name",)}
+
+
+def rename(fn: Function, mapping: dict[str, str]) -> Function:
+    """``fn`` with every parameter, variable and array named in ``mapping`` renamed (roles keep
+    what the host passes, so only the text changes); ``fn`` itself when ``mapping`` is empty."""
+    if not mapping:
+        return fn
+
+    def node(x):
+        if isinstance(x, tuple):
+            return tuple(node(v) for v in x)
+        if not isinstance(x, (Expr, Stmt)):
+            return x
+        changes = {}
+        named = _NAMES.get(type(x), ())
+        for f in dataclasses.fields(x):
+            value = getattr(x, f.name)
+            new = mapping.get(value, value) if f.name in named else node(value)
+            if new is not value:
+                changes[f.name] = new
+        return dataclasses.replace(x, **changes) if changes else x
+
+    params = tuple(Param(mapping.get(p.name, p.name), p.role) for p in fn.params)
+    return dataclasses.replace(fn, params=params, body=node(fn.body))
