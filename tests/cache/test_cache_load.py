@@ -12,12 +12,13 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import numba
+import numpy as np
 import pytest
 from cache_helpers import Generator, fields, numba_source
 
 import ustc._version
 import ustc.cache as cache
-from ustc.cache import _state, _store
+from ustc.cache import _key, _state, _store
 from ustc.errors import KernelError
 
 
@@ -82,6 +83,38 @@ def test_key_is_canonical_and_covers_every_field():
 def test_fields_must_be_a_json_mapping(bad):
     with pytest.raises(TypeError, match="fields"):
         cache.kernel_key(bad)
+
+
+def test_a_changed_compiler_fingerprint_is_a_miss_not_a_stale_hit(cache_dir, monkeypatch):
+    """While the version string stays put, an edited code generator (another fingerprint of the
+    compiler's sources) must not load the kernel the old one wrote: from memory or from disk."""
+    from ustc.codegen import notation as nt
+    from ustc.ops import runtime
+
+    old = Generator("VALUE = 1\n")
+    first, old_key = cache.load(fields(), old)
+    program = nt.Program((nt.Statement(nt.Access("y", ("i",)), nt.Access("x", ("i",))),))
+    run_key = runtime.prepare(program, {"y": np.zeros(3), "x": np.ones(3)}, "cpu").key
+    monkeypatch.setattr(_key, "compiler_fingerprint", lambda: "f" * 16)
+    new = Generator("VALUE = 2\n")
+    module, key = cache.load(fields(), new)           # no cache._forget(): the memory layer must miss too
+    assert key != old_key and new.calls == 1 and module.VALUE == 2 and first.VALUE == 1
+    assert _store.read_record(_store.files(key)[1])["compiler"] == "f" * 16
+    assert runtime.prepare(program, {"y": np.zeros(3), "x": np.ones(3)}, "cpu").key != run_key
+    monkeypatch.undo()
+    again, key = cache.load(fields(), Generator("unused"))
+    assert key == old_key and again.VALUE == 1       # the old compiler's kernel is still its own
+
+
+def test_the_compiler_fingerprint_is_computed_once_and_cheaply():
+    _key.compiler_fingerprint.cache_clear()
+    t0 = time.perf_counter()
+    fingerprint = _key.compiler_fingerprint()
+    seconds = time.perf_counter() - t0
+    assert len(fingerprint) == 16 and _key.versions()["compiler"] == fingerprint
+    assert seconds < 0.05, seconds                # ~1 ms: ~40 files read without importing them
+    names = {p.name for p in _key._source_files()}
+    assert {"lower.py", "emit_cuda.py", "compressed.py", "batch.py", "runtime.py", "cuda_host.py"} <= names
 
 
 @pytest.mark.parametrize("which", ["ustc", "numba"])

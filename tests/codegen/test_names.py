@@ -65,21 +65,21 @@ def test_the_kernel_fingerprint_covers_level_modules_and_the_batch_layout(monkey
     """A changed level type (its read hooks write kernel code) or batch layout is a new compiler."""
     from pathlib import Path
 
-    from ustc.ops import runtime
+    from ustc.cache import _key
 
     read = Path.read_bytes
-    runtime.compiler_fingerprint.cache_clear()
-    before = runtime.compiler_fingerprint()
+    _key.compiler_fingerprint.cache_clear()
+    before = _key.compiler_fingerprint()
     try:
-        for changed in ("delta.py", "batch.py", "compressed.py"):
+        for changed in ("delta.py", "batch.py", "compressed.py", "emit_cuda.py", "runtime.py"):
             monkeypatch.setattr(Path, "read_bytes",
                                 lambda self, name=changed: read(self) + (b"#" if self.name == name else b""))
-            runtime.compiler_fingerprint.cache_clear()
-            assert runtime.compiler_fingerprint() != before, changed
+            _key.compiler_fingerprint.cache_clear()
+            assert _key.compiler_fingerprint() != before, changed
     finally:
         monkeypatch.undo()
-        runtime.compiler_fingerprint.cache_clear()
-    assert runtime.compiler_fingerprint() == before
+        _key.compiler_fingerprint.cache_clear()
+    assert _key.compiler_fingerprint() == before
 
 
 def test_an_index_spelled_like_the_prange_variable():

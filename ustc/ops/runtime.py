@@ -23,8 +23,6 @@ and never written to the kernel cache.
 from __future__ import annotations
 
 import atexit
-import functools
-import hashlib
 import math
 import shutil
 import sys
@@ -198,8 +196,8 @@ class Run:
             else:
                 operands[name] = {"format": "ndarray", "ndim": len(b.shape), "dtype": dtype_name(b.dtype)}
         scalars = {s: type(v).__name__ for s, v in sorted(self.scalars.items())}
-        fields = {"op": str(self.program), "operands": operands, "scalars": scalars, "target": self.target,
-                  "compiler": compiler_fingerprint()}
+        # the compiler's own sources are in every key (ustc.cache's compiler fingerprint)
+        fields = {"op": str(self.program), "operands": operands, "scalars": scalars, "target": self.target}
         extensions = levels.extension_sources(lv.type for b in self.tensors.values() if b.sparse
                                               for lv in b.format.levels)
         if extensions:  # level types registered from outside ustc: their source is part of the compiler
@@ -631,23 +629,6 @@ def _pick(module, function: str, serial: str | None, work: int):
     if work < SERIAL_WORK and serial:
         return getattr(module, serial)
     return getattr(module, function)
-
-
-@functools.lru_cache(maxsize=1)
-def compiler_fingerprint() -> str:
-    """sha256 of the code generator's own source, the level types' modules (their read hooks
-    write kernel code) and the batched layout the host flattens for kernels: a changed compiler
-    or storage layout never reuses old kernels."""
-    from .. import codegen
-    from ..format import levels
-    from ..tensor import batch
-
-    digest = hashlib.sha256()
-    own = [Path(__file__), Path(__file__).with_name("cuda_host.py"), Path(batch.__file__)]
-    level_modules = sorted(Path(levels.__file__).parent.glob("*.py"))
-    for path in sorted(Path(codegen.__file__).parent.glob("*.py")) + level_modules + own:
-        digest.update(path.name.encode() + b"\0" + path.read_bytes())
-    return digest.hexdigest()[:16]
 
 
 def _flat(t: Tensor):
