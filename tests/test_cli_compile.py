@@ -16,6 +16,7 @@ import ustc
 from ustc import TensorFormat
 from ustc.cli import main
 from ustc.codegen import notation as nt
+from ustc.codegen.plans import plans_of
 from ustc.ops import library
 
 
@@ -105,11 +106,13 @@ def test_output_file_is_an_importable_module(capsys, tmp_path):
     try:
         spec.loader.exec_module(module)
         assert module.PLAN[0]["function"] == "kernel_0"
-        assert [p[0] for p in module.PLAN[0]["params"]] == ["array", "pos", "crd", "vals", "array", "extent"]
+        kinds = ["array", "pos", "crd", "vals", "array", "extent", "threads"]   # rows split per thread
+        assert [p[0] for p in module.PLAN[0]["params"]] == kinds
+        assert [r.kind for r in plans_of(module)[0].params] == kinds            # the typed plan reads it back
         dense = np.array([[1.0, 0, 2], [0, 0, 3], [4, 5, 0]])
         a = ustc.Tensor.from_dense(dense, "CSR")
         x, y = np.array([1.0, 2, 3]), np.zeros(3)
-        module.kernel_0(y, a.pos(1), a.crd(1), a.values, x, 3)
+        module.kernel_0(y, a.pos(1), a.crd(1), a.values, x, 3, 2)
         np.testing.assert_allclose(y, dense @ x)
     finally:
         del sys.modules[spec.name]
