@@ -29,7 +29,7 @@ import numpy as np
 from .. import cache
 from ..errors import ConversionWarning, UnsupportedOperation, UstcError
 from ..kernels import registry
-from ..tensor import fastpaths, fastpaths_rows
+from ..tensor import fastpaths, fastpaths_rows, safety
 from ..tensor.tensor import Tensor
 from ..codegen import functions
 from ..codegen import notation as nt
@@ -159,11 +159,8 @@ class ViaCsrRoute(RegisteredRoute):
 def _csr_operand(x, csr):
     """``x`` in CSR for one execute: a temporary no user sees and no kernel writes, so a DCSR or COO
     operand's column coordinates and values are shared, not copied (``fastpaths_rows.to_csr``)."""
-    from ..tensor import safety
-    from ..tensor.fastpaths_rows import to_csr
-
     safety.ensure_safe(x)
-    shared = to_csr(x, csr, share=True)
+    shared = fastpaths_rows.to_csr(x, csr, share=True)
     return shared if shared is not None else x.convert(csr)
 
 
