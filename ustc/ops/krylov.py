@@ -38,10 +38,11 @@ from typing import NamedTuple
 import numpy as np
 
 from .. import _threads
-from ..errors import SolveError
+from ..errors import ShapeError, SolveError, UstcError
 from ..tensor import packages
+from . import _vector
 from ._vector import givens_column
-from .vectors import HOST
+from .vectors import HOST, KEEP, HostVectors
 
 
 class Operator:
@@ -111,8 +112,6 @@ class Preconditioner:
     def apply(self, out, v) -> None:
         """``out = M(v)``; ShapeError / UstcError naming the preconditioner when it returns something
         else than ``n`` numbers of a kind the system's dtype holds."""
-        from ..errors import ShapeError, UstcError
-
         self.vec.copy(self.arg, v)
         z = self.fn(self.arg)
         self.applications += 1
@@ -178,8 +177,6 @@ def cg_rows(op: Operator, rows, b, x, dinv, rtol, atol, maxiter):
     """:func:`cg` on host vectors and CSR rows ``rows = (pos, crd, values)`` of ``A``, its
     iterations one compiled one-thread call (:func:`ustc.ops._vector.cg_loop`); ``dinv``: None
     or Jacobi's vector. The first residual goes through the planned product ``op``."""
-    from ._vector import cg_loop
-
     pos, crd, vals = rows
     vec = op.vec
     r, q = vec.empty(b.size, b.dtype), vec.empty(b.size, b.dtype)
@@ -193,7 +190,7 @@ def cg_rows(op: Operator, rows, b, x, dinv, rtol, atol, maxiter):
     p = vec.asarray(z, b.dtype, copy=True)
     check_finite("cg", 0, stop, rr, rz)
     scale = dinv if jacobi else np.ones(1, dtype=b.dtype)
-    it, rr, state = cg_loop(pos, crd, vals, x, r, z, p, q, scale, jacobi, rr, b.dtype.type(rz), stop, maxiter)
+    it, rr, state = _vector.cg_loop(pos, crd, vals, x, r, z, p, q, scale, jacobi, rr, b.dtype.type(rz), stop, maxiter)
     if state >= 2:
         check_finite("cg", it, rr, math.nan)
     return x, it, math.sqrt(rr), math.sqrt(rr) <= stop
@@ -250,8 +247,6 @@ def bicgstab_rows(op: Operator, rows, b, x, dinv, rtol, atol, maxiter):
     """:func:`bicgstab` on host vectors and CSR rows ``rows = (pos, crd, values)`` of ``A``, its
     iterations one compiled one-thread call (:func:`ustc.ops._vector.bicgstab_loop`); ``dinv``:
     None or Jacobi's vector. The first residual goes through the planned product ``op``."""
-    from ._vector import bicgstab_loop
-
     pos, crd, vals = rows
     vec = op.vec
     n, dt = b.size, b.dtype
@@ -263,7 +258,7 @@ def bicgstab_rows(op: Operator, rows, b, x, dinv, rtol, atol, maxiter):
     p, v, s, ph, sh = vec.zeros(n, dt), vec.zeros(n, dt), vec.empty(n, dt), vec.empty(n, dt), vec.empty(n, dt)
     jacobi = dinv is not None
     scale = dinv if jacobi else np.ones(1, dtype=dt)
-    it, value, state = bicgstab_loop(pos, crd, vals, x, r, r0, p, v, s, t, ph, sh, scale, jacobi, rr, stop,
+    it, value, state = _vector.bicgstab_loop(pos, crd, vals, x, r, r0, p, v, s, t, ph, sh, scale, jacobi, rr, stop,
                                      maxiter)
     if state == 2:
         check_finite("bicgstab", it, math.nan)
@@ -343,16 +338,13 @@ def gmres_rows(op: Operator, rows, b, x, dinv, rtol, atol, maxiter, restart: int
     product, Gram-Schmidt, normalisation and Givens step of every inner iteration) instead of a
     few Python-level kernel calls per iteration; ``dinv``: None or Jacobi's vector. The restart
     residual goes through the planned product ``op``."""
-    from ._vector import GS_CHUNK, gmres_cycle
-    from .vectors import KEEP
-
     pos, crd, vals = rows
     vec = op.vec
     n, m, dt = b.size, max(1, min(restart, b.size)), b.dtype
     stop = max(rtol * vec.norm2(b), atol)
     r, w, z = vec.empty(n, dt), vec.empty(n, dt), vec.empty(n, dt)
     V = np.empty((m + 1, n), dtype=dt)
-    chunks = -(-n // GS_CHUNK)
+    chunks = -(-n // _vector.GS_CHUNK)
     partial, norms = np.empty((chunks, m + 1), dtype=dt), np.empty(chunks)
     jacobi = dinv is not None
     scale = dinv if jacobi else np.ones(1, dtype=dt)
@@ -367,7 +359,7 @@ def gmres_rows(op: Operator, rows, b, x, dinv, rtol, atol, maxiter, restart: int
         g = np.zeros(m + 1, dtype=dt)
         g[0] = beta
         np.divide(r, beta, out=V[0])
-        k, ok = gmres_cycle(pos, crd, vals, scale, jacobi, V, H, cs, sn, g, z, w, partial, norms, m,
+        k, ok = _vector.gmres_cycle(pos, crd, vals, scale, jacobi, V, H, cs, sn, g, z, w, partial, norms, m,
                             maxiter - done, stop, KEEP)
         done += k
         if not ok:
@@ -400,8 +392,7 @@ def csr_rows(a, b, dinv, vec, threads: int = 0, method: str = "gmres"):
     ``runtime.SERIAL_WORK`` entries: the crossovers measured for them); else None."""
     from ..formats import CSR
     from ..tensor.interop import plain_format
-    from . import _vector, runtime
-    from .vectors import HostVectors
+    from . import runtime
 
     if type(vec) is not HostVectors or not isinstance(b, np.ndarray):
         return None
@@ -473,8 +464,7 @@ def solve_threads(a, b, vec, target: str) -> int | None:
     decision; a larger one runs on the cores free now (:func:`ustc._threads.free_cores`): beside
     a CPU hog on 2 cores that is one thread, which no barrier of a parallel region then waits
     on while the OS runs the hog in its place."""
-    from . import _vector, runtime
-    from .vectors import HostVectors
+    from . import runtime
 
     if target != "cpu" or not isinstance(vec, HostVectors):
         return None
@@ -535,8 +525,6 @@ def true_residual(a, b, x, product) -> tuple[float, float]:
 
 
 def _host_residual(a, b: np.ndarray, x: np.ndarray, wide) -> tuple[float, float]:
-    from . import _vector
-
     (rows, cols), vals = a.entries()
     r = b.astype(wide).reshape(b.shape[0], -1)
     rr = _vector.coo_residual(rows, cols, vals, np.ascontiguousarray(x).reshape(x.shape[0], -1), r)
