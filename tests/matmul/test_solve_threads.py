@@ -53,6 +53,19 @@ def test_small_systems_leave_the_count(monkeypatch):
     assert krylov.solve_threads(a, np.ones(400), krylov.HOST, "cuda") is None
 
 
+def test_large_systems_keep_numbas_count_unless_asked(monkeypatch):
+    """The load-adaptive count is opt-in: /proc/loadavg counts the whole host's runnable threads."""
+    s = poisson(520)
+    a = ustc.Tensor.from_package(s)
+    monkeypatch.setattr(_threads, "free_cores", lambda: 1)
+    monkeypatch.delenv(_threads.ADAPTIVE_VAR, raising=False)
+    assert krylov.solve_threads(a, np.ones(s.shape[0]), krylov.HOST, "cpu") is None
+    monkeypatch.setenv(_threads.ADAPTIVE_VAR, "0")
+    assert krylov.solve_threads(a, np.ones(s.shape[0]), krylov.HOST, "cpu") is None
+    monkeypatch.setenv(_threads.ADAPTIVE_VAR, "1")
+    assert krylov.solve_threads(a, np.ones(s.shape[0]), krylov.HOST, "cpu") == 1
+
+
 @pytest.mark.parametrize("method", ["cg", "bicgstab", "gmres"])
 def test_large_system_beside_a_busy_core_runs_on_one_thread(monkeypatch, method):
     """Above the one-thread sizes the solve takes the cores free; with one free, every parallel
@@ -62,6 +75,7 @@ def test_large_system_beside_a_busy_core_runs_on_one_thread(monkeypatch, method)
     a = ustc.Tensor.from_package(s)
     b = np.ones(s.shape[0])
     monkeypatch.setattr(_threads, "free_cores", lambda: 1)
+    monkeypatch.setenv(_threads.ADAPTIVE_VAR, "1")
     seen, fused = [], []
     inner_run = krylov._run
     monkeypatch.setattr(krylov, "_run", lambda *args: seen.append(numba.get_num_threads()) or inner_run(*args))

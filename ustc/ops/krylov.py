@@ -461,14 +461,16 @@ def solve_threads(a, b, vec, target: str) -> int | None:
     """Threads for a host solve's parallel kernels, or None to leave Numba's count alone: a
     system small enough that every kernel of the solve runs its one-thread twin (vectors under
     ``_vector.SERIAL_LENGTH``, a product under ``runtime.SERIAL_WORK`` entries) needs no
-    decision; a larger one runs on the cores free now (:func:`ustc._threads.free_cores`): beside
-    a CPU hog on 2 cores that is one thread, which no barrier of a parallel region then waits
-    on while the OS runs the hog in its place."""
+    decision; with ``USTC_ADAPTIVE_THREADS=1`` (:func:`ustc._threads.adaptive`) a larger one runs
+    on the cores free now (:func:`ustc._threads.free_cores`): beside a CPU hog on 2 cores that is
+    one thread, which no barrier of a parallel region then waits on while the OS runs the hog in
+    its place. Without it, Numba's count."""
     from . import runtime
 
     if target != "cpu" or not isinstance(vec, HostVectors):
         return None
-    if b.size < _vector.SERIAL_LENGTH and int(getattr(a, "nse", 0) or 0) < runtime.SERIAL_WORK:
+    if not _threads.adaptive() or (b.size < _vector.SERIAL_LENGTH
+                                   and int(getattr(a, "nse", 0) or 0) < runtime.SERIAL_WORK):
         return None
     return _threads.free_cores()
 
