@@ -314,6 +314,20 @@ def test_conversions(fmt):
     assert_unchanged([A], before)
 
 
+def test_scipy_style_conversions_share_as_scipy_does():
+    """``tocoo()`` / ``tocsr()`` default to SciPy's ``copy=False``: a CSR's column coordinates and
+    values are the COO's (and back); ``copy=True`` shares nothing."""
+    A = sparse(F.CSR, (7, 5), seed=seed_of("share", "csr"))
+    coo = A.tocoo()
+    assert np.shares_memory(coo.values, A.values)
+    back = coo.tocsr()
+    assert np.shares_memory(back.values, A.values)
+    _close(back, A.to_dense())
+    for got in (A.tocoo(copy=True), coo.tocsr(copy=True)):
+        assert not any(np.shares_memory(b, x) for b in got.buffers.values() for x in A.buffers.values())
+        assert not np.shares_memory(got.values, A.values)
+
+
 def test_3d_conversions_and_len():
     A = sparse(F.CSF(3), (2, 3, 4), seed=6)
     assert A.tocoo().format == F.COO(3) and len(A) == 2

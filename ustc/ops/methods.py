@@ -307,7 +307,7 @@ def _converted(t: Tensor, fmt, copy: bool) -> Tensor:
     fmt = as_format(fmt)
     if t.format == fmt:
         return t.copy() if copy else t
-    return t.convert(fmt)
+    return t.convert(fmt, copy=copy)  # copy=False shares what both formats store, as SciPy
 
 
 def tocsr(t: Tensor, copy: bool = False) -> Tensor:
