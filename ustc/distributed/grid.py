@@ -18,7 +18,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import ShapeError, UstcError
-from .partition import Grid2D
+from .gridhalo import SparsePlan, layout
+from .partition import Grid2D, RowBlocks
 from .runtime import runtime as _default_runtime
 
 
@@ -89,6 +90,7 @@ class GridTensor:
         self.blocks = list(infos)
         self.recipe = recipe
         self.lost = ()
+        self._sparse = None
         rt.group(grid.parts).members[name] = self
 
     @property
@@ -141,6 +143,35 @@ class GridTensor:
                                                           ranks=ranks)
         for r, info in zip(ranks, infos):
             self.blocks[r] = info
+        if self._sparse is not None:          # the same blocks give the same lists
+            self.runtime.groups[self.grid.parts].call(
+                "set_grid_halo", {r: (self.name, self._sparse.halos[r]) for r in ranks}, ranks=ranks)
+
+    @property
+    def layout(self) -> RowBlocks:
+        """The vector layout of solves on this matrix (:func:`ustc.distributed.gridhalo.layout`)."""
+        return layout(self.grid)
+
+    def sparse_plan(self) -> SparsePlan:
+        """The sparsity-aware exchange of a solve's products (made and sent to the blocks once):
+        only the ``x`` entries each block's stored columns touch and the partial rows its stored
+        rows touch move. Square matrices only (a solve's ``x`` and ``A x`` share one layout)."""
+        if self.shape[0] != self.shape[1]:
+            raise ShapeError(f"GridTensor: the sparse exchange lays x and A x out alike; needs a square "
+                             f"matrix, got {self.shape}")
+        if self._sparse is None:
+            plan = SparsePlan.of(self.grid, self.blocks, self.layout)
+            self.group.call("set_grid_halo", [(self.name, h) for h in plan.halos])
+            self._sparse = plan
+        return self._sparse
+
+    def sparse_info(self, k: int = 1, dtype=None) -> dict:
+        """What one product of the sparse exchange moves between distinct ranks (``k`` columns):
+        ``messages``, ``x_entries``, ``y_entries``, ``bytes``."""
+        plan = self.sparse_plan()
+        itemsize = np.dtype(dtype if dtype is not None else self.dtype).itemsize
+        return {"blocks": self.grid.parts, "grid": self.grid.shape, "messages": plan.messages,
+                "x_entries": plan.x_entries, "y_entries": plan.y_entries, "bytes": plan.bytes(itemsize, k)}
 
     def plan_info(self, k: int = 1, dtype=None) -> dict:
         """What one product with ``k`` right-hand sides sends (:class:`GridPlan`), and per block
@@ -176,25 +207,35 @@ class GridTensor:
 class GridMatmul:
     """``y = A @ x`` for a :class:`GridTensor` and a NumPy ``x`` (vector, or ``(n, k)``: SpMM).
     :meth:`plan` scatters ``x`` in the grid's layout and plans each block's product;
-    :meth:`execute` runs the column all-gathers, the block products and the row
-    reduce-scatters and returns ``y`` on the driver."""
+    :meth:`execute` runs the exchange and the block products and returns ``y`` on the driver.
+    ``exchange="dense"`` (default): column all-gathers of ``x``, row reduce-scatters of the
+    partial ``y`` (:class:`GridPlan`); ``"sparse"`` (square matrices): only the ``x`` entries
+    each block's columns touch and the partial rows it holds move, both vectors in
+    :attr:`GridTensor.layout` (:meth:`GridTensor.sparse_plan`; what solves use)."""
 
-    def __init__(self, a: GridTensor, x):
+    def __init__(self, a: GridTensor, x, exchange: str = "dense"):
         if not isinstance(a, GridTensor):
             raise UstcError("GridMatmul: a must be a GridTensor")
+        if exchange not in ("dense", "sparse"):
+            raise UstcError(f"GridMatmul: exchange must be 'dense' or 'sparse', got {exchange!r}")
         x = np.asarray(x)
         if x.ndim not in (1, 2) or x.shape[0] != a.shape[1]:
             raise ShapeError(f"matmul: a has {a.shape[1]} columns but x has shape {x.shape}")
-        self.a, self.x = a, x
+        self.a, self.x, self.exchange = a, x, exchange
         self.dtype = np.result_type(a.dtype, x.dtype)
         self.xname, self.yname = a.runtime.name("vec"), a.runtime.name("vec")
         self.plan_info = None
 
     def plan(self) -> dict:
-        g = self.a.grid
-        self.a.group.call("set_vec", [(self.xname, self.x[slice(*g.x_range(r))].astype(self.dtype))
+        g, k = self.a.grid, (self.x.shape[1] if self.x.ndim == 2 else 1)
+        if self.exchange == "sparse":
+            self.plan_info = self.a.sparse_info(k, self.dtype)
+            ranges = [self.a.layout.range(r) for r in range(g.parts)]
+        else:
+            self.plan_info = self.a.plan_info(k, self.dtype)
+            ranges = [g.x_range(r) for r in range(g.parts)]
+        self.a.group.call("set_vec", [(self.xname, self.x[slice(*ranges[r])].astype(self.dtype))
                                       for r in range(g.parts)])
-        self.plan_info = self.a.plan_info(self.x.shape[1] if self.x.ndim == 2 else 1, self.dtype)
         self._generation = self.a.group.generation
         return self.plan_info
 
@@ -202,7 +243,8 @@ class GridMatmul:
         if self.plan_info is None or self.a.group.generation != self._generation:
             self.plan()                 # first use, or the group was repaired since
         group = self.a.group
-        group.call("grid_matmul", [(self.a.name, self.xname, self.yname, self.dtype.str)] * self.a.grid.parts)
+        method = "grid_matmul" if self.exchange == "dense" else "grid_sparse_matmul"
+        group.call(method, [(self.a.name, self.xname, self.yname, self.dtype.str)] * self.a.grid.parts)
         return np.concatenate(group.call("get_vec", [(self.yname,)] * self.a.grid.parts))
 
     def counters(self) -> list:

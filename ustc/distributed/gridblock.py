@@ -10,6 +10,7 @@ column order, so the result does not depend on message timing).
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -35,9 +36,33 @@ class GridBlock:
     tensor: object
     dtype: np.dtype
     products: dict = field(default_factory=dict)
+    rows_used: np.ndarray = None        # block-local rows / columns its stored entries touch
+    cols_used: np.ndarray = None
+    diag: np.ndarray = None             # A[r, r] for the block's rows (0 where not in the block)
+    halo: "SparseHalo" = None           # the sparsity-aware exchange (:meth:`GridBlocks.set_grid_halo`)
 
     def nbytes(self) -> int:
         return self.tensor.nbytes if self.tensor is not None else 0
+
+
+@dataclass(frozen=True, eq=False)
+class SparseHalo:
+    """One rank's part of a grid's sparsity-aware exchange over a vector layout in which it owns
+    ``own``: ``xsend[dst]`` the owned offsets of ``x`` rank ``dst``'s block columns touch,
+    ``xrecv[src] = (lo, hi)`` where ``src``'s values land among ``cols_used``; ``ysend[dst]``
+    the block-local rows of the partial ``y`` whose rows ``dst`` owns, ``yrecv[src]`` the owned
+    offsets ``src``'s partial rows add to. Pairs with nothing to move are absent; a rank's pair
+    with itself is a copy, not a message."""
+
+    own: tuple
+    xsend: dict
+    xrecv: dict
+    ysend: dict
+    yrecv: dict
+
+    @property
+    def n(self) -> int:
+        return self.own[1] - self.own[0]
 
 
 class GridBlocks:
@@ -65,10 +90,16 @@ class GridBlocks:
         r, c, v = (np.asarray(t) for t in coo)
         shape = (rows[1] - rows[0], cols[1] - cols[0])
         fmt = _format_for(fmt, self.rank, shape)
-        tensor = Tensor.from_coo((r.astype(np.int64), c.astype(np.int64)), v, shape, fmt) if len(v) else None
-        self.blocks[key] = GridBlock(tuple(rows), tuple(cols), tuple(grid), divmod(self.rank, grid[1]), tensor,
-                                     v.dtype)
-        return {"nse": int(len(v)), "format": str(tensor.format) if tensor is not None else str(fmt)}
+        r, c = r.astype(np.int64), c.astype(np.int64)
+        tensor = Tensor.from_coo((r, c), v, shape, fmt) if len(v) else None
+        diag = np.zeros(shape[0], dtype=v.dtype)
+        on = r + rows[0] == c + cols[0]
+        np.add.at(diag, r[on], v[on])
+        block = GridBlock(tuple(rows), tuple(cols), tuple(grid), divmod(self.rank, grid[1]), tensor, v.dtype,
+                          rows_used=np.unique(r), cols_used=np.unique(c), diag=diag)
+        self.blocks[key] = block
+        return {"nse": int(len(v)), "format": str(tensor.format) if tensor is not None else str(fmt),
+                "rows_used": block.rows_used, "cols_used": block.cols_used}
 
     def _grid_comms(self, grid) -> tuple:
         """This rank's (row, column) communicators in a ``grid`` (made once per communicator)."""
@@ -84,11 +115,13 @@ class GridBlocks:
                 SubCommunicator(self.comm, [k * pc + j for k in range(pr)], f"col{j}/{pr}x{pc}"))
         return comms
 
-    def _grid_product(self, block, dtype, tail):
-        """The planned ``tensor @ xbuf`` of ``block`` for dtype and trailing shape (made once)."""
+    def _grid_product(self, block, dtype, tail, kind: str = "dense"):
+        """The planned ``tensor @ xbuf`` of ``block`` for dtype and trailing shape (made once per
+        ``kind``: the sparse exchange writes only the columns in use, which must stay apart
+        from the dense exchange's buffer, where every column is written)."""
         from ..ops.plan import Matmul
 
-        key = (np.dtype(dtype).str, tuple(tail))
+        key = (np.dtype(dtype).str, tuple(tail), kind)
         prod = block.products.get(key)
         if prod is None:
             xbuf = np.zeros((block.cols[1] - block.cols[0],) + tuple(tail), dtype=dtype)
@@ -118,6 +151,69 @@ class GridBlocks:
             ybuf.fill(0)
         parts = [ybuf[lo:hi] for lo, hi in split(0, len(ybuf), block.grid[1])]
         self.vecs[yname] = self._wait(row.reduce_scatter(parts))
+
+    # -- the sparsity-aware exchange (solves) ----------------------------------------------
+    async def set_grid_halo(self, key, halo: SparseHalo) -> None:
+        self.blocks[key].halo = halo
+
+    async def _pairs(self, sends, srcs, tag) -> dict:
+        """Send ``(dst, data)`` pairs and receive from ``srcs`` under ``tag``: ``{src: data}``;
+        this rank's pair with itself is handed over without a message."""
+        comm = self.comm
+        mine = [data for dst, data in sends if dst == self.rank]
+        others = [src for src in srcs if src != self.rank]
+        got = await asyncio.gather(*(comm.send(dst, tag, data) for dst, data in sends if dst != self.rank),
+                                   *(comm.recv(src, tag) for src in others))
+        out = dict(zip(others, got[len(got) - len(others):]))
+        if mine:
+            out[self.rank] = mine[0]
+        return out
+
+    def _reduce_rows(self, block, partial, out) -> None:
+        """``out`` (this rank's owned part) = the sum of every block's ``partial`` rows that fall
+        in it, added in source-rank order (the same bits whatever the message timing)."""
+        halo = block.halo
+        tag = self.comm.next_tag("grid-y")
+        sends = [(dst, np.ascontiguousarray(partial[rows])) for dst, rows in halo.ysend.items()]
+        got = self._wait(self._pairs(sends, list(halo.yrecv), tag))
+        out.fill(0)
+        for src in sorted(got):
+            out[halo.yrecv[src]] += got[src]
+
+    def _grid_apply(self, block, x, out) -> None:
+        """``out`` = this rank's owned part of ``A x`` from its owned part ``x``: the ``x``
+        entries each block's columns touch go to it (nothing else moves), each block multiplies,
+        and the partial rows go to their owners (:meth:`_reduce_rows`). Two synchronisations."""
+        halo = block.halo
+        xbuf, ybuf, mm = self._grid_product(block, out.dtype, x.shape[1:], "sparse")
+        self.comm.syncs += 2
+        tag = self.comm.next_tag("grid-x")
+        sends = [(dst, np.ascontiguousarray(x[idx])) for dst, idx in halo.xsend.items()]
+        got = self._wait(self._pairs(sends, list(halo.xrecv), tag))
+        for src, (lo, hi) in halo.xrecv.items():
+            xbuf[block.cols_used[lo:hi]] = got[src]
+        if mm is not None:
+            mm.execute(out=ybuf)
+        else:
+            ybuf.fill(0)
+        self._reduce_rows(block, ybuf, out)
+
+    async def grid_sparse_matmul(self, key, xname, yname, dtype) -> None:
+        """``vecs[yname]`` = this rank's owned part of ``A x`` by the sparse exchange, from its
+        owned part ``vecs[xname]`` (SPMD: every rank of the grid calls it together)."""
+        def run():
+            block = self.blocks[key]
+            x = np.ascontiguousarray(self.vecs[xname], dtype=dtype)
+            y = np.empty((block.halo.n,) + x.shape[1:], dtype=dtype)
+            self._grid_apply(block, x, y)
+            self.vecs[yname] = y
+        await self._run(run)
+
+    def _grid_diag(self, block, dtype) -> np.ndarray:
+        """This rank's owned part of ``diag(A)`` (the diagonal entries may sit in other blocks)."""
+        out = np.zeros(block.halo.n, dtype=dtype)
+        self._reduce_rows(block, block.diag.astype(dtype), out)
+        return out
 
     async def grid_entries(self, key):
         """``(rows, cols, values)`` of this rank's grid block, block-local indices."""

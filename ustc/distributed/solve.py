@@ -16,6 +16,8 @@ import numpy as np
 from ..errors import DistributedError, ShapeError, SolveError, UstcError
 from .checkpoint import Checkpoint, Collector
 from .dtensor import DTensor, DVector
+from .grid import GridTensor
+from .partition import RowBlocks
 
 
 class SolveResult:
@@ -53,7 +55,9 @@ def _validate(a, method, preconditioner, checkpoint_every, resume) -> None:
         raise UstcError(f"ustc.distributed.solve: method must be cg, bicgstab or gmres, got {method!r}")
     if preconditioner not in (None, "jacobi"):
         raise UstcError("ustc.distributed.solve: preconditioner must be None or 'jacobi'")
-    if a.shape[0] != a.shape[1] or a.rows != a.cols:
+    if not isinstance(a, (DTensor, GridTensor)):
+        raise UstcError(f"ustc.distributed.solve: a must be a DTensor or a GridTensor, got {type(a).__name__}")
+    if a.shape[0] != a.shape[1] or (isinstance(a, DTensor) and a.rows != a.cols):
         raise ShapeError(f"solve: a must be square with aligned row and column blocks, got {a.shape}")
     if checkpoint_every is not None and int(checkpoint_every) < 1:
         raise UstcError(f"ustc.distributed.solve: checkpoint_every must be a positive count, got {checkpoint_every}")
@@ -105,32 +109,44 @@ def solve(a: DTensor, b, method: str = "cg", *, x0=None, rtol: float = 1e-8, ato
     return (out, info) if return_info else out
 
 
+def _layout(a) -> RowBlocks:
+    """How the solve's vectors are split: a DTensor's row blocks, a grid's vector layout (its
+    sparse exchange planned first)."""
+    if isinstance(a, GridTensor):
+        a.sparse_plan()
+        return a.layout
+    return a.rows
+
+
 def _attempt(a, b, method, x0, resume, *, rtol, atol, maxiter, restart, jacobi, checkpoint_every, on_checkpoint):
     """One SPMD solve on the (repaired) group; DistributedError with ``.checkpoint`` on a loss."""
     rt, n = a.runtime, a.shape[0]
     group = a.group                                 # repairs the group and rebuilds a after a loss
+    rows = _layout(a)
     made = []
     if not isinstance(b, DVector):
-        b = DVector.from_array(np.asarray(b), a.rows, runtime=rt)
+        b = DVector.from_array(np.asarray(b), rows, runtime=rt)
         made.append(b)
     if b.shape != (n,):
         raise ShapeError(f"solve: b has shape {b.shape}, expected ({n},)")
+    if b.partition != rows:
+        raise ShapeError(f"solve: b is split as {b.partition}, the solve's vectors as {rows}")
     if resume is not None:
         x0 = resume.x
     if x0 is not None and not isinstance(x0, DVector):
-        x0 = DVector.from_array(np.asarray(x0), a.rows, runtime=rt)
+        x0 = DVector.from_array(np.asarray(x0), rows, runtime=rt)
         made.append(x0)
     dtype = np.result_type(a.dtype, b.dtype, np.float32)
     if dtype.kind not in "fc":
         dtype = np.dtype(np.float64)
     offset = resume.iterations if resume is not None else 0
-    x = DVector(rt, a.rows, rt.name("vec"), (n,), dtype)
+    x = DVector(rt, rows, rt.name("vec"), (n,), dtype)
     collector = (Collector(group, x.name, method, resume, on_checkpoint) if checkpoint_every else None)
     args = (a.name, b.name, x.name, x0.name if x0 is not None else None, method, dtype.str, rtol, atol,
             max(maxiter - offset, 0), restart, jacobi, n, checkpoint_every, offset)
     before = rt.scheduler_transitions()
     try:
-        stats = group.call("solve", [args] * a.rows.parts, poll=collector.poll if collector else None)
+        stats = group.call("solve", [args] * rows.parts, poll=collector.poll if collector else None)
     except DistributedError as err:
         err.checkpoint = collector.latest if collector is not None else resume
         raise

@@ -34,7 +34,7 @@ from ..ops.vectors import HostVectors
 from .checkpoint import Watch
 from .comm import ActorCommunicator
 from .fetch import SpGEMMBlocks
-from .gridblock import GridBlocks
+from .gridblock import GridBlock, GridBlocks
 
 
 def _as_coo(block, nrows: int, ncols: int):
@@ -141,20 +141,21 @@ class BlockVectors(HostVectors):
 
 
 class _Operator:
-    """The solvers' ``op``: ``apply(v, out)`` is the distributed product of this rank's rows."""
+    """The solvers' ``op``: ``apply(v, out)`` is the distributed product of this rank's part
+    (``product(v, out)``: a row block's halo SpMV or a grid block's sparse exchange)."""
 
-    def __init__(self, worker, block, dtype):
-        self.worker, self.block = worker, block
+    def __init__(self, worker, product, n, dtype, info):
+        self.worker, self.product = worker, product
         self.vec = BlockVectors(worker)
-        self.v = np.zeros(block.ncols, dtype=dtype)
+        self.v = np.zeros(n, dtype=dtype)
         self.applications = 0
-        self.matmul = SimpleNamespace(plan_info=worker._plan_info(block, dtype, ()))
+        self.matmul = SimpleNamespace(plan_info=info)
 
     def apply(self, v, out):
         self.applications += 1
         if self.vec.watch is not None:
             self.vec.watch.product(v)
-        self.worker._apply(self.block, v, out)
+        self.product(v, out)
         return out
 
 
@@ -387,6 +388,21 @@ class BlockWorker(SpGEMMBlocks, GridBlocks):
         watch = self.watches.get(xname)
         return watch.since(since) if watch is not None else []
 
+    def _operator(self, block, dtype):
+        """``(op, diagonal)`` of a solve on ``block``: the solvers' operator and a function giving
+        this rank's part of ``diag(A)`` (collective on a grid: every rank calls it)."""
+        if isinstance(block, GridBlock):
+            if block.halo is None:
+                raise DistributedError(f"block {self.rank}: the grid's sparse exchange was not planned "
+                                       f"(GridTensor.sparse_plan)")
+            info = (f"grid {block.grid[0]}x{block.grid[1]} block {block.coords}: sparse exchange, "
+                    f"{len(block.cols_used)} columns and {len(block.rows_used)} rows in use")
+            op = _Operator(self, lambda v, out: self._grid_apply(block, v, out), block.halo.n, dtype, info)
+            return op, lambda: self._grid_diag(block, dtype)
+        op = _Operator(self, lambda v, out: self._apply(block, v, out), block.nrows, dtype,
+                       self._plan_info(block, dtype, ()))
+        return op, lambda: block.diag
+
     def _solve(self, key, bname, xname, x0name, method, dtype, rtol, atol, maxiter, restart, jacobi, nglobal,
                checkpoint_every=None, offset=0):
         try:
@@ -397,20 +413,20 @@ class BlockWorker(SpGEMMBlocks, GridBlocks):
 
     def _solve_block(self, key, bname, xname, x0name, method, dtype, rtol, atol, maxiter, restart, jacobi,
                      nglobal, checkpoint_every, offset):
-        block = self.blocks[key]
         comm = self.comm
-        op = _Operator(self, block, dtype)
+        op, diagonal = self._operator(self.blocks[key], dtype)
         vec = op.vec
         b = np.ascontiguousarray(self.vecs[bname], dtype=dtype)
         x = (np.array(self.vecs[x0name], dtype=dtype) if x0name is not None
-             else np.zeros(block.nrows, dtype=dtype))
+             else np.zeros(len(op.v), dtype=dtype))
         dinv = None
         if jacobi:
-            zero = float(np.count_nonzero(block.diag == 0))
+            diag = diagonal()
+            zero = float(np.count_nonzero(diag == 0))
             if self._wait(comm.allreduce(np.array([zero])))[0]:
                 raise SolveError("solve: the Jacobi preconditioner needs a nonzero diagonal; "
                                  "some block has a zero or missing diagonal entry")
-            dinv = (1 / block.diag).astype(dtype)
+            dinv = (1 / diag).astype(dtype)
         comm.reset_counters()
         if checkpoint_every:
             vec.watch = self.watches[xname] = Watch(x, method, checkpoint_every, offset)
