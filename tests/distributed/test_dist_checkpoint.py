@@ -64,17 +64,19 @@ def test_resume_after_sigkill_mid_cg(private):
     rt = private
     a = poisson2d(SIDE)
     b = np.random.default_rng(0).standard_normal(SIDE * SIDE)
-    x1 = ustc.solve(ustc.Tensor.from_package(a), b, "cg", rtol=1e-10)
+    x1, i1 = ustc.solve(ustc.Tensor.from_package(a), b, "cg", rtol=1e-10, return_info=True)
     d = ud.DTensor.from_tensor(ustc.Tensor.from_package(a), 2, runtime=rt)
     err, seen = _solve_killed(rt, d, b, 1, 20, rtol=1e-10, checkpoint_every=5)
     assert isinstance(err, ud.DistributedError) and err.lost_blocks == (1,)
     ckpt = err.checkpoint
     assert isinstance(ckpt, Checkpoint) and ckpt.iterations >= 20 and ckpt.iterations % 5 == 0
     assert ckpt.iterations == seen[-1]
+    assert ckpt.exact and sorted(ckpt.state) == ["p", "r", "rr", "rz"]
     x, info = ud.solve(d, b, "cg", rtol=1e-10, resume=ckpt, return_info=True)
     assert d.group.generation == 1 and d.group.workers[1] in rt.workers
     assert info.converged and info.resumed_from == ckpt.iterations and info.iterations > ckpt.iterations
-    assert _rel(x, x1) < 1e-7
+    assert info.iterations == i1.iterations               # the resume continued CG's own iterations
+    assert _rel(x, x1) < 1e-10
     np.testing.assert_allclose(d @ x, a @ x, rtol=1e-12, atol=1e-12)      # the rebuilt block is A's
 
 
@@ -114,7 +116,7 @@ def test_watch_counts_iterations():
         w.updated(x)
         w.updated(np.ones(3))            # another vector: ignored
     assert [i for i, _ in w.versions] == [7 + 2, 7 + 4]           # every 2 iterations, 7 done before (a resume)
-    assert [float(v[0]) for _, v in w.versions] == [2.0, 4.0]     # copies, not views of x
+    assert [float(v["x"][0]) for _, v in w.versions] == [2.0, 4.0]    # copies, not views of x
     assert w.since(9) == [w.versions[1]]
 
 
@@ -128,7 +130,7 @@ def test_watch_gmres_copies_at_restarts():
             w.updated(z)
         x += 1
         w.updated(x)                      # x changes at the restart only
-    assert [i for i, _ in w.versions] == [6, 9] and w.since(0)[0][1][0] == 2.0
+    assert [i for i, _ in w.versions] == [6, 9] and w.since(0)[0][1]["x"][0] == 2.0
 
 
 def test_argument_errors(rt):

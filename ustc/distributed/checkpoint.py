@@ -1,14 +1,16 @@
 """Checkpoints of a distributed Krylov solve: taken on the blocks, held by the driver.
 
-With ``ud.solve(..., checkpoint_every=k)`` each block keeps a copy of its slice of the
-iterate ``x`` every ``k`` iterations (:class:`Watch`; the last two copies). While the solve
+With ``ud.solve(..., checkpoint_every=k)`` each block keeps a copy of its part of the
+solver's state every ``k`` iterations (:class:`Watch`; the last two copies). While the solve
 runs, the driver pulls the new copies from every block every 0.25 s with a direct actor call
 (no scheduler task) and keeps the newest *complete* one (every block at the same iteration)
-as a :class:`Checkpoint`: the driver's copy survives the loss of any worker. The solvers
-are :mod:`ustc.ops.krylov`'s own, whose internal state (search directions, the GMRES basis)
-is not reachable from outside, so a resume restarts the method from the checkpointed ``x``:
-it converges to the same solution, possibly in a different number of iterations than an
-uninterrupted run (CG loses the conjugacy built so far).
+as a :class:`Checkpoint`: the driver's copy survives the loss of any worker.
+
+What is kept makes a resume exact (the iterations after it are those of the uninterrupted
+solve, bit for bit): for CG and BiCGSTAB the whole state of their loops
+(:mod:`ustc.distributed.resumable`: ``x``, residual, directions, the recurrences' scalars),
+taken at the end of an iteration; for GMRES only ``x``, taken at a restart, where GMRES
+keeps nothing else.
 
 What an "iteration" is: a CG or BiCGSTAB iteration, a GMRES inner step. GMRES changes ``x``
 only at its restarts, so its checkpoints fall there (at least ``k`` inner steps apart).
@@ -18,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -28,22 +30,32 @@ PRODUCTS_PER_ITERATION = {"cg": 1, "bicgstab": 2, "gmres": 1}
 @dataclass(frozen=True, eq=False)
 class Checkpoint:
     """A distributed solve's iterate after ``iterations`` iterations of ``method``: ``x`` (the
-    whole vector, on the driver). ``ud.solve(A, b, method, resume=checkpoint)`` continues
-    from it."""
+    whole vector, on the driver) and ``state``, the rest of the solver's state (whole vectors
+    and scalars by name; empty for GMRES, or for a checkpoint made by hand, which restarts the
+    method from ``x``). ``ud.solve(A, b, method, resume=checkpoint)`` continues from it."""
 
     method: str
     iterations: int
     x: np.ndarray
+    state: dict = field(default_factory=dict)
+
+    @property
+    def exact(self) -> bool:
+        """Whether a resume continues the uninterrupted iterations (the state is complete)."""
+        return self.method == "gmres" or bool(self.state)
 
     def __repr__(self):
-        return f"Checkpoint(method={self.method!r}, iterations={self.iterations}, n={self.x.shape[0]})"
+        return (f"Checkpoint(method={self.method!r}, iterations={self.iterations}, n={self.x.shape[0]}, "
+                f"state={sorted(self.state)})")
 
 
 class Watch:
-    """Block side: counts the solver's iterations from its products (those not of ``x`` itself:
-    the residual products at a (re)start do not count) and keeps a copy of ``x`` when ``x``
-    changes at least ``every`` iterations after the last copy. ``offset``: iterations done
-    before this solve (a resumed one). The solve thread writes; the actor's event loop reads
+    """Block side: keeps copies of the solver's state, each at least ``every`` iterations after
+    the last. CG and BiCGSTAB call :meth:`keep` at the end of each iteration; for GMRES the
+    backend reports products and changes of ``x`` (:meth:`product`, :meth:`updated`): the
+    iterations are counted from the products not of ``x`` itself (the residual products at a
+    restart do not count) and ``x`` is copied when it changes. ``offset``: iterations done before
+    this solve (a resumed one). The solve thread writes; the actor's event loop reads
     :meth:`since`."""
 
     def __init__(self, x: np.ndarray, method: str, every: int, offset: int = 0):
@@ -61,14 +73,19 @@ class Watch:
         """Called after the backend changed ``y`` in place; a copy when ``y`` is ``x`` and due."""
         if y is not self.x:
             return
-        it = self.products // self.per
+        self.keep(self.products // self.per, lambda: {"x": self.x})
+
+    def keep(self, it: int, state) -> None:
+        """After iteration ``it`` of this solve: a copy of ``state()`` (``{name: vector or
+        scalar}``) when due."""
         if it - self.last >= self.every:
             self.last = it
-            self.versions.append((self.offset + it, self.x.copy()))
+            copy = {k: (np.array(v, copy=True) if isinstance(v, np.ndarray) else v) for k, v in state().items()}
+            self.versions.append((self.offset + it, copy))
 
     def since(self, iterations: int) -> list:
-        """The kept copies taken after ``iterations``: ``[(iterations, x slice)]``."""
-        return [(it, x) for it, x in list(self.versions) if it > iterations]
+        """The kept copies taken after ``iterations``: ``[(iterations, {name: slice or scalar})]``."""
+        return [(it, s) for it, s in list(self.versions) if it > iterations]
 
 
 class Collector:
@@ -93,8 +110,11 @@ class Collector:
         if not complete:
             return
         it = max(complete)
-        parts = self.parts[it]
-        self.latest = Checkpoint(self.method, it, np.concatenate([parts[r] for r in range(self.group.size)]))
+        parts = [self.parts[it][r] for r in range(self.group.size)]
+        whole = {k: (np.concatenate([p[k] for p in parts]) if isinstance(v, np.ndarray) else v)
+                 for k, v in parts[0].items()}          # scalars were all-reduced: alike on every rank
+        x = whole.pop("x")
+        self.latest = Checkpoint(self.method, it, x, whole)
         self.parts = {k: v for k, v in self.parts.items() if k > it}
         self.count += 1
         if self.on_checkpoint is not None:

@@ -1,7 +1,8 @@
 """The distributed Krylov solve: one SPMD call per block, with checkpoints and resume.
 
-:func:`solve` runs :mod:`ustc.ops.krylov`'s CG, BiCGSTAB or GMRES on every block at once
-(:meth:`ustc.distributed.worker.BlockWorker.solve`). With ``checkpoint_every=k`` the driver
+:func:`solve` runs CG, BiCGSTAB (:mod:`ustc.distributed.resumable`) or GMRES
+(:mod:`ustc.ops.krylov`) on every block at once (:meth:`ustc.distributed.worker.BlockWorker.solve`),
+on row-partitioned :class:`DTensor` or 2-D :class:`GridTensor` matrices. With ``checkpoint_every=k`` the driver
 holds the newest complete :class:`~ustc.distributed.checkpoint.Checkpoint` while the solve
 runs; when a worker is lost the :class:`ustc.DistributedError` carries it
 (``err.checkpoint``), and ``solve(..., resume=err.checkpoint)`` (or ``retries=n``, which
@@ -18,6 +19,7 @@ from .checkpoint import Checkpoint, Collector
 from .dtensor import DTensor, DVector
 from .grid import GridTensor
 from .partition import RowBlocks
+from .resumable import STATE
 
 
 class SolveResult:
@@ -62,9 +64,22 @@ def _validate(a, method, preconditioner, checkpoint_every, resume) -> None:
     if checkpoint_every is not None and int(checkpoint_every) < 1:
         raise UstcError(f"ustc.distributed.solve: checkpoint_every must be a positive count, got {checkpoint_every}")
     if resume is not None:
-        if not isinstance(resume, Checkpoint) or resume.method != method or resume.x.shape != (a.shape[0],):
-            raise UstcError(f"ustc.distributed.solve: resume= needs a Checkpoint of {method} for {a.shape[0]} "
+        n = a.shape[0]
+        if (not isinstance(resume, Checkpoint) or resume.method != method or resume.x.shape != (n,)
+                or any(isinstance(v, np.ndarray) and v.shape != (n,) for v in resume.state.values())):
+            raise UstcError(f"ustc.distributed.solve: resume= needs a Checkpoint of {method} for {n} "
                             f"unknowns, got {resume!r}")
+        if resume.state:
+            _check_state(method, preconditioner, resume.state)
+
+
+def _check_state(method, preconditioner, state) -> None:
+    """UstcError unless ``state`` is what ``method`` keeps with ``preconditioner``."""
+    want = set(STATE.get(method, ())) | ({"z"} if method == "cg" and preconditioner == "jacobi" else set())
+    if set(state) != want:
+        raise UstcError(f"ustc.distributed.solve: the {method} checkpoint keeps {sorted(state)}, a {method} "
+                        f"solve with preconditioner={preconditioner!r} needs {sorted(want)} (was it taken "
+                        f"with another preconditioner?)")
 
 
 def solve(a: DTensor, b, method: str = "cg", *, x0=None, rtol: float = 1e-8, atol: float = 0.0, maxiter=None,
@@ -81,8 +96,11 @@ def solve(a: DTensor, b, method: str = "cg", *, x0=None, rtol: float = 1e-8, ato
     0.25 s; ``on_checkpoint(checkpoint)`` is called on the client's event loop with each new
     one: keep it short). A lost worker raises :class:`ustc.DistributedError` with
     ``err.checkpoint`` (the newest complete checkpoint, else ``resume``, else None).
-    ``resume=checkpoint``: start from its ``x`` (``x0`` ignored) with ``maxiter`` counting the
-    iterations done before; the group is repaired first if a worker was lost. ``retries=n``:
+    ``resume=checkpoint``: continue from it (``x0`` ignored) with ``maxiter`` counting the
+    iterations done before: from the solver's whole state for CG and BiCGSTAB, from ``x`` at a
+    restart for GMRES, so the iterations that follow are those of the uninterrupted solve (bit
+    for bit, with the same matrix partition and ``rtol``; a hand-made Checkpoint without
+    ``state`` restarts CG or BiCGSTAB from its ``x``); the group is repaired first if a worker was lost. ``retries=n``:
     resume so by itself after up to ``n`` losses (from the start when no checkpoint was taken).
     ``b`` as a NumPy array is scattered at every attempt; a DVector ``b`` is rebuilt from its
     recipe."""
@@ -140,10 +158,20 @@ def _attempt(a, b, method, x0, resume, *, rtol, atol, maxiter, restart, jacobi, 
     if dtype.kind not in "fc":
         dtype = np.dtype(np.float64)
     offset = resume.iterations if resume is not None else 0
+    state = None
+    if resume is not None and resume.state:
+        state = {}
+        for key, value in resume.state.items():
+            if isinstance(value, np.ndarray):
+                part = DVector.from_array(value, rows, runtime=rt)
+                made.append(part)
+                state[key] = ("vec", part.name)
+            else:
+                state[key] = value
     x = DVector(rt, rows, rt.name("vec"), (n,), dtype)
     collector = (Collector(group, x.name, method, resume, on_checkpoint) if checkpoint_every else None)
     args = (a.name, b.name, x.name, x0.name if x0 is not None else None, method, dtype.str, rtol, atol,
-            max(maxiter - offset, 0), restart, jacobi, n, checkpoint_every, offset)
+            max(maxiter - offset, 0), restart, jacobi, n, checkpoint_every, offset, state)
     before = rt.scheduler_transitions()
     try:
         stats = group.call("solve", [args] * rows.parts, poll=collector.poll if collector else None)

@@ -11,11 +11,13 @@ solve is one call per block: the iteration is SPMD, the blocks exchange halo
 values and all-reduce their inner products among themselves, and the scheduler
 sees nothing until the solve returns.
 
-The Krylov methods are :mod:`ustc.ops.krylov`'s own (CG, BiCGSTAB; GMRES here,
-with the restart length taken from the global size) over a vector backend
-whose reductions are all-reduces (:class:`BlockVectors`); with checkpoints, the
-backend tells a :class:`~ustc.distributed.checkpoint.Watch` when ``x`` changes
-and the driver pulls its copies through :meth:`BlockWorker.checkpoints`.
+The Krylov methods run over a vector backend whose reductions are all-reduces
+(:class:`BlockVectors`): CG and BiCGSTAB are :mod:`ustc.distributed.resumable`'s
+(krylov's arithmetic, with a state that can be kept and restored), GMRES is
+:mod:`ustc.ops.krylov`'s (the restart length taken from the global size). With
+checkpoints a :class:`~ustc.distributed.checkpoint.Watch` keeps copies of the state
+(GMRES: the backend tells it when ``x`` changes) and the driver pulls them through
+:meth:`BlockWorker.checkpoints`.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import numpy as np
 from ..errors import DistributedError, SolveError
 from ..ops import krylov
 from ..ops.vectors import HostVectors
+from . import resumable
 from .checkpoint import Watch
 from .comm import ActorCommunicator
 from .fetch import SpGEMMBlocks
@@ -376,12 +379,14 @@ class BlockWorker(SpGEMMBlocks, GridBlocks):
 
     # -- solves ---------------------------------------------------------------------------
     async def solve(self, key, bname, xname, x0name, method, dtype, rtol, atol, maxiter, restart,
-                    jacobi, nglobal, checkpoint_every=None, offset=0):
+                    jacobi, nglobal, checkpoint_every=None, offset=0, state=None):
         """The SPMD solve of this block (every rank calls it together); with ``checkpoint_every``
-        a :class:`~ustc.distributed.checkpoint.Watch` keeps copies of ``x`` for
-        :meth:`checkpoints` (``offset``: iterations done before, for a resumed solve)."""
+        a :class:`~ustc.distributed.checkpoint.Watch` keeps copies of the solver's state for
+        :meth:`checkpoints` (``offset``: iterations done before, for a resumed solve; ``state``:
+        CG's or BiCGSTAB's state to continue from, ``{name: vector name in vecs, or scalar}``,
+        vector names given as ``("vec", name)``)."""
         return await self._run(self._solve, key, bname, xname, x0name, method, np.dtype(dtype), rtol,
-                               atol, maxiter, restart, jacobi, nglobal, checkpoint_every, offset)
+                               atol, maxiter, restart, jacobi, nglobal, checkpoint_every, offset, state)
 
     async def checkpoints(self, xname, since) -> list:
         """The copies of the running solve's ``x`` slice taken after iteration ``since``."""
@@ -404,15 +409,15 @@ class BlockWorker(SpGEMMBlocks, GridBlocks):
         return op, lambda: block.diag
 
     def _solve(self, key, bname, xname, x0name, method, dtype, rtol, atol, maxiter, restart, jacobi, nglobal,
-               checkpoint_every=None, offset=0):
+               checkpoint_every=None, offset=0, state=None):
         try:
             return self._solve_block(key, bname, xname, x0name, method, dtype, rtol, atol, maxiter, restart,
-                                     jacobi, nglobal, checkpoint_every, offset)
+                                     jacobi, nglobal, checkpoint_every, offset, state)
         finally:
             self.watches.pop(xname, None)
 
     def _solve_block(self, key, bname, xname, x0name, method, dtype, rtol, atol, maxiter, restart, jacobi,
-                     nglobal, checkpoint_every, offset):
+                     nglobal, checkpoint_every, offset, state):
         comm = self.comm
         op, diagonal = self._operator(self.blocks[key], dtype)
         vec = op.vec
@@ -427,14 +432,17 @@ class BlockWorker(SpGEMMBlocks, GridBlocks):
                 raise SolveError("solve: the Jacobi preconditioner needs a nonzero diagonal; "
                                  "some block has a zero or missing diagonal entry")
             dinv = (1 / diag).astype(dtype)
+        if state is not None:
+            state = {k: (self.vecs[v[1]] if isinstance(v, tuple) else v) for k, v in state.items()}
         comm.reset_counters()
-        if checkpoint_every:
-            vec.watch = self.watches[xname] = Watch(x, method, checkpoint_every, offset)
+        watch = self.watches[xname] = Watch(x, method, checkpoint_every, offset) if checkpoint_every else None
         if method == "gmres":
+            vec.watch = watch
             x, it, _, _ = krylov.gmres(op, b, x, dinv, rtol, atol, maxiter, restart, size=nglobal)
+            vec.watch = None
         else:
-            x, it, _, _ = krylov.SOLVERS[method](op, b, x, dinv, rtol, atol, maxiter)
-        vec.watch = None
+            x, it, _, _ = resumable.SOLVERS[method](op, b, x, dinv, rtol, atol, maxiter, state=state,
+                                                    keep=watch.keep if watch is not None else None)
         loop_counters = {"messages": comm.messages, "bytes": comm.bytes, "syncs": comm.syncs,
                          "applications": op.applications}
         r = np.empty_like(b)
