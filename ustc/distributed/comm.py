@@ -219,10 +219,19 @@ class MPICommunicator(Communicator):
         self.comm = comm if comm is not None else MPI.COMM_WORLD
         super().__init__(self.comm.Get_rank(), self.comm.Get_size())
         self._tags: dict = {}
+        self._next_tag = 0
         self._pending: list = []
 
     def _mpi_tag(self, tag) -> int:
-        return self._tags.setdefault(tag, len(self._tags) % 32000)
+        """The MPI tag of ``tag``: numbered in order of first use (the same order on every rank,
+        SPMD); only the newest 1024 are remembered (older phases are over)."""
+        number = self._tags.get(tag)
+        if number is None:
+            number = self._tags[tag] = self._next_tag
+            self._next_tag = (self._next_tag + 1) % 32000
+            if len(self._tags) > 1024:
+                del self._tags[next(iter(self._tags))]
+        return number
 
     async def send(self, dst: int, tag, data) -> None:
         self.messages += 1

@@ -31,6 +31,25 @@ def _checked(obj, group):
     return group
 
 
+def halo_lists(garrays, cols: RowBlocks):
+    """``(send, recv, counts)`` of a row-partitioned matrix whose rank ``d`` touches the ghost
+    columns ``garrays[d]`` (sorted): rank ``s`` sends rank ``d`` the entries ``garray_d ∩
+    cols(s)`` (``send[s][d]``, offsets in ``s``'s slice); rank ``d`` receives them contiguously
+    (``recv[d][s] = (lo, hi)`` in its ghost buffer); ``counts[s, d]``: entries per product."""
+    P = cols.parts
+    send = [dict() for _ in range(P)]
+    recv = [dict() for _ in range(P)]
+    counts = np.zeros((P, P), dtype=np.int64)
+    for d, garray in enumerate(garrays):
+        owners = cols.owner(garray)
+        for s in np.unique(owners):
+            lo, hi = np.searchsorted(owners, [s, s + 1])
+            send[s][d] = garray[lo:hi] - cols.bounds[s]
+            recv[d][int(s)] = (int(lo), int(hi))
+            counts[s, d] = hi - lo
+    return send, recv, counts
+
+
 class DVector:
     """A vector (``shape (n,)``) or dense matrix (``(n, k)``) split by rows over the blocks of
     ``partition``; the slices live on the block actors under ``name``. ``source``: the driver's
@@ -186,20 +205,9 @@ class DTensor:
 
     # -- halo plan ------------------------------------------------------------------------
     def _halo(self, infos) -> None:
-        """Send lists from every rank's ghost columns (``garray``): rank ``s`` sends rank ``d``
-        the entries ``garray_d ∩ cols(s)``; rank ``d`` receives them contiguously."""
+        """Every rank's send and receive lists (:func:`halo_lists`), sent to the blocks."""
         P = self.rows.parts
-        send = [dict() for _ in range(P)]
-        recv = [dict() for _ in range(P)]
-        self.halo_counts = np.zeros((P, P), dtype=np.int64)     # [src, dst] entries per product
-        for d, info in enumerate(infos):
-            garray = info["garray"]
-            owners = self.cols.owner(garray)
-            for s in np.unique(owners):
-                lo, hi = np.searchsorted(owners, [s, s + 1])
-                send[s][d] = garray[lo:hi] - self.cols.bounds[s]
-                recv[d][int(s)] = (int(lo), int(hi))
-                self.halo_counts[s, d] = hi - lo
+        send, recv, self.halo_counts = halo_lists([info["garray"] for info in infos], self.cols)
         self._send, self._recv = send, recv
         self.runtime.group(P).call("set_halo", [(self.name, send[b], recv[b]) for b in range(P)])
 
