@@ -122,6 +122,52 @@ def halo_entries(g: sp.csr_matrix, parts: int) -> int:
     return total
 
 
+def mpi_child(side: int, repeat: int) -> None:
+    """Under ``mpiexec -n 2``: CG on the stencil with the mpi4py transport
+    (:class:`ustc.distributed.mpiblocks.MPIMatrix`, the block workers' own code); rank 0 prints
+    one JSON line: iterations and the minimum ms per iteration."""
+    import json
+
+    from mpi4py import MPI
+
+    from ustc.distributed.mpiblocks import MPIMatrix
+
+    a = stencil(side)
+    with MPIMatrix.from_loader(lambda r0, r1: a[r0:r1], a.shape) as m:
+        lo, hi = m.range
+        b = np.ones(hi - lo)
+        best, its = None, 0
+        for _ in range(repeat):
+            m.comm.comm.Barrier()
+            t0 = time.perf_counter()
+            _, info = m.solve(b, "cg", rtol=1e-6)
+            per = 1e3 * (time.perf_counter() - t0) / max(info["iterations"], 1)
+            per = m.comm.comm.allreduce(per, op=MPI.MAX)
+            best, its = (per if best is None else min(best, per)), info["iterations"]
+        if m.rank == 0:
+            print(json.dumps({"iterations": its, "ms": best}), flush=True)
+
+
+def mpi_cg(side: int, repeat: int):
+    """``(iterations, ms per iteration)`` of :func:`mpi_child` run under ``mpiexec -n 2`` (one
+    thread per process, as the Dask workers), or ``(None, reason)``."""
+    import json
+    import shutil
+    import subprocess
+
+    here = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+    mpiexec = here if os.path.exists(here) else shutil.which("mpiexec")
+    if mpiexec is None:
+        return None, "no mpiexec (pip install mpich mpi4py)"
+    env = {**os.environ, "NUMBA_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+    proc = subprocess.run([mpiexec, "-n", "2", sys.executable, os.path.abspath(__file__), "--mpi-child",
+                           "--side", str(side), "--repeat", str(repeat)], env=env, capture_output=True, text=True)
+    if proc.returncode != 0:
+        return None, f"mpiexec failed: {proc.stderr.strip()[-300:]}"
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    return out["iterations"], out["ms"]
+
+
 def busy(item, shared):
     """~10 ms of single-threaded NumPy work on one item."""
     x = shared + item
@@ -139,7 +185,10 @@ def main():
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--power-law", type=int, default=200_000, help="rows of the power-law graph")
     ap.add_argument("--write", action="store_true")
+    ap.add_argument("--mpi-child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.mpi_child:
+        return mpi_child(args.side, args.repeat)
     lines = []
 
     def say(text):
@@ -212,9 +261,15 @@ def main():
         f"x relative difference {np.linalg.norm(xd - x1) / np.linalg.norm(x1):.2e}")
     say(f"scheduler transitions during the solve: {info_d.scheduler_transitions}; synchronisations "
         f"{info_d.syncs} = {(info_d.syncs - 4) / info_d.iterations:.2f} per iteration + 4 before the loop")
+    mpi_its, mpi_ms = mpi_cg(side, args.repeat)
+    if mpi_its is None:
+        say(f"CG mpi4py transport: not measured ({mpi_ms})")
+    else:
+        say(f"CG mpi4py transport (mpiexec -n 2, the same block code): {mpi_its} iterations, min {mpi_ms:.2f} ms "
+            f"per iteration; {load()}")
+    mpi_ratio = (f", distributed / mpi4py {results['distributed'][0] / mpi_ms:.2f}x" if mpi_its is not None else "")
     say(f"ratios: distributed / ustc.solve {results['distributed'][0] / results['ustc.solve'][0]:.2f}x, "
-        f"SciPy cg / distributed {results['scipy cg'][0] / results['distributed'][0]:.2f}x (mpi4py transport: "
-        f"not measured, no MPI library on this machine)")
+        f"SciPy cg / distributed {results['scipy cg'][0] / results['distributed'][0]:.2f}x{mpi_ratio}")
 
     mem = d.group.call("memory")
     import psutil

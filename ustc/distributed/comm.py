@@ -9,8 +9,8 @@ any transport:
 * ``await recv(src, tag)`` — the data rank ``src`` sent under ``tag`` (messages
   that arrive early are kept until asked for);
 * ``await allreduce(values)`` — the sum over ranks of a 1-D array of scalars,
-  bitwise identical on every rank (contributions are added in rank order, so
-  every rank branches the same way).
+  bitwise identical on every rank (recursive doubling, each pair adding the
+  lower ranks' part first, so every rank branches the same way).
 
 :class:`ActorCommunicator` is the default transport: peer-to-peer calls between
 Dask actors (one RPC per message, no scheduler involvement).
@@ -66,26 +66,33 @@ class Communicator:
         raise NotImplementedError
 
     async def allreduce(self, values):
-        """Sum of ``values`` (1-D array) over ranks: every rank sends its part to every other and
-        adds the parts in rank order (one synchronisation, ``size - 1`` messages per rank)."""
+        """Sum of ``values`` (1-D array) over ranks by recursive doubling: ``ceil(log2(size))``
+        rounds of one message each way (ranks past the largest power of two first hand their part
+        to ``rank - p2`` and get the result back: two more rounds). Each pair adds the lower
+        ranks' partial sum first, so every rank ends with bitwise the same sum (one
+        synchronisation)."""
         values = np.asarray(values)
         self.syncs += 1
         if self.size == 1:
             return values.copy()
         tag = self.next_tag("allreduce")
-        sends = [self.send(dst, tag, values) for dst in range(self.size) if dst != self.rank]
-        recvs = [self.recv(src, tag) for src in range(self.size) if src != self.rank]
-        results = await asyncio.gather(*sends, *recvs)
-        parts = results[len(sends):]
-        total = None
-        k = 0
-        for src in range(self.size):
-            part = values if src == self.rank else parts[k]
-            if src != self.rank:
-                k += 1
-            total = np.array(part, copy=True) if total is None else total + part
+        rank, size = self.rank, self.size
+        p2 = 1 << (size.bit_length() - 1)
+        total = np.array(values, copy=True)
+        if rank >= p2:                                  # fold in, then wait for the result
+            await self.send(rank - p2, tag, total)
+            return await self.recv(rank - p2, tag)
+        if rank + p2 < size:
+            total = total + await self.recv(rank + p2, tag)
+        mask = 1
+        while mask < p2:
+            partner = rank ^ mask
+            got = (await asyncio.gather(self.send(partner, tag, total), self.recv(partner, tag)))[1]
+            total = total + got if rank < partner else got + total
+            mask <<= 1
+        if rank + p2 < size:
+            await self.send(rank + p2, tag, total)
         return total
-
 
     async def allgather(self, data) -> list:
         """Every rank's ``data``, in rank order (``size - 1`` messages per rank)."""
