@@ -47,9 +47,9 @@ def test_resume_is_exact(rt, method, pre, kind, make):
     seen = []
     x, info = ud.solve(d, b, method, checkpoint_every=3, on_checkpoint=seen.append, **options)
     assert info.converged and info.iterations == i1.iterations
-    assert info.checkpoints == len(seen) >= 1, "the solve ended before the driver's first pull"
+    assert info.checkpoints == len(seen) >= 1           # the last copies arrive with the result at the latest
     for ckpt in (seen[0], seen[-1]):
-        assert ckpt.method == method and ckpt.exact and 0 < ckpt.iterations < info.iterations
+        assert ckpt.method == method and ckpt.exact and 0 < ckpt.iterations <= info.iterations
         if method == "gmres":
             assert ckpt.iterations % 10 == 0 and not ckpt.state         # at a restart: x is the state
         else:

@@ -103,9 +103,16 @@ class Collector:
     async def poll(self) -> None:
         since = self.latest.iterations if self.latest is not None else -1
         got = await asyncio.gather(*(actor.checkpoints(self.xname, since) for actor in self.group.actors))
+        self.take(got)
+
+    def take(self, got) -> None:
+        """Keep what the ranks sent (``got[rank]``: ``[(iterations, state)]``, as
+        :meth:`Watch.since`); the newest complete one becomes :attr:`latest`."""
+        since = self.latest.iterations if self.latest is not None else -1
         for rank, versions in enumerate(got):
             for it, x in versions:
-                self.parts.setdefault(it, {})[rank] = x
+                if it > since:
+                    self.parts.setdefault(it, {})[rank] = x
         complete = [it for it, parts in self.parts.items() if len(parts) == self.group.size]
         if not complete:
             return

@@ -94,7 +94,8 @@ def solve(a: DTensor, b, method: str = "cg", *, x0=None, rtol: float = 1e-8, ato
 
     ``checkpoint_every=k``: the driver keeps the iterate every ``k`` iterations (pulled every
     0.25 s; ``on_checkpoint(checkpoint)`` is called on the client's event loop with each new
-    one: keep it short). A lost worker raises :class:`ustc.DistributedError` with
+    one: keep it short; the last copies, which travel with the result, are delivered once more
+    from the calling thread after the solve). A lost worker raises :class:`ustc.DistributedError` with
     ``err.checkpoint`` (the newest complete checkpoint, else ``resume``, else None).
     ``resume=checkpoint``: continue from it (``x0`` ignored) with ``maxiter`` counting the
     iterations done before: from the solver's whole state for CG and BiCGSTAB, from ``x`` at a
@@ -179,6 +180,9 @@ def _attempt(a, b, method, x0, resume, *, rtol, atol, maxiter, restart, jacobi, 
         err.checkpoint = collector.latest if collector is not None else resume
         raise
     transitions = rt.scheduler_transitions() - before
+    kept = [s.pop("kept") for s in stats]
+    if collector is not None:         # the last copies, which the 0.25 s pulls may have missed
+        collector.take(kept)
     for v in made:
         v.free()
     info = SolveResult(method, stats, rtol, atol, transitions, offset)

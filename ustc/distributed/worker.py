@@ -456,4 +456,4 @@ class BlockWorker(SpGEMMBlocks, GridBlocks):
         krylov.check_finite(method, it, res)
         self.vecs[xname] = x
         return {"iterations": int(it), "residual": res, "bnorm": bn, "plan_info": op.matmul.plan_info,
-                **loop_counters}
+                "kept": watch.since(-1) if watch is not None else [], **loop_counters}
