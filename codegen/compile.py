@@ -32,7 +32,7 @@ from . import notation as nt
 from . import optimize
 from . import workspace
 from .graph import loop_order
-from .lower import Lowering, Output
+from .lower import NARROW_FLOATS, Lowering, Output
 from .names import buffer_name
 from .plans import StatementPlan
 from .roles import Kind, Role
@@ -73,11 +73,12 @@ def compile_statement(statement: nt.Statement, operands: dict[str, Operand], nam
     aliases: dict[str, str] = {}
     out = operands[stmt.lhs.tensor]
     output = Output(out.name, out.format is not None, np.dtype(out.dtype), out.format)
+    narrow = frozenset(t for t, o in operands.items() if str(o.dtype) in NARROW_FLOATS)
     for _ in range(MAX_REPLANS):
         try:
             space = Space(stmt, formats)
             order = loop_order(space)
-            lowering = Lowering(space, order, output, name, tuning)
+            lowering = Lowering(space, order, output, name, tuning, narrow)
             body = lowering.body()
             break
         except Replan as exc:

@@ -173,7 +173,7 @@ def _distributable(loop: ir.For, pre, post) -> bool:
     """Iterations share only register sums started before the loop (``acc = 0``, ``acc += e``)
     and update outputs with ``+=``; the sums are added to outputs after the loop."""
     stmts = list(ir.walk(loop.body))
-    if any(isinstance(s, (ir.Return, ir.While)) or (isinstance(s, ir.Store) and not (s.accumulate and s.op in ATOMIC))
+    if any(isinstance(s, (ir.Return, ir.While)) or (isinstance(s, ir.Store) and not _atomic(s))
            for s in stmts):
         return False
     before = {p.name: p for p in pre if isinstance(p, ir.Assign)}
@@ -189,9 +189,14 @@ def _distributable(loop: ir.For, pre, post) -> bool:
         if any(name in ir.variables(e) for s in others for e in ir.children(s)):
             return False
     for s in post:
-        if not (isinstance(s, ir.Store) and s.accumulate and s.op in ATOMIC):
+        if not (isinstance(s, ir.Store) and _atomic(s)):
             return False
     return True
+
+
+def _atomic(s: ir.Store) -> bool:
+    """A store threads may fold into the same element concurrently."""
+    return s.accumulate and s.op in ATOMIC and s.atomic
 
 
 def row_reduction(loop: ir.For, fn: ir.Function):
@@ -241,7 +246,7 @@ def merge_rows(fn: ir.Function, m: Mapping) -> bool:
     if substitute(m.warp.start, var, ir.add(ir.Var(var), 1)) != m.warp.stop:
         return False
     post = m.loop.body[m.loop.body.index(m.warp) + 1:]
-    return all(s.accumulate and s.op in ATOMIC and (_linear(s.value, m.acc) if s.op == "+" else s.value == ir.Var(m.acc))
+    return all(_atomic(s) and (_linear(s.value, m.acc) if s.op == "+" else s.value == ir.Var(m.acc))
                for s in post)
 
 

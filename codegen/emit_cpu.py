@@ -178,6 +178,8 @@ class CpuEmitter:
         if isinstance(e, ir.Var):
             return e.name, ATOM
         if isinstance(e, ir.Const):
+            if e.dtype is not None:
+                return f"np.{e.dtype}({e.value!r})", ATOM
             if isinstance(e.value, float) and not math.isfinite(e.value):
                 text = "np.nan" if math.isnan(e.value) else "np.inf" if e.value > 0 else "-np.inf"
                 return text, ATOM if text[0] != "-" else 11

@@ -42,7 +42,11 @@ class Var(Expr):
 
 @dataclass(frozen=True)
 class Const(Expr):
+    """A literal; with ``dtype`` (a NumPy scalar type name, ``"float32"``) it is that type's
+    value, so a register it starts is that type (a float16 product's float32 sum)."""
+
     value: int | float | complex | bool
+    dtype: str | None = None
 
 
 @dataclass(frozen=True)
@@ -102,13 +106,16 @@ class Assign(Stmt):
 
 @dataclass(frozen=True)
 class Store(Stmt):
-    """``array[index] = value``; with ``accumulate`` ``array[index] = array[index] op value``."""
+    """``array[index] = value``; with ``accumulate`` ``array[index] = array[index] op value``.
+    ``atomic``: a target may fold it atomically where iterations conflict (False: the array's
+    element type has no atomic fold, float16)."""
 
     array: str
     index: tuple[Expr, ...]
     value: Expr
     accumulate: bool = False
     op: str = "+"
+    atomic: bool = True
 
 
 @dataclass(frozen=True)

@@ -53,6 +53,8 @@ from .functions import Function
 from .writer import Writer, write_strategies
 from .space import Replan, Space, exactness, linear_in, plain_format, to_loop
 
+NARROW_FLOATS = frozenset({"float16", "bfloat16"})
+WIDE_FLOAT = "float32"  # what narrow floats are read as and summed in (fp32 accumulation)
 SENTINEL = 1 << 62
 COUNT, FILL, APPEND = 0, 1, 2  # the ``emit`` modes of a kernel with a sparse output
 SPLIT_ITERATORS = 3  # co-iterations up to this many get one loop per lattice point (3^n bodies)
@@ -84,9 +86,10 @@ class Lowering:
     """Lower ``space.statement`` in loop ``order``; :meth:`function` returns the loop IR."""
 
     def __init__(self, space: Space, order: list[str], output: Output, name: str = "kernel",
-                 tuning: optimize.Tuning = optimize.CPU):
+                 tuning: optimize.Tuning = optimize.CPU, narrow: frozenset[str] = frozenset()):
+        """``narrow``: the tensors holding float16 / bfloat16 values, read as float32."""
         self.space, self.order, self.out, self.name = space, order, output, name
-        self.tuning = tuning
+        self.tuning, self.narrow = tuning, narrow
         self.stmt = space.statement
         self.sr = self.stmt.semiring
         self.externs: dict[str, ir.Extern] = {}  # key -> the module-level name of a user function
@@ -108,6 +111,9 @@ class Lowering:
         self.fold = self.sr.add if isinstance(self.sr.add, str) else self.extern(self.sr.add)
         self.fold = {"plus": "+", "times": "*", "or": "|", "and": "&"}.get(self.fold, self.fold)
         self.zero = _zero(self.out.dtype) if self.sr.add == "plus" else self.sr.identity(self.out.dtype)
+        # a narrow output's sum is kept in float32: float16 sums lose digits after 2,048 terms
+        wide = self.out.dtype.name in NARROW_FLOATS and isinstance(self.zero, float)
+        self.start = ir.Const(self.zero, WIDE_FLOAT if wide else None)
         self.ws = self._workspace()
         self.writer = self._writer()
 
@@ -582,7 +588,7 @@ class Lowering:
     # -- the statement body -------------------------------------------------------------------
     def accumulate(self, ctx: Ctx, depth: int) -> list[ir.Stmt]:
         acc = self.acc
-        init = [ir.Assign(acc, ir.Const(self.zero))]
+        init = [ir.Assign(acc, self.start)]
         if self.out.sparse:
             init.append(ir.Assign(self.found, ir.Const(False)))
         inner = replace(ctx, acc=acc, acc_depth=depth)
@@ -590,7 +596,7 @@ class Lowering:
         if not loops:
             return []
         if self.tuning.unroll:
-            loops = optimize.unroll_reductions(loops, acc, self.zero, self.names, self.fold)
+            loops = optimize.unroll_reductions(loops, acc, self.start, self.names, self.fold)
         guard = self.found if self.out.sparse else None
         return init + loops + self.store(ir.Var(acc), guard=guard, into_ws=ctx.in_ws)
 
@@ -643,8 +649,9 @@ class Lowering:
             counted = self.writer is not None and self.skips_zeros  # the count decides on values
             out = wsp.fold(self.ws, value, self.fold, counted)
             return [ir.If(ir.Var(guard), tuple(out))] if guard else out
-        if not self.out.sparse:
-            return [ir.Store(name, idx, value, accumulate=True, op=self.fold)]
+        if not self.out.sparse:  # a narrow output's old value and the sum add in float32; no atomic does that
+            atomic = self.out.dtype.name not in NARROW_FLOATS
+            return [ir.Store(name, idx, value, accumulate=True, op=self.fold, atomic=atomic)]
         if self.writer is not None:
             if self.stmt.epilog is not None:  # each entry is inserted once: the epilog applies here
                 value = ir.Call(self.extern(self.stmt.epilog), (value,))
@@ -657,20 +664,26 @@ class Lowering:
         out = [ir.If(room, tuple(writes)), ir.Assign(self.count, ir.Const(1), "+")]
         return [ir.If(ir.Var(guard), tuple(out))] if guard else out
 
+    def read(self, tensor: str, load: ir.Load) -> ir.Expr:
+        """A value of ``tensor`` as the arithmetic takes it: narrow floats widened to float32, so
+        products round once, in float32, not in float16 first."""
+        return ir.Call(f"np.{WIDE_FLOAT}", (load,)) if tensor in self.narrow else load
+
     def value(self, e: nt.Expr, ctx: Ctx, pre: list) -> ir.Expr:
         if isinstance(e, nt.Access):
             if e.slot not in self.space.levels:
                 idx = tuple(ir.Index(ir.Var(i)) for i in e.indices) or (ir.Const(0),)
-                return ir.Load(e.tensor, idx)
+                return self.read(e.tensor, ir.Load(e.tensor, idx))
             level, p, run = ctx.pos[e.slot]
             if level != len(self.space.levels[e.slot]) - 1:  # pragma: no cover - lowering invariant
                 raise UnsupportedOperation(f"internal: {e} read before all its levels were walked")
             if run is None:
-                return ir.Load(f"{e.tensor}_vals", (ir.Index(p),))
+                return self.read(e.tensor, ir.Load(f"{e.tensor}_vals", (ir.Index(p),)))
             name = self.names(("run_value", e.slot), f"{self.prefix[e.slot]}_v")
             q = self.names(("run_position", e.slot), f"{self.prefix[e.slot]}_q")
-            pre += [ir.Assign(name, ir.Const(0)),
-                    ir.For(q, p, run, (ir.Assign(name, ir.Load(f"{e.tensor}_vals", (ir.Index(ir.Var(q)),)), "+"),))]
+            load = self.read(e.tensor, ir.Load(f"{e.tensor}_vals", (ir.Index(ir.Var(q)),)))
+            start = ir.Const(0.0, WIDE_FLOAT) if e.tensor in self.narrow else ir.Const(0)
+            pre += [ir.Assign(name, start), ir.For(q, p, run, (ir.Assign(name, load, "+"),))]
             return ir.Var(name)
         if isinstance(e, nt.Literal):
             return ir.Const(e.value)

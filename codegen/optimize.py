@@ -61,7 +61,7 @@ CUDA = Tuning(unroll=False, tile=1, grain=32, overwrite=False, ordered_writes=Fa
 
 def unroll_reductions(body, acc: str, zero, names: FreshNames, op: str = "+") -> list[ir.Stmt]:
     """``body`` with innermost reduction loops into ``acc`` (folded with ``op``, starting at
-    ``zero``) split over two accumulators."""
+    ``zero``, a constant expression) split over two accumulators."""
     out = []
     for s in body:
         if isinstance(s, ir.For) and not s.parallel and _reduction_only(s.body, acc, op):
@@ -90,7 +90,7 @@ def _unrolled(loop: ir.For, acc: str, zero, names: FreshNames, op: str = "+") ->
     twin = tuple(replace(s, name=second) if isinstance(s, ir.Assign) and s.name == acc else s for s in loop.body)
     pair = (ir.Assign(v, ir.Var(even)),) + loop.body + (ir.Assign(v, ir.add(ir.Var(even), 1)),) + twin
     span = ir.Bin("&", ir.sub(ir.Var(stop), ir.Var(start)), ir.Const(-2))
-    pairs = (ir.Assign(mid, ir.add(ir.Var(start), span)), ir.Assign(second, ir.Const(zero)),
+    pairs = (ir.Assign(mid, ir.add(ir.Var(start), span)), ir.Assign(second, zero),
              ir.For(even, ir.Var(start), ir.Var(mid), pair, step=2),
              ir.For(v, ir.Var(mid), ir.Var(stop), loop.body),
              ir.Assign(acc, ir.Var(second), op))

@@ -180,6 +180,47 @@ def cases():
                          "E": dense(6, K), "Y": np.zeros((4, K))}, "Y",
                 lambda b: np.einsum("ikl,kj,lj->ij", D(b["B"]), b["C"], b["E"]), None))
     out += scaled_cases()
+    out += narrow_cases()
+    return out
+
+
+def half(fmt, m=M, n=N, density=0.35, seed=0):
+    """A float16 matrix with small integer values (every sum below is exact in float32)."""
+    return ustc.Tensor.from_dense(D(sparse(m, n, density, seed=seed)).astype(np.float16), fmt)
+
+
+def narrow_cases():
+    """float16 operands: values read as float32 and summed in float32, stored as the output's
+    dtype (``codegen.lower.NARROW_FLOATS``); outputs without an atomic fold keep the schedules
+    that need none."""
+    out = []
+    x16 = lambda n=N: dense(n).astype(np.float16)
+    for fmt_name, fmt in (("csr", F.CSR), ("csc", F.CSC), ("coo", F.COO(2)), ("diai", F.DIAI),
+                          ("bsr22", F.BSR(2, 2)), ("delta4_packed", F.DELTA(4, True))):
+        out.append((f"spmv_{fmt_name}_float16", program(SPMV),
+                    lambda fmt=fmt: {"A": half(fmt), "x": x16(), "y": np.zeros(M, np.float16)}, "y",
+                    lambda b: D(b["A"]).astype(np.float32) @ b["x"].astype(np.float32), None))
+    out.append(("spmv_structured24_float16", program(SPMV),
+                lambda: {"A": ustc.Tensor.from_dense(two_four().astype(np.float16), F.Structured(2, 4)),
+                         "x": x16(), "y": np.zeros(M, np.float16)}, "y",
+                lambda b: D(b["A"]).astype(np.float32) @ b["x"].astype(np.float32), None))
+    # 1.46875^2 = 2.1572265625 is exact in float32; rounded in float16 it is off by 4.5e-4 relative
+    fine = np.float16(1.46875)
+    out.append(("spmv_csr_float16_products_in_float32", program(SPMV),
+                lambda: {"A": ustc.Tensor.from_dense(np.full((M, N), fine), F.CSR), "x": np.full(N, fine),
+                         "y": np.zeros(M, np.float32)}, "y",
+                lambda b: np.full(M, N * float(fine) ** 2), "warp_per_row:4"))
+    out.append(("spmm_csr_float16", program("C[i,k] = A[i,j] * B[j,k]"),
+                lambda: {"A": half(F.CSR), "B": dense(N, K).astype(np.float16), "C": np.zeros((M, K), np.float16)},
+                "C", lambda b: D(b["A"]).astype(np.float32) @ b["B"].astype(np.float32), None))
+    out.append(("sddmm_csr_float16", program("C[i,j] = A[i,j] * B[i,k] * E[k,j]"),
+                lambda: {"A": half(F.CSR), "B": dense(M, K).astype(np.float16),
+                         "E": dense(K, N).astype(np.float16), "C": F.CSR}, "C",
+                lambda b: D(b["A"]).astype(np.float32) * (b["B"].astype(np.float32) @ b["E"].astype(np.float32)),
+                None))
+    out.append(("add_csr_coo_float16", program("C[i,j] = A[i,j] + B[i,j]"),
+                lambda: {"A": half(F.CSR, seed=1), "B": half(F.COO(2), seed=2), "C": F.CSR}, "C",
+                lambda b: D(b["A"]).astype(np.float32) + D(b["B"]).astype(np.float32), None))
     return out
 
 
@@ -259,7 +300,15 @@ def matmul_cases():
         A, B = sparse(fmt=fmt), dense(N, K)
         return [ustc.matmul(A, B, options={"target": "cuda"})], [D(A) @ B], "one-shot"
 
-    return [("matmul_spmv_csr_planned", lambda: spmv_twice(F.CSR)),
+    def spmv_half(fmt):
+        A, x = half(fmt), dense(N).astype(np.float16)
+        mm = ustc.Matmul(A, x, alpha=2.0, options={"target": "cuda"}).plan()
+        got = mm.execute()
+        wide = 2 * D(A).astype(np.float32) @ x.astype(np.float32)
+        return [got, np.asarray(got).dtype == np.float16], [wide.astype(np.float16), True], mm.plan_info
+
+    return [("matmul_spmv_delta_float16_planned", lambda: spmv_half(F.DELTA(4, True))),
+            ("matmul_spmv_csr_planned", lambda: spmv_twice(F.CSR)),
             ("matmul_spmv_coo_planned", lambda: spmv_twice(F.COO(2))),
             ("matmul_spmm_bsr_one_shot", lambda: spmm_one_shot(F.BSR(2, 2)))]
 
