@@ -1,12 +1,19 @@
 """Matrix Market reading and writing: ustc against SciPy (``scipy.io.mmread`` / ``mmwrite``).
 
-Inputs, written once to a temporary directory by SciPy: a 300,000² matrix with 7,000,000
-entries at uniform random positions (float64; the file in SciPy's entry order) and the 2-D
-5-point Poisson matrix of side 1,000 (1M rows, 4,996,000 entries) written as symmetric. Calls,
-timed in alternating rounds (``_common.interleaved_samples``: 3 rounds x 2 timed calls after one
-untimed call each), median (interquartile range):
+Inputs, written once to a temporary directory by SciPy's ``mmwrite``, which lists a COO's
+entries in its own order: a 300,000² matrix with 7,000,000 entries at uniform random positions
+(float64), written twice: in random order (the order the positions were drawn, 290 duplicate
+pairs kept) and sorted by column (``tocsc().tocoo()``, the order of most collections' files,
+duplicates summed); and the 2-D 5-point Poisson matrix of side 1,000 (1M rows, 4,996,000
+entries) written as symmetric (its lower triangle, by column). Calls, timed in alternating
+rounds (``_common.interleaved_samples``: 3 rounds x 2 timed calls after one untimed call each),
+median (interquartile range):
 
-* ``ustc.from_file(path)``: canonical COO (sorted, duplicates summed), the default;
+* ``ustc.from_file(path)``: the default, the entries in file order as ``mmread`` returns them
+  (a symmetric file's mirrored entries appended), in the COO format that says the order found
+  (canonical COO by row or by column, else COO marked nonordered and nonunique);
+* ``ustc.from_file(path, "COO")``: canonical COO (sorted by row, duplicates summed) whatever the
+  file's order, against ``mmread(path)`` with ``sum_duplicates()`` (SciPy's canonical COO);
 * ``ustc.from_file(path, "CSR")``;
 * ``scipy.io.mmread(path)``: a COO in file order, duplicates kept (what ustc reads through);
   ``mmread(path).tocsr()`` for the CSR comparison;
@@ -39,12 +46,22 @@ def _inputs(root: str) -> dict:
     side = 1000
     one = sp.diags_array([-1.0, 2.0, -1.0], offsets=[-1, 0, 1], shape=(side, side))
     poisson = (sp.kron(sp.eye_array(side), one) + sp.kron(one, sp.eye_array(side))).tocsr()
-    paths = {"random 300k², 7M entries": os.path.join(root, "random.mtx"),
-             "Poisson 1M rows, symmetric": os.path.join(root, "poisson.mtx")}
-    sio.mmwrite(paths["random 300k², 7M entries"], rand)
-    sio.mmwrite(paths["Poisson 1M rows, symmetric"], poisson, symmetry="symmetric")
-    return {"paths": paths, "matrices": {"random 300k², 7M entries": rand.tocsr(),
-                                         "Poisson 1M rows, symmetric": poisson}}
+    paths = {RANDOM: os.path.join(root, "random.mtx"), BY_COLUMN: os.path.join(root, "by_column.mtx"),
+             POISSON: os.path.join(root, "poisson.mtx")}
+    sio.mmwrite(paths[RANDOM], rand)
+    sio.mmwrite(paths[BY_COLUMN], rand.tocsc().tocoo())
+    sio.mmwrite(paths[POISSON], poisson, symmetry="symmetric")
+    return {"paths": paths, "matrices": {RANDOM: rand.tocsr(), BY_COLUMN: rand.tocsr(), POISSON: poisson}}
+
+
+RANDOM, BY_COLUMN = "random 300k², 7M entries, random order", "random 300k², 7M entries, by column"
+POISSON = "Poisson 1M rows, symmetric"
+
+
+def _canonical_coo(path):
+    m = sio.mmread(path)
+    m.sum_duplicates()
+    return m
 
 
 def _cell(samples: list[float]) -> str:
@@ -61,17 +78,26 @@ def measure() -> list[list[str]]:
             symmetry = "symmetric" if "symmetric" in name else "general"
             A = ustc.Tensor.from_package(csr)
             out_u, out_s = os.path.join(root, "u.mtx"), os.path.join(root, "s.mtx")
-            fns = {"ustc COO": lambda: ustc.from_file(path), "SciPy mmread": lambda: sio.mmread(path),
+            fns = {"ustc default": lambda: ustc.from_file(path), "SciPy mmread": lambda: sio.mmread(path),
+                   "ustc COO": lambda: ustc.from_file(path, "COO"),
+                   "SciPy mmread().sum_duplicates()": lambda: _canonical_coo(path),
                    "ustc CSR": lambda: ustc.from_file(path, "CSR"), "SciPy mmread().tocsr()": lambda: sio.mmread(path).tocsr(),
                    "ustc write": lambda: ustc.to_file(A, out_u),
                    "SciPy write": lambda: sio.mmwrite(out_s, csr, symmetry=symmetry)}
+            if name == BY_COLUMN:                  # the same matrix as RANDOM: written once
+                del fns["ustc write"], fns["SciPy write"]
             got = ustc.from_file(path, "CSR").to_package()
             want = sio.mmread(path).tocsr()
             assert (got != want).nnz == 0, name
+            (r, c), v = ustc.from_file(path).entries()
+            assert (sp.coo_array((v, (r, c)), shape=csr.shape).tocsr() != want).nnz == 0, name
             samples = interleaved_samples(fns, rounds=3, per_round=2)
             med = {k: quartiles(v)[1] for k, v in samples.items()}
-            for ours, theirs in (("ustc COO", "SciPy mmread"), ("ustc CSR", "SciPy mmread().tocsr()"),
+            for ours, theirs in (("ustc default", "SciPy mmread"), ("ustc COO", "SciPy mmread().sum_duplicates()"),
+                                 ("ustc CSR", "SciPy mmread().tocsr()"),
                                  ("ustc write", "SciPy write")):
+                if ours not in samples:
+                    continue
                 rows.append([name, ours, _cell(samples[ours]), theirs, _cell(samples[theirs]),
                              f"{med[ours] / med[theirs]:.2f}×"])
     return rows

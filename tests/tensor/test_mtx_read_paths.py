@@ -66,12 +66,15 @@ def test_duplicates_and_zeros_are_summed_and_dropped(tmp_path, monkeypatch):
     text = ("%%MatrixMarket matrix coordinate real general\n3 5 8\n"
             "1 5 1\n3 1 2\n1 5 2\n2 2 0\n3 4 1\n3 4 -1\n1 1 7\n3 1 1\n")
     path = write(tmp_path, "d.mtx", text)
-    for fmt in (None, "CSR", "CSC"):
+    for fmt in ("COO", "CSR", "CSC"):
         t = ustc.from_file(path, fmt)
         same(t, reference(path))
         assert t.nse == 3                                      # (1,1) 7, (1,5) 3, (3,1) 3
-    coo = ustc.from_file(path)
+    coo = ustc.from_file(path, "COO")
     assert coo.crd(0).tolist() == [0, 0, 2] and coo.crd(1).tolist() == [0, 4, 0]
+    as_listed = ustc.from_file(path)                           # the default keeps the file's entries
+    assert as_listed.format == io.FILE_ORDER and as_listed.nse == 8
+    same(as_listed, reference(path))
 
 
 def test_pattern_and_integer_fields(tmp_path):

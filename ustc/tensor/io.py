@@ -8,9 +8,17 @@ Matrix Market goes through SciPy's multithreaded fast_matrix_market: coordinate
 and array files; real, integer, pattern and complex fields; general, symmetric,
 skew-symmetric and hermitian symmetry (expanded to every entry on reading).
 Pattern entries read as 1.0. A coordinate file's entries are parsed in file
-order by its core and go straight into CSR-family or canonical COO rows
-(:mod:`ustc.tensor.io_kernels`: one parallel counting sort that also places a
-symmetric file's mirrored entries, then each row sorted and summed); CSR / CSC
+order by its core. By default they stay in that order, as ``scipy.io.mmread``
+returns them (no sort, no copy; a symmetric file's mirrored entries appended),
+and one parallel pass picks the format that says what the order is: canonical
+COO for a file sorted by row, COO over (column, row) for one sorted by column
+(most collections' files), else :data:`FILE_ORDER` (nonordered, nonunique:
+duplicates and explicit zeros kept). A requested CSR-family or canonical COO
+format is built straight from the entries: taken as they are when the file is
+already in its order; else one parallel counting sort
+(:mod:`ustc.tensor.io_kernels`) that also places a symmetric file's mirrored
+entries, then each row sorted and summed (the sort skipped for a file sorted in
+the other order, which the stable counting sort leaves canonical); CSR / CSC
 tensors are written from their rows, their symmetry found on them. Where
 SciPy's internal interface is missing, ``scipy.io.mmread`` / ``mmwrite`` do the
 work.
@@ -42,6 +50,11 @@ from io import BytesIO
 import numpy as np
 
 from ..errors import FileFormatError, ShapeError, StorageError, UnsupportedOperation
+from ..format.ir import TensorFormat
+from ..format.levels import LevelFormat, LevelProperty
+from ..formats import COO
+from ..formats import i as _i
+from ..formats import j as _j
 
 SUPPORTED = (".mtx", ".tns")
 SYMMETRIES = ("general", "symmetric", "skew-symmetric", "hermitian")
@@ -79,10 +92,15 @@ def from_file(path, tensor_format=None, *, shape=None):
 
     ``tensor_format`` (a ``TensorFormat`` or DSL text / name) is the format of
     the result; by default COO for coordinate data (a compressed vector for a
-    rank-1 ``.tns``) and dense for Matrix Market array files. ``shape``
+    rank-1 ``.tns``) and dense for Matrix Market array files. A Matrix Market
+    coordinate file's default keeps the entries in file order, duplicates and
+    explicit zeros included (as ``scipy.io.mmread``), its format saying the
+    order found: ``COO`` when sorted by row (strictly), COO over (column, row)
+    when sorted by column, else ``io.FILE_ORDER`` (nonordered, nonunique);
+    pass ``"COO"`` for canonical COO whatever the file's order. ``shape``
     overrides the extents (entries outside it raise FileFormatError).
-    Duplicate entries are summed and zero values dropped unless the format
-    stores them. Raises FileFormatError (unknown extension, malformed file)
+    Otherwise duplicate entries are summed and zero values dropped unless the
+    format stores them. Raises FileFormatError (unknown extension, malformed file)
     and FileNotFoundError.
     """
     kind = _kind(path)
@@ -183,12 +201,11 @@ def _read_mtx_entries(path):
 
 
 def _mtx_tensor(entries, shape, tensor_format, path):
-    """The tensor of :func:`_read_mtx_entries`' entries: CSR-family and canonical COO targets
-    straight from the entries (:mod:`ustc.tensor.io_kernels`: one parallel counting sort that
-    also places mirrored entries, rows sorted and summed, packed in place where something was
-    dropped); other targets through ``Tensor.from_coo`` of the expanded entries."""
-    from ..formats import COO
-    from . import fastpaths, io_kernels, kernels, packages
+    """The tensor of :func:`_read_mtx_entries`' entries. The default format (and
+    :data:`FILE_ORDER`) keeps the entries as the file lists them (:func:`_file_order`); CSR-family
+    and canonical COO targets come straight from the entries (:func:`_sorted_entries`); other
+    targets through ``Tensor.from_coo`` of the expanded entries."""
+    from . import fastpaths, io_kernels
     from .tensor import Tensor, as_format
 
     _, rows, cols, values, symmetry = entries
@@ -196,34 +213,17 @@ def _mtx_tensor(entries, shape, tensor_format, path):
               "skew-symmetric": io_kernels.SKEW, "hermitian": io_kernels.HERMITIAN}.get(symmetry)
     if mirror is None:
         raise _error(path, f"unknown Matrix Market symmetry {symmetry!r}")
-    fmt = as_format(COO(2) if tensor_format is None else tensor_format)
-    fam = fastpaths.family(fmt)
-    fast = (fmt.ndim == 2 and fam is not None and (fam.kind == "csr" or fastpaths.coo_like(fmt))
-            and fastpaths.compiled_dtype(values.dtype) and not fmt.pos_width and not fmt.crd_width
-            and (mirror == io_kernels.GENERAL or shape[0] == shape[1]))
-    if fast and len(values):
-        major, minor = (rows, cols) if fam.major == 0 else (cols, rows)
-        n_major, n_minor = shape[fam.major], shape[1 - fam.major]
-        chunks = max(1, min(kernels.threads(), len(values) // io_kernels.CHUNK_ENTRIES))
-        starts, ok = io_kernels.bucket_counts(major, minor, n_major, n_minor, mirror, chunks)
-        if ok:
-            pos = np.empty(n_major + 1, dtype=np.int64)
-            io_kernels.bucket_starts(starts, pos)
-            total = int(pos[-1])
-            crd = np.empty(total, dtype=fastpaths._fitting(max(n_minor - 1, 0)))
-            vals = np.empty(total, dtype=values.dtype)
-            io_kernels.bucket_scatter(major, minor, values, mirror, starts, crd, vals)
-            del starts
-            counts = np.empty(n_major, dtype=np.int64)
-            kernels.sort_sum_rows(pos, crd, vals, counts)
-            if int(counts.sum()) != total:         # duplicates summed or zeros dropped: pack the rows
-                kept = io_kernels.compact_in_place(pos, crd, vals, counts)
-                crd, vals = crd[:kept], vals[:kept]
-                if kept < total - total // 8:          # much dropped: do not hold the rest
-                    crd, vals = crd.copy(), vals.copy()
-            if fam.kind == "csr":
-                return fastpaths._csr_tensor(tuple(shape), packages.NUMPY, fmt, pos, crd, vals)
-            return fastpaths._coo_from_rows(tuple(shape), packages.NUMPY, fmt, pos, crd, vals)
+    fmt = None if tensor_format is None else as_format(tensor_format)
+    direct = len(values) and fastpaths.compiled_dtype(values.dtype) \
+        and (mirror == io_kernels.GENERAL or shape[0] == shape[1])
+    if direct and (fmt is None or fmt == FILE_ORDER):
+        found = _file_order(shape, rows, cols, values, mirror, fmt is None)
+        if found is not None:
+            return found
+    if direct and fmt is not None:
+        found = _sorted_entries(shape, rows, cols, values, mirror, fmt)
+        if found is not None:
+            return found
     if mirror != io_kernels.GENERAL:
         off = rows != cols
         mirrored = values[off]
@@ -234,6 +234,112 @@ def _mtx_tensor(entries, shape, tensor_format, path):
         rows, cols = np.concatenate((rows, cols[off])), np.concatenate((cols, rows[off]))
         values = np.concatenate((values, mirrored))
     return Tensor.from_coo((rows, cols), values, shape, tensor_format)
+
+
+_C, _S = LevelFormat.COMPRESSED, LevelFormat.SINGLETON
+_NU, _NO = LevelProperty.NONUNIQUE, LevelProperty.NONORDERED
+#: the default formats of a Matrix Market coordinate file's tensor, chosen by its entry order:
+#: FILE_ORDER (COO, rows and columns nonordered and nonunique: the entries as listed),
+#: BY_COLUMNS (canonical COO over (column, row): a file sorted by column), ROW_MAJOR (COO)
+FILE_ORDER = TensorFormat([_i, _j], {_i: (_C, _NU, _NO), _j: (_S, _NU, _NO)}, name="COO(file order)")
+BY_COLUMNS = TensorFormat([_i, _j], {_j: (_C, _NU), _i: _S}, name="COO(by columns)")
+ROW_MAJOR = COO(2)
+
+
+def _entry_chunks(n: int) -> int:
+    from . import io_kernels, kernels
+
+    return max(1, min(kernels.threads(), n // io_kernels.CHUNK_ENTRIES))
+
+
+def _file_order(shape, rows, cols, values, mirror, default: bool):
+    """The entries as the file lists them, no copy (a mirrored file's stored entries, then the
+    mirrored off-diagonal ones: ``scipy.io.mmread``'s expansion, in one parallel pass), in
+    :data:`FILE_ORDER`; with ``default``, in canonical COO (:data:`ROW_MAJOR` or
+    :data:`BY_COLUMNS`) when one parallel pass finds the entries strictly increasing in either
+    order. None when a coordinate is out of range (the generic path names it)."""
+    from . import io_kernels
+
+    chunks = _entry_chunks(len(values))
+    flags, _ = io_kernels.entry_order(rows, cols, values, shape[0], shape[1], chunks)
+    if not flags & io_kernels.IN_RANGE:
+        return None
+    fmt = FILE_ORDER
+    if mirror != io_kernels.GENERAL:
+        off = io_kernels.off_diagonal(rows, cols, chunks)
+        total = len(values) + int(off[-1])
+        rows_out, cols_out = np.empty(total, dtype=rows.dtype), np.empty(total, dtype=cols.dtype)
+        vals_out = np.empty(total, dtype=values.dtype)
+        io_kernels.mirror_append(rows, cols, values, mirror, off, rows_out, cols_out, vals_out)
+        rows, cols, values = rows_out, cols_out, vals_out
+    elif default and flags & io_kernels.ROW_MAJOR:
+        fmt = ROW_MAJOR
+    elif default and flags & io_kernels.COLUMN_MAJOR:
+        fmt = BY_COLUMNS
+    return _coo_tensor(shape, fmt, (cols, rows) if fmt is BY_COLUMNS else (rows, cols), values)
+
+
+def _coo_tensor(shape, fmt, coords, values):
+    """A 2-D COO tensor of ``fmt`` holding ``coords`` (by level) and ``values`` as they are."""
+    from . import packages
+    from .dtypes import buffer_dtypes
+    from .tensor import Tensor
+
+    dtypes = buffer_dtypes(fmt, fmt.level_shape(shape), (0, 0), len(values))
+    buffers = {(0, "pos"): np.array([0, len(values)], dtype=dtypes[(0, "pos")]),
+               (0, "crd"): coords[0].astype(dtypes[(0, "crd")], copy=False),
+               (1, "crd"): coords[1].astype(dtypes[(1, "crd")], copy=False)}
+    return Tensor(fmt, tuple(shape), buffers, values, package=packages.NUMPY)
+
+
+def _sorted_entries(shape, rows, cols, values, mirror, fmt):
+    """The entries in CSR-family or canonical COO ``fmt``, or None for other formats (and
+    out-of-range coordinates). A general file already in the target's order (one parallel check)
+    is taken as it is; else one parallel counting sort by the major coordinate that also places
+    a mirrored file's mirrored entries (:mod:`ustc.tensor.io_kernels`), then each row sorted and
+    summed (skipped when the file is sorted in the other order: the counting sort is stable),
+    packed in place where something was dropped."""
+    from . import fastpaths, io_kernels, kernels, packages
+
+    fam = fastpaths.family(fmt)
+    if fam is None or not (fam.kind == "csr" or fastpaths.coo_like(fmt)) or fmt.pos_width or fmt.crd_width:
+        return None
+    major, minor = (rows, cols) if fam.major == 0 else (cols, rows)
+    n_major, n_minor = shape[fam.major], shape[1 - fam.major]
+    chunks = _entry_chunks(len(values))
+    order = 0
+    if mirror == io_kernels.GENERAL:
+        flags, zeros = io_kernels.entry_order(major, minor, values, n_major, n_minor, chunks)
+        if not flags & io_kernels.IN_RANGE:
+            return None
+        order = flags if zeros == 0 else 0
+    if order & io_kernels.ROW_MAJOR:                 # canonical already: no copy
+        if fam.kind != "csr":
+            return _coo_tensor(shape, fmt, (major, minor), values)
+        pos = np.zeros(n_major + 1, dtype=np.int64)
+        kernels.sorted_pos(major, pos, chunks)
+        return fastpaths._csr_tensor(tuple(shape), packages.NUMPY, fmt, pos, minor, values)
+    starts, ok = io_kernels.bucket_counts(major, minor, n_major, n_minor, mirror, chunks)
+    if not ok:
+        return None
+    pos = np.empty(n_major + 1, dtype=np.int64)
+    io_kernels.bucket_starts(starts, pos)
+    total = int(pos[-1])
+    crd = np.empty(total, dtype=fastpaths._fitting(max(n_minor - 1, 0)))
+    vals = np.empty(total, dtype=values.dtype)
+    io_kernels.bucket_scatter(major, minor, values, mirror, starts, crd, vals)
+    del starts
+    if not order & io_kernels.COLUMN_MAJOR:       # a stable bucketing of (minor, major) order is canonical
+        counts = np.empty(n_major, dtype=np.int64)
+        kernels.sort_sum_rows(pos, crd, vals, counts)
+        if int(counts.sum()) != total:         # duplicates summed or zeros dropped: pack the rows
+            kept = io_kernels.compact_in_place(pos, crd, vals, counts)
+            crd, vals = crd[:kept], vals[:kept]
+            if kept < total - total // 8:          # much dropped: do not hold the rest
+                crd, vals = crd.copy(), vals.copy()
+    if fam.kind == "csr":
+        return fastpaths._csr_tensor(tuple(shape), packages.NUMPY, fmt, pos, crd, vals)
+    return fastpaths._coo_from_rows(tuple(shape), packages.NUMPY, fmt, pos, crd, vals)
 
 
 def _write_mtx(t, path, symmetry: str | None = None) -> None:
@@ -392,7 +498,6 @@ def _nonzero_entries(t):
 
 # -- FROSTT ----------------------------------------------------------------------------------
 def _read_tns(path, tensor_format, shape):
-    from ..formats import COO
     from .tensor import Tensor
 
     with open(path, "rb") as f:

@@ -6,7 +6,10 @@ parallel counting sort (each chunk of the entries counts its rows, the chunks' r
 are laid out in chunk order, each chunk scatters its own), a symmetric, skew-symmetric or
 hermitian file's off-diagonal entries also at their mirror position (value as is, negated or
 conjugated): the expansion costs no pass of its own. :func:`ustc.tensor.kernels.sort_sum_rows`
-then sorts each row, sums duplicates and drops zeros.
+then sorts each row, sums duplicates and drops zeros. :func:`entry_order` is the one parallel
+pass that finds a file already sorted by row or by column (no sort then, or none after the
+stable bucketing); :func:`off_diagonal` / :func:`mirror_append` expand a mirrored file in file
+order, as ``scipy.io.mmread`` does, for the reader's default.
 """
 
 from __future__ import annotations
@@ -175,3 +178,78 @@ def mirror_symmetry(pos, crd, vals, chunks):
     if herm.all():
         return HERMITIAN
     return GENERAL
+
+
+#: flags of :func:`entry_order`
+IN_RANGE, ROW_MAJOR, COLUMN_MAJOR = 1, 2, 4
+
+
+@njit_cached(parallel=True)
+def entry_order(major, minor, values, n_major, n_minor, chunks):
+    """``(flags, zeros)`` of a file's entries in one parallel pass: ``IN_RANGE`` when every
+    coordinate lies in ``[0, n_major) x [0, n_minor)``, ``ROW_MAJOR`` when the pairs
+    ``(major, minor)`` increase strictly (canonical order: sorted, no duplicates),
+    ``COLUMN_MAJOR`` when ``(minor, major)`` do; ``zeros``: the values equal to zero.
+    Branch-free comparisons: the pass costs about one read of the entries."""
+    n = major.size
+    flags = np.zeros(chunks, dtype=np.int64)
+    zeros = np.zeros(chunks, dtype=np.int64)
+    for c in prange(chunks):
+        lo, hi = n * c // chunks, n * (c + 1) // chunks
+        inside, row, col, z = True, True, True, 0
+        pr, pq = major[U(lo - 1)] if lo > 0 else -1, minor[U(lo - 1)] if lo > 0 else -1
+        for k in range(lo, hi):
+            r, q = major[U(k)], minor[U(k)]
+            inside &= (r >= 0) & (r < n_major) & (q >= 0) & (q < n_minor)
+            row &= (r > pr) | ((r == pr) & (q > pq))
+            col &= (q > pq) | ((q == pq) & (r > pr))
+            z += values[U(k)] == 0
+            pr, pq = r, q
+        flags[c] = (IN_RANGE if inside else 0) | (ROW_MAJOR if row else 0) | (COLUMN_MAJOR if col else 0)
+        zeros[c] = z
+    out = IN_RANGE | ROW_MAJOR | COLUMN_MAJOR
+    for c in range(chunks):
+        out &= flags[c]
+    return out, zeros.sum()
+
+
+@njit_cached(parallel=True)
+def off_diagonal(rows, cols, chunks):
+    """``off``: ``off[c + 1] - off[c]`` entries of chunk ``c`` have ``rows[k] != cols[k]``
+    (prefix sums over the chunks; ``off[chunks]`` in all)."""
+    n = rows.size
+    off = np.zeros(chunks + 1, dtype=np.int64)
+    for c in prange(chunks):
+        lo, hi = n * c // chunks, n * (c + 1) // chunks
+        k_off = 0
+        for k in range(lo, hi):
+            k_off += rows[U(k)] != cols[U(k)]
+        off[c + 1] = k_off
+    for c in range(chunks):
+        off[c + 1] += off[c]
+    return off
+
+
+@njit_cached(parallel=True)
+def mirror_append(rows, cols, values, mirror, off, rows_out, cols_out, vals_out):
+    """A symmetric, skew-symmetric or hermitian file's entries as ``scipy.io.mmread`` expands
+    them: the stored entries as listed, then every off-diagonal one mirrored (value negated or
+    conjugated as ``mirror`` says), in file order. ``off`` is :func:`off_diagonal`'s (its
+    chunks run in parallel); ``*_out`` hold ``rows.size + off[-1]`` entries."""
+    n = rows.size
+    chunks = off.size - 1
+    for c in prange(chunks):
+        lo, hi = n * c // chunks, n * (c + 1) // chunks
+        o = U(n + off[c])
+        for k in range(lo, hi):
+            r, q, v = rows[U(k)], cols[U(k)], values[U(k)]
+            rows_out[U(k)], cols_out[U(k)], vals_out[U(k)] = r, q, v
+            if r != q:
+                rows_out[o], cols_out[o] = q, r
+                if mirror == SKEW:
+                    vals_out[o] = -v
+                elif mirror == HERMITIAN:
+                    vals_out[o] = np.conj(v)
+                else:
+                    vals_out[o] = v
+                o += U(1)
