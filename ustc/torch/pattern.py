@@ -97,6 +97,24 @@ def pattern_slots(ust: Tensor, device) -> tuple:
     return cached
 
 
+def pattern_flat(ust: Tensor, device) -> "torch.Tensor":
+    """The row-major flat position of each slot in the pattern (``pattern_coords`` raveled), torch int64.
+
+    One ``index_select`` / ``index_put_`` with it replaces an advanced-indexing gather or scatter
+    by the coordinate tuple (several times slower in torch). Cached with the coordinates.
+    """
+    device = torch.device(device)
+    cache = _COORDS.setdefault(ust, {})
+    flat = cache.get(("flat", device))
+    if flat is None:
+        coords, _ = pattern_coords(ust, device)
+        flat = torch.zeros_like(coords[0]) if coords else torch.zeros(0, dtype=torch.int64, device=device)
+        for c, n in zip(coords, ust.shape):
+            flat = flat * n + c
+        cache[("flat", device)] = flat
+    return flat
+
+
 def same_pattern(a: Tensor, b: Tensor) -> bool:
     """Whether ``a`` and ``b`` have the same value slots in the same places and the same frozen mask."""
     if a is b:

@@ -32,11 +32,12 @@ from __future__ import annotations
 
 import math
 import numbers
+import threading
 
 import torch
 from torch.utils._pytree import tree_flatten, tree_map
 
-from .pattern import pattern_coords, pattern_slots, same_pattern
+from .pattern import pattern_coords, pattern_flat, pattern_slots, same_pattern
 from .subclass import HANDLERS, TorchUST, dense_of, wrap_like
 
 aten = torch.ops.aten
@@ -48,8 +49,53 @@ def _sparse(x) -> bool:
     return isinstance(x, TorchUST)
 
 
-def _densified(tree):
-    return tree_map(lambda a: dense_of(a) if _sparse(a) else a, tree)
+def _densified(tree, scratch: bool = False):
+    """``tree`` with each TorchUST dense (one dense tensor per TorchUST object). ``scratch``: the
+    dense tensors are read by the op and dropped (an in-place op on a dense tensor, a dense ``out=``),
+    so they may be this thread's reused buffers (:func:`_scratch`)."""
+    made: dict = {}
+
+    def dense(a):
+        if not _sparse(a):
+            return a
+        if id(a) not in made:
+            made[id(a)] = _dense(a, len(made) if scratch else None)
+        return made[id(a)]
+
+    return tree_map(dense, tree)
+
+
+def _dense(x: TorchUST, slot=None):
+    """``x`` as a dense tensor; where every value slot is in the pattern (CSR and COO after
+    ``reformat_model``), one scatter of the values at their flat positions, into scratch buffer
+    ``slot`` when given (else a new tensor)."""
+    _, index, full = pattern_slots(x.ust, x.device)
+    if not full:
+        return dense_of(x)
+    if slot is None:
+        out = torch.zeros(x.shape, dtype=x.dtype, device=x.device)
+    else:
+        out = _scratch(x.shape, x.dtype, x.device, slot).zero_()
+    out.view(-1).index_copy_(0, pattern_flat(x.ust, x.device), x.stored_values().reshape(-1))
+    return out
+
+
+_SCRATCH = threading.local()
+_SCRATCH_KEPT = 8  # buffers kept per thread
+
+
+def _scratch(shape, dtype, device, slot: int):
+    """A dense buffer of this thread, reused by every op densifying a TorchUST of this shape and dtype:
+    a fresh multi-MB tensor costs its page faults at every optimizer step (10 ms for 4 MB on the
+    project machine, more than the op itself)."""
+    buffers = _SCRATCH.__dict__.setdefault("buffers", {})
+    key = (tuple(shape), dtype, device, slot)
+    buf = buffers.get(key)
+    if buf is None:
+        if len(buffers) >= _SCRATCH_KEPT:
+            buffers.clear()
+        buf = buffers[key] = torch.empty(shape, dtype=dtype, device=device)
+    return buf
 
 
 def _is_pointwise(func) -> bool:
@@ -80,14 +126,16 @@ def pointwise(func, args, kwargs):
             return NotImplemented
         rest = {k: v for k, v in kwargs.items() if k != "out"}
         if not _sparse(out):
-            return func(*_densified(args), **_densified(rest), out=out)
+            dense_args, dense_rest = _densified((args, rest), scratch=True)
+            return func(*dense_args, **dense_rest, out=out)
         result = func.overloadpacket(*args, **rest)  # the out-of-place rule, then copied into the pattern
         return update_values(aten.copy_.default, out, (result,), {})
     if _writes_self(func):
         target = args[0]
         if _sparse(target):
             return update_values(func, target, args[1:], kwargs)
-        return func(target, *_densified(args[1:]), **_densified(kwargs))
+        rest, dense_kwargs = _densified((args[1:], kwargs), scratch=True)
+        return func(target, *rest, **dense_kwargs)
     return _out_of_place(func, args, kwargs)
 
 
@@ -106,7 +154,11 @@ def update_values(func, target: TorchUST, rest, kwargs) -> TorchUST:
                 values = a.stored_values().reshape(-1)
                 return values if full else values[index]
             a = _densified(a)
-        return a if a.dim() == 0 else a.expand(target.shape)[coords]
+        if a.dim() == 0:
+            return a
+        if a.shape == target.shape:  # a flat gather (the optimizer state): faster than by coordinates
+            return a.reshape(-1).index_select(0, pattern_flat(ust, target.device))
+        return a.expand(target.shape)[coords]
 
     func(part, *tree_map(operand, tuple(rest)), **tree_map(operand, kwargs))
     if not full:

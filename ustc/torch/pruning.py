@@ -57,7 +57,10 @@ def prune_model(model: nn.Module, amount: float = 0.5, method: str = "magnitude"
             continue
         seen.add(id(module.weight))
         # the metrics compare against the weights before pruning
-        layers.append((name or "model", module.weight, module.weight.detach().cpu().numpy().copy()))
+        weight = module.weight.detach().cpu()
+        if weight.dtype == torch.bfloat16:  # no NumPy bfloat16; widening is exact, so the ranking is the same
+            weight = weight.float()
+        layers.append((name or "model", module.weight, weight.numpy().copy()))
     if method != "magnitude":
         n, m = (int(x) for x in method.split(":"))
         masks = [ustc_prune.nm_mask(np.abs(array), n, m) for _, _, array in layers]
