@@ -152,8 +152,9 @@ def test_matmul_spgemm_in_every_format_is_generated(fmt):
     with ustc.Matmul(A, B) as mm:
         mm.plan()
         C = mm.execute()
-        dia = fastpaths_rows.source_kind(A.format, A.level_shape) in ("diai", "diaj")  # the DIA product
-        assert mm.plan_info.startswith("built-in kernel: DIA" if dia else "generated"), mm.plan_info
+        kind = fastpaths_rows.source_kind(A.format, A.level_shape)  # DIA x DIA, BSR x BSR: their own products
+        own = {"diai": "built-in kernel: DIA", "diaj": "built-in kernel: DIA", "bsr": "built-in kernel: BSR"}
+        assert mm.plan_info.startswith(own.get(kind, "generated")), mm.plan_info
         assert_matches(C, A.to_dense() @ B.to_dense())
         # operands changed in place between executes are seen (conversions happen per execute)
         A.values[...] *= 2
@@ -180,7 +181,11 @@ def test_matmul_spgemm_routes_are_chosen_from_the_plan():
         mm.plan()
         assert "row-parallel CSR" in mm.plan_info and "COO" in mm.plan_info, mm.plan_info
         assert mm.execute().format == C.format
-    B = A.convert(F.BSR(2, 2))  # derived indices take no workspace: through CSR
+    B = A.convert(F.BSR(2, 2))  # BSR x BSR into BSR: the block product, no conversion
     with ustc.Matmul(B, B) as mm:
         mm.plan()
+        assert "BSR product" in mm.plan_info, mm.plan_info
+    with ustc.Matmul(B, B, options={"out_format": F.CSR}) as mm:  # derived indices take no workspace: through CSR
+        mm.plan()
         assert "row-parallel CSR" in mm.plan_info, mm.plan_info
+        assert_matches(mm.execute(), B.to_dense() @ B.to_dense())

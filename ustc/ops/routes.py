@@ -266,6 +266,49 @@ def _dia_spgemm(p: Problem, a, b, out_format) -> Route | None:
     return DiaProductRoute(out_format)
 
 
+class BsrProductRoute(Route):
+    """SpGEMM of two BSR matrices into BSR without leaving blocks (``kernels._bsr_spgemm``): for
+    each block row, a block slot per block column it reaches, each pair of blocks a small dense
+    multiply-add, block rows in parallel in chunks of equal work. Through CSR, BSR(2, 2) A @ A on
+    the 512,000-row stencil took 4x the CSR time (each execute converted the operands to CSR and
+    the 12.7M-entry product back into blocks)."""
+
+    kind = "registered kernel"
+
+    def __init__(self, blocks: tuple[int, int, int], out_format):
+        r, k, c = blocks
+        self.out_format = out_format
+        self.info = f"built-in kernel: BSR product block row by block row, {r}x{k} @ {k}x{c} blocks (spgemm, cpu)"
+
+    def run(self, a, b, out, alpha):
+        from ..kernels._bsr_spgemm import bsr_spgemm
+
+        fmt = self.out_format
+        widths = fmt is not None and (fmt.pos_width or fmt.crd_width)
+        # sorted unique block columns satisfy any properties the output's levels promise
+        c = bsr_spgemm(a, b, None if widths else fmt)
+        if widths:
+            c = c.convert(fmt)
+        return c if alpha == 1 else c * alpha
+
+
+def _bsr_spgemm(p: Problem, a, b, out_format) -> Route | None:
+    """:class:`BsrProductRoute` for BSR(r, k) x BSR(k, c) on the CPU (numeric values) into
+    BSR(r, c), or with no output format named; other outputs and block shapes whose inner blocks
+    differ keep their routes."""
+    from ..formats import BSR
+    from ..tensor.interop import plain_format
+
+    if p.target != "cpu" or any(fastpaths_rows.source_kind(x.format, x.level_shape) != "bsr" or x.device != "cpu"
+                                or not fastpaths.compiled_dtype(x.dtype) for x in (a, b)) \
+            or not np.issubdtype(np.result_type(a.dtype, b.dtype), np.number):
+        return None
+    (r, k), (k_b, c) = a.level_shape[2:], b.level_shape[2:]
+    if k != k_b or (out_format is not None and plain_format(out_format) != plain_format(BSR(r, c))):
+        return None
+    return BsrProductRoute((r, k, c), out_format)
+
+
 class CsrOperandRoute(Route):
     """A product with a dense result through the generated CSR kernel: each execute converts ``a``
     to CSR (in parallel, no sort: ``fastpaths_rows``; a COO's column coordinates and values are
@@ -515,6 +558,9 @@ def choose(p: Problem, a, b, out_format, fused: Fusion = NO_FUSION) -> tuple[Rou
         route = _dia_spgemm(p, a, b, out_format)
         if route is not None:
             return route, "DIA times DIA is DIA: the diagonals multiply pairwise, no conversion"
+        route = _bsr_spgemm(p, a, b, out_format)
+        if route is not None:
+            return route, "BSR times BSR is BSR: the blocks multiply pairwise, no conversion"
         route = _generated_spgemm(p, a, b, out_format)
         if route is not None:
             where = "in the operands' own formats" if isinstance(route, GeneratedRoute) else \
