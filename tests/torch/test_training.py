@@ -14,7 +14,7 @@ import torch.nn.functional as F  # noqa: E402
 
 import ustc  # noqa: E402
 import ustc.torch  # noqa: E402
-from ustc.torch import TorchUST, training  # noqa: E402
+from ustc.torch import TorchUST, autograd, training  # noqa: E402
 
 TOL = {torch.float64: dict(rtol=1e-10, atol=1e-12), torch.float32: dict(rtol=1e-4, atol=1e-5),
        torch.float16: dict(rtol=1e-2, atol=1e-2), torch.bfloat16: dict(rtol=4e-2, atol=4e-2)}
@@ -92,7 +92,7 @@ def test_all_zero_weight(fmt):
 @pytest.mark.parametrize("limit", [0.0, 1.0], ids=["dense-product", "sddmm"])
 def test_both_weight_gradient_routes(limit, monkeypatch):
     """Above SDDMM_MAX_DENSITY the weight gradient is a sampled dense product, below an SDDMM: same result."""
-    monkeypatch.setattr(training, "SDDMM_MAX_DENSITY", limit)
+    monkeypatch.setattr(autograd, "SDDMM_MAX_DENSITY", limit)
     for fmt in ("CSR", "BSR(2, 2)", "Structured(2, 4)"):
         W, w = _pair(ustc.Tensor.from_dense(np.eye(4), fmt).format, (12, 20), torch.float64, seed=3)
         _check_linear(W, w, (9, 20), torch.float64)
@@ -183,3 +183,25 @@ def test_general_route_where_the_training_path_does_not_apply():
     assert not training.applies(torch.zeros((), dtype=torch.float64), W, None)
     assert training.applies(torch.zeros(3, 8, dtype=torch.float64), W, None)
     assert not training.applies(torch.zeros(3, 8, dtype=torch.complex128), W, None)
+
+
+@pytest.mark.parametrize("fmt", ["CSR", "COO", "BSR(2, 2)", "Structured(2, 4)", "DIAI"])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16], ids=["f64", "f32", "bf16"])
+def test_general_route_products_by_rows(fmt, dtype):
+    """``x @ W.t()``, ``W @ x`` and ``x @ W`` outside F.linear (MatmulFn): the backward products that would
+    walk W by columns run over W stored by rows; gradients equal the dense masked ones."""
+    W, w = _pair(ustc.Tensor.from_dense(np.eye(4), fmt).format, (12, 20), dtype)
+    g = torch.Generator().manual_seed(7)
+    tol = TOL[dtype]
+    for make, side in ((lambda m, x: x @ m.t(), (9, 20)), (lambda m, x: m @ x, (20, 5)),
+                       (lambda m, x: x @ m, (9, 12)), (lambda m, x: m @ x, (20,))):
+        x = torch.randn(side, generator=g, dtype=torch.float64).to(dtype).requires_grad_()
+        xd = x.detach().clone().requires_grad_()
+        y, yd = make(W, x), make(w, xd)
+        grad = torch.randn(yd.shape, generator=g, dtype=torch.float64).to(dtype)
+        y.backward(grad)
+        yd.backward(grad)
+        torch.testing.assert_close(y, yd, **tol)
+        torch.testing.assert_close(x.grad, xd.grad, **tol)
+        torch.testing.assert_close(W.grad.to_dense(), w.grad * W.pattern_mask(), **tol)
+        W.grad = w.grad = None

@@ -115,7 +115,7 @@ def linear(x, weight, bias, mm):
 def _transposed_weight(weight):
     """``weight.t()``; for a TorchUST that autograd need not track, the zero-copy view made directly."""
     if is_sparse(weight) and not (weight.requires_grad and torch.is_grad_enabled()):
-        return TorchUST(share(weight.ust, weight.ust.T, same_coords=False), dtype=weight.dtype)
+        return TorchUST(share(weight.ust, weight.ust.T, same_coords=False, transposed=True), dtype=weight.dtype)
     return weight.t()
 
 
@@ -191,7 +191,7 @@ def _transpose_2d(x, perm, name):
     perm = tuple(p % 2 for p in perm)
     if perm != (1, 0):
         return TorchUST(x.ust, dtype=x.dtype)
-    return TorchUST(share(x.ust, x.ust.T, same_coords=False), dtype=x.dtype)
+    return TorchUST(share(x.ust, x.ust.T, same_coords=False, transposed=True), dtype=x.dtype)
 
 
 def _to_copy(x, dtype=None, device=None, **_):

@@ -52,11 +52,13 @@ def freeze_zeros(ust: Tensor, values=None) -> None:
     _COORDS.pop(ust, None)
 
 
-def share(source: Tensor, target: Tensor, *, same_coords: bool = True) -> Tensor:
+def share(source: Tensor, target: Tensor, *, same_coords: bool = True, transposed: bool = False) -> Tensor:
     """Give ``target`` (same value slots as ``source``) ``source``'s frozen mask; returns ``target``.
 
-    ``same_coords``: the two have the same coordinates too (not a transposed
-    view), so cached coordinates are shared as well.
+    ``same_coords``: the two have the same coordinates too, so cached coordinates
+    are shared as well; ``transposed`` (with ``same_coords=False``): ``target`` is
+    the 2-D transposed view of ``source``, so they are shared swapped (a backward
+    pass through ``W.t()`` then needs no new walk of the storage).
     """
     if target is source:
         return target
@@ -65,6 +67,10 @@ def share(source: Tensor, target: Tensor, *, same_coords: bool = True) -> Tensor
         _KEEP[target] = keep
     if same_coords and source in _COORDS:
         _COORDS[target] = _COORDS[source]
+    elif transposed and source in _COORDS:  # the same slots at swapped coordinates
+        _COORDS[target] = {key: ((coords[1], coords[0]), index, full)
+                           for key, (coords, index, full) in _COORDS[source].items()
+                           if isinstance(key, torch.device) and len(coords) == 2}
     return target
 
 
