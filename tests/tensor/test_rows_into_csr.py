@@ -238,3 +238,26 @@ def test_scipy_bsr_with_block_columns_out_of_order(block):
         t = Tensor.from_package(dup)
         assert fastpaths_rows.to_csr(t, F.CSR) is None
         np.testing.assert_allclose(t.convert(F.CSR).to_dense(), dup.toarray())
+
+
+@pytest.mark.parametrize("src", [s for s in SOURCES if fastpaths_rows.source_kind(SOURCES[s], ()) in ("diai", "diaj")])
+@pytest.mark.parametrize("shape", [(5000, 300), (300, 5000), (4097, 4099), (2049, 1)], ids=str)
+def test_dia_rows_across_count_blocks(src, shape):
+    """DIA sources whose rows span several of ``dia_row_counts``' blocks
+    (``kernels.DIA_COUNT_ROWS``), diagonals entering and leaving the matrix inside a block, and
+    explicit zeros on the diagonals: the same buffers as the oracle."""
+    from ustc.tensor import kernels
+
+    assert max(shape) > kernels.DIA_COUNT_ROWS
+    rng = np.random.default_rng(shape[0])
+    x = np.zeros(shape)
+    for k in (-4000, -2100, -1, 0, 3, 2048, 4500):
+        idx = np.arange(max(0, -k), min(shape[0], shape[1] - k))
+        x[idx, idx + k] = rng.standard_normal(len(idx)) * (rng.random(len(idx)) < 0.8)
+    a = Tensor.from_dense(x, SOURCES[src])
+    snap = _snapshot(a)
+    got = fastpaths_rows.to_csr(a, F.CSR)
+    assert got is not None
+    assert_same_storage(got, oracle(a, F.CSR))
+    np.testing.assert_array_equal(got.to_dense(), x)
+    _unchanged(a, snap)
