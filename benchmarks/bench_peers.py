@@ -402,6 +402,14 @@ def spgemm_entries(csr, peers: Peers) -> list[Entry]:
     """``A @ A`` competitors; ustc's operands converted once per format, outside the timing."""
     A = ustc.Tensor.from_package(csr)
     entries = [Entry("SciPy", "`A @ A`", lambda: lambda: csr @ csr)]
+
+    def scipy_bsr():
+        bsr = sp.bsr_array(csr, blocksize=(2, 2)) if csr.shape[0] % 2 == 0 else None
+        if bsr is None:
+            raise ValueError("an odd number of rows has no 2 x 2 blocks")
+        return lambda: bsr @ bsr
+    # context for ustc BSR(2, 2), not a peer the target is judged against (its blocks store zeros)
+    entries.append(Entry("SciPy BSR(2, 2)", "`A @ A`, A a `bsr_array` of 2 x 2 blocks", scipy_bsr))
     if peers.mkl is not None:
         dot = peers.mkl.dot_product_mkl
         entries.append(Entry("MKL", "`dot_product_mkl(A, A)`", lambda: lambda: dot(csr, csr)))

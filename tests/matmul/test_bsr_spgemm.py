@@ -207,3 +207,24 @@ def test_random_block_patterns(data):
 
     da, db = blocky(m, n, r, k, density_a), blocky(n, p, k, c, density_b)
     _check(ustc.Tensor.from_dense(da, bsr(r, k)), ustc.Tensor.from_dense(db, bsr(k, c)), da, db)
+
+
+@pytest.mark.parametrize("columns", ["dense span", "spread", "clustered"])
+def test_long_rows_are_sorted(rng, columns):
+    """Rows of more than 64 blocks take the long-row sort: read off the marks (a dense span),
+    bucketed by high bits (spread), or the library sort (a cluster overfills one bucket)."""
+    n_cols = 4000
+    if columns == "dense span":
+        cols = rng.permutation(300)[:250] + 1000
+    elif columns == "spread":
+        cols = rng.choice(n_cols, 900, replace=False)
+    else:
+        cols = np.concatenate([np.arange(100, 200), [n_cols - 1]])
+    rows = rng.permutation(len(cols)) % 40          # b's 40 rows share the columns in random order
+    db = np.zeros((40, n_cols))
+    db[rows, cols] = rng.standard_normal(len(cols))
+    da = _random(rng, (5, 40), np.float64, density=0.9)
+    da[2] = 0                                       # an empty row beside the long ones
+    for blocks in ((1, 1, 1), (2, 2, 2)):
+        r, k, c = blocks
+        _check(ustc.Tensor.from_dense(da, bsr(r, k)), ustc.Tensor.from_dense(db, bsr(k, c)), da, db)

