@@ -17,6 +17,11 @@ the loop order and the level expressions (:func:`write_strategies`):
   collects them, sorts each parent's segment and places every entry (TACO's
   insert with an attribute query). Only locate levels lie below it.
 
+An APPEND level that ``collects`` (structured n:m: an entry's slot depends on
+how many its block holds) is written in three passes too: count (refusals),
+collect each parent's coordinates, then, once ``finalize`` has placed them,
+find each entry's position.
+
 The same code runs in every pass: a counting pass (``emit`` 0: only the
 insertion state advances), the host sizes the buffers from the counts (and
 refuses them past the memory budget before allocating), a filling pass
@@ -192,7 +197,7 @@ class Writer:
         self.tensor, self.names, self.emit = tensor, names, emit
         self.vals = buffer_name(tensor, "vals")
         self.counts = buffer_name(tensor, "counts")
-        self.passes = 3 if Strategy.WORKSPACE in strategies else 2
+        self.passes = 3 if Strategy.WORKSPACE in strategies or any(lv.type.collects for lv in fmt.levels) else 2
         self.last_pass = ir.eq(emit, 2) if self.passes == 3 else emit
         by_dim = {d.name: i for d, i in zip(fmt.dims, indices)}
         self.levels = tuple(self._level(k, lv, strategy, by_dim, extents)

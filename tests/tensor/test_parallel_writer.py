@@ -24,6 +24,7 @@ from ustc.ops import runtime
 from ustc.ops import written as written_host
 from ustc.tensor.tensor import as_format
 
+from fitting import structured_fit
 from fresh_peak import fresh_peak, random_dense_source
 from test_convert import rand_dense
 from test_written_convert import assert_same_storage, oracle
@@ -202,7 +203,7 @@ def test_dense_sources_through_convert(name, monkeypatch):
     """A dense source at compile size: appended targets walk the array itself, workspace targets
     (block, diagonal) a 16-bit CSR selected first; both as the oracle."""
     monkeypatch.setattr(generated, "COMPILE_FROM", 1)
-    x = rand_dense((37, 29), np.float32, 0.3, seed=11)
+    x = structured_fit(rand_dense((37, 29), np.float32, 0.3, seed=11), REGISTRY[name])
     a = Tensor.from_dense(x, F.Dense(2))
     got = a.convert(REGISTRY[name])
     assert_same_storage(got, oracle(Tensor.from_dense(x, F.COO(2)), REGISTRY[name]))

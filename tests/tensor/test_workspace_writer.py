@@ -53,7 +53,8 @@ def test_the_registry_has_block_and_diagonal_targets_written_through_a_workspace
     ("(i, j) -> (i floordiv 2 : compressed, j : compressed, i mod 2 : dense)", ("i", "j"),
      ("append", "workspace", "locate")),        # row pairs: a column of the pair is one position
     ("(i, j) -> (i floordiv 2 : compressed, j : compressed, i mod 2 : compressed)", ("i", "j"), None),
-    ("Structured(2, 4)", ("i", "j"), None),         # n:m levels have no write hooks
+    ("Structured(2, 4)", ("i", "j"), ("locate", "locate", "append")),  # n:m blocks: count, collect, place
+    ("Structured(2, 4)", ("j", "i"), None),
 ])
 def test_write_strategies(fmt, order, expected):
     got = write_strategies(as_format(fmt), ("i", "j"), order)
@@ -64,7 +65,7 @@ def test_the_output_order_is_what_the_levels_ask_for():
     assert output_order(as_format("BSR(2, 2)"), ("i", "j")) == ("i", "j")
     assert output_order(as_format("BSC(2, 2)"), ("i", "j")) == ("j", "i")
     assert output_order(as_format("DIAI"), ("i", "j")) == ()
-    assert output_order(as_format("Structured(2, 4)"), ("i", "j")) == ()
+    assert output_order(as_format("Structured(2, 4)"), ("i", "j")) == ("i", "j")
 
 
 @pytest.mark.parametrize("dst", WORKSPACE)

@@ -78,6 +78,12 @@ never the keyword; the vocabulary of TACO's ``ModeFormatImpl`` and MLIR's
     block columns from the rows of a CSR matrix, the diagonals of a matrix
     walked by rows. Its :meth:`workspace_insert` hook uses a workspace of one
     slot per coordinate; only locate levels may lie below it.
+``collects``
+    (``append`` levels) an entry's position depends on entries of its parent met
+    later (structured's padding goes below an entry when its block holds fewer
+    than n), so the level is written in three passes of the same code, as a
+    workspace level is: count (refusals only), collect the coordinates, then,
+    after ``finalize`` has placed them, find every entry's position.
 ``split_append``
     (``append`` / ``workspace`` levels) the level can be written in chunks by
     parallel threads, each chunk over its own parents: a chunk that starts
@@ -210,6 +216,7 @@ class LevelType:
     completes_affine: ClassVar[bool] = False
     append: ClassVar[bool] = False
     workspace: ClassVar[bool] = False
+    collects: ClassVar[bool] = False
     split_append: ClassVar[bool] = False
     pads: ClassVar[bool] = False
 

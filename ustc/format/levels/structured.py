@@ -7,6 +7,18 @@ entries at its lowest unused coordinates. It is the last level, only dense
 levels precede it, and its expression is ``d mod m`` with ``d floordiv m`` on
 an earlier level. 2:4 sparsity is ``structured[2, 4]``; the UST spelling
 ``structured(2)`` takes m from the ``mod``.
+
+Written by generated code (``codegen.writer``) in three passes of one walk that
+meets each block's coordinates in ascending order (``collects``): the counting
+pass refuses a block holding more than n nonzeros (``written_positions`` names
+the first, before anything is allocated); the collecting pass stores each
+block's k-th coordinate at slot k; ``finalize`` places them (below); the filling
+pass finds each entry's slot and stores its value, the padding slots keeping the
+zeros they were allocated with. The placement: a padding coordinate is the
+smallest unused one, so every coordinate below it is stored in the block, and
+it sits at the slot equal to itself; the k-th of K entries, at coordinate c,
+has the c - k unused coordinates below it, min(n - K, c - k) of them padding,
+and sits at slot k + min(n - K, c - k).
 """
 
 from __future__ import annotations
@@ -18,8 +30,11 @@ import numpy as np
 from ...codegen import loopir as ir
 from ...errors import FormatSemanticError, StorageError
 from ..expr import Dimension, FloorDiv, Mod
-from .base import LevelType, Packed, check_range, check_segments, int_args, split_spec
+from .base import LevelType, Packed, as_intp, check_range, check_segments, int_args, split_spec, store
 from .dense import Dense
+
+
+FINALIZE_ELEMENTS = 1 << 18  # coordinates placed per NumPy batch in ``finalize``
 
 
 @dataclass(frozen=True)
@@ -27,6 +42,9 @@ class Structured(LevelType):
     keyword = "structured"
     buffers = ("crd",)
     any_pattern = False
+    pads = True          # value-0 entries fill a block; a refused result is refused again by pack (or pruned)
+    append = True
+    collects = True
 
     n: int = 2
     m: int | None = 4  # None until resolved from the level's "d mod m"
@@ -97,6 +115,62 @@ class Structured(LevelType):
 
     def child_starts(self, extent, pos, starts):
         return starts * self.n
+
+    # -- write hooks (module docstring): last_coord counts the entries met in the block ------
+    def insert(self, w, p, c):
+        """Count pass: the first block whose (n + 1)-th entry arrives sets ``count`` to its
+        position + 1. Collect pass: the k-th entry's coordinate goes to slot k. Fill pass:
+        the entry's slot, found from slot k up (padding below it moves it up)."""
+        k, n = ir.Var(w.last_coord), self.n
+        start = ir.mul(p, n)
+        slot = ir.Var(w.scratch)
+        at = as_intp(ir.load(w.crd, ir.Index(ir.add(start, slot))))
+        find = ir.While(ir.conj([ir.lt(slot, n - 1), ir.Bin("!=", at, c)]), (ir.Assign(w.scratch, ir.Const(1), "+"),))
+        collect = ir.If(ir.lt(k, n), (store(w.crd, ir.add(start, k), c),))
+        refuse = ir.If(ir.conj([ir.eq(k, n), ir.eq(ir.Var(w.count), 0)]), (ir.Assign(w.count, ir.add(p, 1)),))
+        code = [ir.If(ir.Bin("!=", ir.Var(w.last_parent), p), (ir.Assign(w.last_parent, p), ir.Assign(w.last_coord, ir.Const(0)))),
+                ir.Assign(w.scratch, k),
+                ir.If(w.last_pass, (find,), (ir.If(w.emit, (collect,), (refuse,)),)),
+                ir.Assign(w.last_coord, ir.Const(1), "+")]
+        return code, ir.add(start, slot)
+
+    def written_positions(self, nparents, extent, counted):
+        """``counted``: 0, or 1 + the first block the walk found holding more than n nonzeros."""
+        if counted:
+            raise StorageError(f"{self.text()}: block {counted - 1} (blocks of {self.m} counted in storage order) "
+                               f"holds more than {self.n} nonzeros; convert with prune=True keeps the {self.n} largest")
+        return nparents * self.n
+
+    def write_lengths(self, nparents, count):
+        return {"crd": count}
+
+    def finalize(self, buffers, nparents, count):
+        """Each block's entries, collected at slots 0..K-1 (the rest 0), moved to their slots and
+        the padding coordinates written (module docstring); a block already placed (n ascending
+        coordinates) stays as it is, so finalizing twice is harmless. Blocks go a batch at a
+        time, so the temporaries stay small."""
+        crd, n = buffers["crd"], self.n
+        if n == 0:
+            return buffers
+        blocks = crd[:nparents * n].reshape(nparents, n)
+        step = max(1, FINALIZE_ELEMENTS // n)
+        for b in range(0, nparents, step):
+            blocks[b:b + step] = self._place(blocks[b:b + step])
+        return buffers
+
+    def _place(self, collected: np.ndarray) -> np.ndarray:
+        """Placed blocks from collected ones (entries ascending from slot 0, zeros after them; a
+        block whose only entry is coordinate 0 reads as an empty one, and is placed the same)."""
+        n = self.n
+        c = collected.astype(np.int64)
+        count = 1 + np.cumprod(c[:, 1:] > c[:, :-1], axis=1).sum(axis=1)
+        k = np.arange(n, dtype=np.int64)
+        slot = k + np.minimum((n - count)[:, None], c - k)
+        used = k < count[:, None]
+        out = np.broadcast_to(k, c.shape).copy()
+        rows = np.broadcast_to(np.arange(len(c))[:, None], c.shape)
+        out[rows[used], slot[used]] = c[used]
+        return out
 
     # -- storage -----------------------------------------------------------------
     def positions(self, nparents, extent, buffers):
