@@ -11,7 +11,7 @@ median (interquartile range):
 
 * ``ustc.from_file(path)``: the default, the entries in file order as ``mmread`` returns them
   (a symmetric file's mirrored entries appended), in the COO format that says the order found
-  (canonical COO by row or by column, else COO marked nonordered and nonunique);
+  (canonical COO when sorted by row, else COO marked nonordered and nonunique);
 * ``ustc.from_file(path, "COO")``: canonical COO (sorted by row, duplicates summed) whatever the
   file's order, against ``mmread(path)`` with ``sum_duplicates()`` (SciPy's canonical COO);
 * ``ustc.from_file(path, "CSR")``;

@@ -11,9 +11,9 @@ Pattern entries read as 1.0. A coordinate file's entries are parsed in file
 order by its core. By default they stay in that order, as ``scipy.io.mmread``
 returns them (no sort, no copy; a symmetric file's mirrored entries appended),
 and one parallel pass picks the format that says what the order is: canonical
-COO for a file sorted by row, COO over (column, row) for one sorted by column
-(most collections' files), else :data:`FILE_ORDER` (nonordered, nonunique:
-duplicates and explicit zeros kept). A requested CSR-family or canonical COO
+COO for a file sorted by row, else :data:`FILE_ORDER` (nonordered, nonunique:
+duplicates and explicit zeros kept; a file sorted by column, as most
+collections' are, is one: a COO over (column, row) would have no SciPy view). A requested CSR-family or canonical COO
 format is built straight from the entries: taken as they are when the file is
 already in its order; else one parallel counting sort
 (:mod:`ustc.tensor.io_kernels`) that also places a symmetric file's mirrored
@@ -95,8 +95,8 @@ def from_file(path, tensor_format=None, *, shape=None):
     rank-1 ``.tns``) and dense for Matrix Market array files. A Matrix Market
     coordinate file's default keeps the entries in file order, duplicates and
     explicit zeros included (as ``scipy.io.mmread``), its format saying the
-    order found: ``COO`` when sorted by row (strictly), COO over (column, row)
-    when sorted by column, else ``io.FILE_ORDER`` (nonordered, nonunique);
+    order found: ``COO`` when sorted by row (strictly), else
+    ``io.FILE_ORDER`` (nonordered, nonunique);
     pass ``"COO"`` for canonical COO whatever the file's order. ``shape``
     overrides the extents (entries outside it raise FileFormatError).
     Otherwise duplicate entries are summed and zero values dropped unless the
@@ -239,10 +239,9 @@ def _mtx_tensor(entries, shape, tensor_format, path):
 _C, _S = LevelFormat.COMPRESSED, LevelFormat.SINGLETON
 _NU, _NO = LevelProperty.NONUNIQUE, LevelProperty.NONORDERED
 #: the default formats of a Matrix Market coordinate file's tensor, chosen by its entry order:
-#: FILE_ORDER (COO, rows and columns nonordered and nonunique: the entries as listed),
-#: BY_COLUMNS (canonical COO over (column, row): a file sorted by column), ROW_MAJOR (COO)
+#: ROW_MAJOR (COO) for entries strictly increasing by (row, column), else FILE_ORDER (COO, rows
+#: and columns nonordered and nonunique: the entries as listed)
 FILE_ORDER = TensorFormat([_i, _j], {_i: (_C, _NU, _NO), _j: (_S, _NU, _NO)}, name="COO(file order)")
-BY_COLUMNS = TensorFormat([_i, _j], {_j: (_C, _NU), _i: _S}, name="COO(by columns)")
 ROW_MAJOR = COO(2)
 
 
@@ -255,9 +254,8 @@ def _entry_chunks(n: int) -> int:
 def _file_order(shape, rows, cols, values, mirror, default: bool):
     """The entries as the file lists them, no copy (a mirrored file's stored entries, then the
     mirrored off-diagonal ones: ``scipy.io.mmread``'s expansion, in one parallel pass), in
-    :data:`FILE_ORDER`; with ``default``, in canonical COO (:data:`ROW_MAJOR` or
-    :data:`BY_COLUMNS`) when one parallel pass finds the entries strictly increasing in either
-    order. None when a coordinate is out of range (the generic path names it)."""
+    :data:`FILE_ORDER`; with ``default``, in canonical COO (:data:`ROW_MAJOR`) when one
+    parallel pass finds them strictly increasing by (row, column). None when a coordinate is out of range (the generic path names it)."""
     from . import io_kernels
 
     chunks = _entry_chunks(len(values))
@@ -274,9 +272,7 @@ def _file_order(shape, rows, cols, values, mirror, default: bool):
         rows, cols, values = rows_out, cols_out, vals_out
     elif default and flags & io_kernels.ROW_MAJOR:
         fmt = ROW_MAJOR
-    elif default and flags & io_kernels.COLUMN_MAJOR:
-        fmt = BY_COLUMNS
-    return _coo_tensor(shape, fmt, (cols, rows) if fmt is BY_COLUMNS else (rows, cols), values)
+    return _coo_tensor(shape, fmt, (rows, cols), values)
 
 
 def _coo_tensor(shape, fmt, coords, values):
