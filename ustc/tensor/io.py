@@ -252,10 +252,11 @@ def _entry_chunks(n: int) -> int:
 
 
 def _file_order(shape, rows, cols, values, mirror, default: bool):
-    """The entries as the file lists them, no copy (a mirrored file's stored entries, then the
-    mirrored off-diagonal ones: ``scipy.io.mmread``'s expansion, in one parallel pass), in
-    :data:`FILE_ORDER`; with ``default``, in canonical COO (:data:`ROW_MAJOR`) when one
-    parallel pass finds them strictly increasing by (row, column). None when a coordinate is out of range (the generic path names it)."""
+    """The entries as the file lists them (a general file's arrays as read, no copy; a mirrored
+    file's stored entries, then the mirrored off-diagonal ones: ``scipy.io.mmread``'s expansion,
+    in one parallel pass), in :data:`FILE_ORDER`; with ``default``, in canonical COO
+    (:data:`ROW_MAJOR`) when one parallel pass finds them strictly increasing by (row, column).
+    None when a coordinate is out of range (the generic path names it)."""
     from . import io_kernels
 
     chunks = _entry_chunks(len(values))
