@@ -1,4 +1,4 @@
-"""The built-in registered kernels: DIA SpMV, delta(b) SpMV (MACKO-style), CSR SpGEMM.
+"""The built-in registered kernels: DIA SpMV, delta(b) SpMV (MACKO-style), n:m structured SpMV, CSR SpGEMM.
 
 Each wrapper checks nothing the registry has not matched already except what
 its ``supports`` hook declines (complex values for the Numba kernels are fine;
@@ -107,6 +107,39 @@ def delta_spmv(a, b, out, alpha):
 
 
 delta_spmv.supports = _numeric
+
+
+# -- n:m structured --------------------------------------------------------------------------
+def _nm(fmt: TensorFormat):
+    """``(n, m)`` when ``fmt`` is ``Structured(n, m)`` (index widths aside), else None."""
+    from ..format.levels.structured import Structured as StructuredLevel
+    from ..formats import Structured
+
+    if fmt.ndim != 2 or len(fmt.levels) != 3 or not isinstance(fmt.levels[2].type, StructuredLevel):
+        return None
+    level = fmt.levels[2].type
+    return (level.n, level.m) if level.m and _plain(fmt) == Structured(level.n, level.m) else None
+
+
+@register("spmv", lambda fmt: _nm(fmt) is not None, "cpu", name="structured_spmv", builtin=True)
+@_spmv
+def structured_spmv(a, b, out, alpha):
+    """``out += alpha * a @ b`` for ``Structured(n, m)``: a row's slots in one flat loop, columns from
+    compile-time ``n`` and ``m`` (``ustc.kernels._structured``)."""
+    from ._structured import nm_spmv
+
+    n, m = _nm(a.format)
+    groups = -(-a.shape[1] // m)
+    return nm_spmv(n, m), (a._buffers[(2, "crd")], a._values, b, out, out.dtype.type(alpha), a.shape[0], groups,
+                           a.shape[1])
+
+
+def _structured_supports(a, b) -> bool:
+    return _numeric(a, b) and a._values.ndim == 1 and a.nse == a.shape[0] * -(-a.shape[1] // _nm(a.format)[1]) * \
+        _nm(a.format)[0]
+
+
+structured_spmv.supports = _structured_supports
 
 
 # -- SpGEMM ----------------------------------------------------------------------------------
