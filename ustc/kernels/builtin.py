@@ -155,28 +155,21 @@ def _is_csr(fmt: TensorFormat) -> bool:
 
 @register("spgemm", _is_csr, "cpu", name="csr_spgemm", builtin=True)
 def csr_spgemm(a, b, out_format):
-    """``a @ b`` for CSR ``a`` and ``b`` (Gustavson, parallel over chunks of equal work), in ``out_format``
+    """``a @ b`` for CSR ``a`` and ``b`` (Gustavson, parallel over chunks of equal work: ``_spgemm.product``), in ``out_format``
     (rows left unsorted when that is :data:`CSR_UNORDERED`).
     (No ``compile`` hook: the output's size is only known after the counting pass.)"""
     import numba
 
     from ..formats import CSR
     from ..tensor.tensor import Tensor
-    from ._spgemm import chunk_bounds, row_work, spgemm_count, spgemm_fill
+    from ._spgemm import product
 
     n_rows, n_cols = a.shape[0], b.shape[1]
-    apos, acrd = a._buffers[(1, "pos")], a._buffers[(1, "crd")]
-    bpos, bcrd = b._buffers[(1, "pos")], b._buffers[(1, "crd")]
-    # two chunks per thread: each owns a marker and an accumulator over its rows' column span
-    bounds = chunk_bounds(row_work(apos, acrd, bpos, n_rows), min(max(n_rows, 1), 2 * numba.get_num_threads()))
-    sizes, spans = spgemm_count(apos, acrd, bpos, bcrd, bounds)
-    pos = np.cumsum(sizes)
-    index = np.int32 if max(int(pos[-1]), n_cols) < 2**31 else np.int64
-    crd = np.empty(int(pos[-1]), dtype=index)
-    vals = np.empty(int(pos[-1]), dtype=np.result_type(a.dtype, b.dtype))
     fmt = CSR_UNORDERED if _plain(out_format) == CSR_UNORDERED else CSR
-    spgemm_fill(apos, acrd, a._values, bpos, bcrd, b._values, pos, crd, vals, bounds, spans, fmt == CSR)
-    c = Tensor(fmt, (n_rows, n_cols), {(1, "pos"): pos.astype(index), (1, "crd"): crd}, vals)
+    pos, crd, vals = product(a._buffers[(1, "pos")], a._buffers[(1, "crd")], a._values, b._buffers[(1, "pos")],
+                             b._buffers[(1, "crd")], b._values, n_cols, np.result_type(a.dtype, b.dtype), fmt == CSR,
+                             numba.get_num_threads())
+    c = Tensor(fmt, (n_rows, n_cols), {(1, "pos"): pos, (1, "crd"): crd}, vals)
     return c if out_format == fmt else c.convert(out_format)
 
 
