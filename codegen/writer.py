@@ -97,6 +97,12 @@ def write_strategies(fmt: TensorFormat | None, indices: tuple[str, ...],
     return tuple(out)
 
 
+def write_passes(fmt: TensorFormat, strategies: tuple[Strategy, ...]) -> int:
+    """How many times the kernel runs to write ``fmt`` by ``strategies``: 3 with a workspace
+    level or one that ``collects`` (count, collect, fill), else 2 (count, fill)."""
+    return 3 if Strategy.WORKSPACE in strategies or any(lv.type.collects for lv in fmt.levels) else 2
+
+
 def own_walk_strategies(fmt: TensorFormat, indices: tuple[str, ...]) -> tuple[Strategy, ...] | None:
     """:func:`write_strategies` for the walk ``fmt`` asks for: :func:`_leading` order, then the
     other indices (a conversion's walk, ``B[...] = A[...]``)."""
@@ -197,7 +203,7 @@ class Writer:
         self.tensor, self.names, self.emit = tensor, names, emit
         self.vals = buffer_name(tensor, "vals")
         self.counts = buffer_name(tensor, "counts")
-        self.passes = 3 if Strategy.WORKSPACE in strategies or any(lv.type.collects for lv in fmt.levels) else 2
+        self.passes = write_passes(fmt, strategies)
         self.last_pass = ir.eq(emit, 2) if self.passes == 3 else emit
         by_dim = {d.name: i for d, i in zip(fmt.dims, indices)}
         self.levels = tuple(self._level(k, lv, strategy, by_dim, extents)

@@ -24,7 +24,6 @@ from ustc import formats as F
 from ustc.codegen.plans import plans_of
 from ustc.codegen.writer import output_order
 from ustc.errors import StorageError
-from ustc.format.levels.base import Segments
 from ustc.format.levels.structured import Structured
 from ustc.ops import convert as generated
 from ustc.ops import runtime
@@ -240,23 +239,22 @@ def test_golden_conversion_kernel(request):
     assert text == path.read_text(), "emitted source changed; review and run --update-golden"
 
 
-def test_finalize_places_blocks_and_is_idempotent():
-    """Collected blocks (entries from slot 0, zeros after) against pack, for every pattern of
-    every n:m with m <= 6; a second finalize changes nothing."""
-    for m in range(1, 7):
-        for n in range(1, m + 1):
-            patterns = [p for p in range(1 << m) if bin(p).count("1") <= n]
-            bits = np.array([[(p >> c) & 1 for c in range(m)] for p in patterns], dtype=bool)
-            parent, crd = np.nonzero(bits)
-            level = Structured(n=n, m=m)
-            collected = np.zeros((len(patterns), n), dtype=np.int32)
-            rank = np.cumsum(bits, axis=1) - 1
-            collected[parent, rank[parent, crd]] = crd
-            buffers = level.finalize({"crd": collected.ravel()}, len(patterns), len(patterns) * n)
-            seg = Segments(parent, crd, len(patterns), m, 0, [crd])
-            np.testing.assert_array_equal(buffers["crd"], level.pack(seg).buffers["crd"], err_msg=f"{n}:{m}")
-            again = level.finalize({"crd": buffers["crd"].copy()}, len(patterns), len(patterns) * n)
-            np.testing.assert_array_equal(again["crd"], buffers["crd"])
+@pytest.mark.parametrize("m", [1, 2, 3, 4, 5])
+def test_every_block_pattern_is_placed_as_pack_places_it(m):
+    """One block per row, every pattern of at most n nonzeros of m, every n >= 1: the kernel's
+    placement (collected coordinates moved up, padding below and between them) is pack's."""
+    for n in range(1, m + 1):
+        patterns = [p for p in range(1 << m) if bin(p).count("1") <= n]
+        x = np.array([[((p >> c) & 1) * (c + 1.0) for c in range(m)] for p in patterns])
+        check_written(Tensor.from_dense(x, F.CSR), F.Structured(n, m), x)
+
+
+def test_finalize_pads_blocks_no_entry_reached_and_is_idempotent():
+    level = Structured(n=3, m=5)
+    crd = np.array([0, 0, 0, 1, 2, 4, 0, 0, 0, 0, 3, 4], dtype=np.int32)  # empty, placed, empty, placed
+    placed = level.finalize({"crd": crd.copy()}, 4, 12)["crd"]
+    assert placed.tolist() == [0, 1, 2, 1, 2, 4, 0, 1, 2, 0, 3, 4]
+    assert level.finalize({"crd": placed.copy()}, 4, 12)["crd"].tolist() == placed.tolist()
 
 
 @st.composite

@@ -200,15 +200,15 @@ def test_the_count_table_has_a_row_per_chunk(monkeypatch):
 @pytest.mark.parametrize("name", [n for n, f in REGISTRY.items() if f.ndim == 2 and generated.writable(f)
                                   and n not in ("Dense", "CSR", "CSC")])
 def test_dense_sources_through_convert(name, monkeypatch):
-    """A dense source at compile size: appended targets walk the array itself, workspace targets
-    (block, diagonal) a 16-bit CSR selected first; both as the oracle."""
+    """A dense source at compile size: appended targets walk the array itself, three-pass targets
+    (block, diagonal through a workspace; n:m) a 16-bit CSR selected first; both as the oracle."""
     monkeypatch.setattr(generated, "COMPILE_FROM", 1)
     x = structured_fit(rand_dense((37, 29), np.float32, 0.3, seed=11), REGISTRY[name])
     a = Tensor.from_dense(x, F.Dense(2))
     got = a.convert(REGISTRY[name])
     assert_same_storage(got, oracle(Tensor.from_dense(x, F.COO(2)), REGISTRY[name]))
     staged = generated.staged_rows(a.format, a.shape, REGISTRY[name])
-    assert (staged is not None) == (name in ("BSR", "BSC", "DIAI", "DIAJ", "SkewDIAI", "SkewDIAJ"))
+    assert (staged is not None) == (name in ("BSR", "BSC", "DIAI", "DIAJ", "SkewDIAI", "SkewDIAJ", "Structured"))
     assert staged is None or staged.crd_width == 16
 
 

@@ -20,16 +20,26 @@ def kernel_0(emit, B_lvl1_size, B_lvl2_crd, B_vals, B_counts, A_lvl1_pos, A_lvl1
                 B_c2 = j % 4
                 if B_last_p2 != B_q1:
                     B_last_p2 = B_q1
+                    if emit == 2:
+                        B_n2 = 1
+                        while B_n2 < 2 and np.intp(B_lvl2_crd[np.uintp(B_q1 * 2 + B_n2)]) > np.intp(B_lvl2_crd[np.uintp(B_q1 * 2 + (B_n2 - 1))]):
+                            B_n2 += 1
+                        B_last_c2 = B_n2 - 1
+                        for B_gap2 in range(2):
+                            if B_last_c2 >= 0 and B_last_c2 + min(2 - B_n2, np.intp(B_lvl2_crd[np.uintp(B_q1 * 2 + B_last_c2)]) - B_last_c2) == 1 - B_gap2:
+                                B_lvl2_crd[np.uintp(B_q1 * 2 + (1 - B_gap2))] = np.intp(B_lvl2_crd[np.uintp(B_q1 * 2 + B_last_c2)])
+                                B_last_c2 = B_last_c2 - 1
+                            else:
+                                B_lvl2_crd[np.uintp(B_q1 * 2 + (1 - B_gap2))] = 1 - B_gap2
                     B_last_c2 = 0
-                B_gap2 = B_last_c2
                 if emit == 2:
-                    while B_gap2 < 1 and np.intp(B_lvl2_crd[np.uintp(B_q1 * 2 + B_gap2)]) != B_c2:
-                        B_gap2 += 1
+                    pass
                 elif emit:
                     if B_last_c2 < 2:
                         B_lvl2_crd[np.uintp(B_q1 * 2 + B_last_c2)] = B_c2
                 elif B_last_c2 == 2 and B_n2 == 0:
                     B_n2 = B_q1 + 1
+                B_gap2 = B_last_c2 + min(2 - B_n2, B_c2 - B_last_c2)
                 B_last_c2 += 1
                 B_q2 = B_q1 * 2 + B_gap2
                 if emit == 2:

@@ -12,13 +12,14 @@ Written by generated code (``codegen.writer``) in three passes of one walk that
 meets each block's coordinates in ascending order (``collects``): the counting
 pass refuses a block holding more than n nonzeros (``written_positions`` names
 the first, before anything is allocated); the collecting pass stores each
-block's k-th coordinate at slot k; ``finalize`` places them (below); the filling
-pass finds each entry's slot and stores its value, the padding slots keeping the
-zeros they were allocated with. The placement: a padding coordinate is the
-smallest unused one, so every coordinate below it is stored in the block, and
-it sits at the slot equal to itself; the k-th of K entries, at coordinate c,
-has the c - k unused coordinates below it, min(n - K, c - k) of them padding,
-and sits at slot k + min(n - K, c - k).
+block's k-th coordinate at slot k; the filling pass, at a block's first entry,
+places the block's coordinates, then stores each value at its slot, the padding
+slots keeping the zeros they were allocated with; ``finalize`` pads the blocks
+no entry reached. The placement: a padding coordinate is the smallest unused
+one, so every coordinate below it is stored in the block, and it sits at the
+slot equal to itself; the k-th of K entries, at coordinate c, has the c - k
+unused coordinates below it, min(n - K, c - k) of them padding, and sits at slot
+k + min(n - K, c - k).
 """
 
 from __future__ import annotations
@@ -32,9 +33,6 @@ from ...errors import FormatSemanticError, StorageError
 from ..expr import Dimension, FloorDiv, Mod
 from .base import LevelType, Packed, as_intp, check_range, check_segments, int_args, split_spec, store
 from .dense import Dense
-
-
-FINALIZE_ELEMENTS = 1 << 18  # coordinates placed per NumPy batch in ``finalize``
 
 
 @dataclass(frozen=True)
@@ -119,20 +117,42 @@ class Structured(LevelType):
     # -- write hooks (module docstring): last_coord counts the entries met in the block ------
     def insert(self, w, p, c):
         """Count pass: the first block whose (n + 1)-th entry arrives sets ``count`` to its
-        position + 1. Collect pass: the k-th entry's coordinate goes to slot k. Fill pass:
-        the entry's slot, found from slot k up (padding below it moves it up)."""
-        k, n = ir.Var(w.last_coord), self.n
+        position + 1. Collect pass: the block's k-th coordinate goes to slot k. Fill pass: the
+        block's first entry places the block (:meth:`_place`, ``count`` := K); the k-th entry's
+        slot is k + min(n - K, c - k)."""
+        k, n, K = ir.Var(w.last_coord), self.n, ir.Var(w.count)
         start = ir.mul(p, n)
-        slot = ir.Var(w.scratch)
-        at = as_intp(ir.load(w.crd, ir.Index(ir.add(start, slot))))
-        find = ir.While(ir.conj([ir.lt(slot, n - 1), ir.Bin("!=", at, c)]), (ir.Assign(w.scratch, ir.Const(1), "+"),))
         collect = ir.If(ir.lt(k, n), (store(w.crd, ir.add(start, k), c),))
-        refuse = ir.If(ir.conj([ir.eq(k, n), ir.eq(ir.Var(w.count), 0)]), (ir.Assign(w.count, ir.add(p, 1)),))
-        code = [ir.If(ir.Bin("!=", ir.Var(w.last_parent), p), (ir.Assign(w.last_parent, p), ir.Assign(w.last_coord, ir.Const(0)))),
-                ir.Assign(w.scratch, k),
-                ir.If(w.last_pass, (find,), (ir.If(w.emit, (collect,), (refuse,)),)),
+        refuse = ir.If(ir.conj([ir.eq(k, n), ir.eq(K, 0)]), (ir.Assign(w.count, ir.add(p, 1)),))
+        first = (ir.Assign(w.last_parent, p), ir.If(w.last_pass, tuple(self._place(w, start))),
+                 ir.Assign(w.last_coord, ir.Const(0)))
+        code = [ir.If(ir.Bin("!=", ir.Var(w.last_parent), p), first),
+                ir.If(w.last_pass, (), (ir.If(w.emit, (collect,), (refuse,)),)),  # (placed above)
+                ir.Assign(w.scratch, ir.add(k, ir.Call("min", (ir.sub(n, K), ir.sub(c, k))))),
                 ir.Assign(w.last_coord, ir.Const(1), "+")]
-        return code, ir.add(start, slot)
+        return code, ir.add(start, ir.Var(w.scratch))
+
+    def _place(self, w, start: ir.Expr) -> list:
+        """Loop IR that moves a block's collected coordinates (ascending from slot 0, zeros after)
+        to their slots and writes the padding, in place from the top slot down (an entry only
+        moves up, past slots already read): ``count`` := K, the length of the ascending run
+        (a block whose only entry is coordinate 0 reads as K = 1 or 0 alike: both place as
+        0..n-1); ``last_coord`` walks the entries down, ``scratch`` the slots."""
+        n, K, j, t = self.n, ir.Var(w.count), ir.Var(w.last_coord), ir.Var(w.scratch)
+
+        def at(q):
+            return as_intp(ir.load(w.crd, ir.Index(ir.add(start, q))))
+
+        s = ir.sub(n - 1, t)
+        lands = ir.conj([ir.Bin(">=", j, ir.Const(0)),
+                         ir.eq(ir.add(j, ir.Call("min", (ir.sub(n, K), ir.sub(at(j), j)))), s)])
+        return [ir.Assign(w.count, ir.Const(1)),
+                ir.While(ir.conj([ir.lt(K, n), ir.Bin(">", at(K), at(ir.sub(K, 1)))]),
+                         (ir.Assign(w.count, ir.Const(1), "+"),)),
+                ir.Assign(w.last_coord, ir.sub(K, 1)),
+                ir.For(w.scratch, ir.Const(0), ir.Const(n),
+                       (ir.If(lands, (store(w.crd, ir.add(start, s), at(j)), ir.Assign(w.last_coord, ir.sub(j, 1))),
+                              (store(w.crd, ir.add(start, s), s),)),))]
 
     def written_positions(self, nparents, extent, counted):
         """``counted``: 0, or 1 + the first block the walk found holding more than n nonzeros."""
@@ -145,32 +165,17 @@ class Structured(LevelType):
         return {"crd": count}
 
     def finalize(self, buffers, nparents, count):
-        """Each block's entries, collected at slots 0..K-1 (the rest 0), moved to their slots and
-        the padding coordinates written (module docstring); a block already placed (n ascending
-        coordinates) stays as it is, so finalizing twice is harmless. Blocks go a batch at a
-        time, so the temporaries stay small."""
-        crd, n = buffers["crd"], self.n
-        if n == 0:
-            return buffers
-        blocks = crd[:nparents * n].reshape(nparents, n)
-        step = max(1, FINALIZE_ELEMENTS // n)
-        for b in range(0, nparents, step):
-            blocks[b:b + step] = self._place(blocks[b:b + step])
-        return buffers
-
-    def _place(self, collected: np.ndarray) -> np.ndarray:
-        """Placed blocks from collected ones (entries ascending from slot 0, zeros after them; a
-        block whose only entry is coordinate 0 reads as an empty one, and is placed the same)."""
+        """Blocks no entry reached hold zeros: their coordinates become 0..n-1 (padding only). A
+        block the kernel placed holds n ascending coordinates, and a collected one is all zeros
+        only when it is empty or holds coordinate 0 alone, which places the same: finalizing
+        between the passes or twice is harmless."""
         n = self.n
-        c = collected.astype(np.int64)
-        count = 1 + np.cumprod(c[:, 1:] > c[:, :-1], axis=1).sum(axis=1)
-        k = np.arange(n, dtype=np.int64)
-        slot = k + np.minimum((n - count)[:, None], c - k)
-        used = k < count[:, None]
-        out = np.broadcast_to(k, c.shape).copy()
-        rows = np.broadcast_to(np.arange(len(c))[:, None], c.shape)
-        out[rows[used], slot[used]] = c[used]
-        return out
+        if n < 2:  # n = 1: a block of zeros is the padding [0]
+            return buffers
+        blocks = buffers["crd"][:nparents * n].reshape(nparents, n)
+        empty = np.flatnonzero((blocks[:, 0] | blocks[:, 1]) == 0)  # coordinates are never negative
+        blocks[empty] = np.arange(n, dtype=blocks.dtype)
+        return buffers
 
     # -- storage -----------------------------------------------------------------
     def positions(self, nparents, extent, buffers):
