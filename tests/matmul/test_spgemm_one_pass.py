@@ -124,3 +124,21 @@ def test_small_integer_and_unsorted_products_keep_their_routes(rng):
     assert C.format == ustc.TensorFormat.parse(unordered)
     got = sp.csr_array((C.values, C.crd(1), C.pos(1)), shape=C.shape)
     np.testing.assert_allclose(abs(got - _canonical(a, a)).max(), 0, atol=1e-12)
+
+
+@pytest.mark.parametrize("fmt", ["DCSR", "COO"])
+def test_rows_through_csr_take_one_pass_too(fmt, rng):
+    """DCSR and COO operands convert to CSR at every execute; their CSR product takes the one pass
+    where it compresses little, and the result comes back in the operands' format."""
+    a = sp.random_array((60_000, 60_000), density=5e-5, rng=rng, format="csr")
+    A = ustc.Tensor.from_package(a).convert(fmt)
+    mm = ustc.Matmul(A, A).plan()
+    assert "to CSR at every execute" in mm.plan_info and "one pass" in mm.plan_info, mm.plan_info
+    C = mm.execute()
+    assert C.format == A.format
+    C.validate()
+    got = C.convert("CSR")
+    ref = _canonical(a, a)
+    np.testing.assert_array_equal(got.pos(1), ref.indptr)
+    np.testing.assert_array_equal(got.crd(1), ref.indices)
+    np.testing.assert_allclose(got.values, ref.data, rtol=1e-12, atol=1e-12)

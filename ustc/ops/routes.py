@@ -218,15 +218,17 @@ class ViaRowsRoute(Route):
     reduces every output row in a workspace in parallel, and its CSR result converts to the
     requested format (a DCSR or COO result takes the CSR's buffers: ``fastpaths_rows.from_csr``).
     Chosen where the operands' own kernel would write serially (DCSR, COO) or re-emit partial
-    products (BSR, DIA)."""
+    products (BSR, DIA). Where the CSR product compresses little, the registered CSR kernel's one
+    pass runs instead of the generated kernel (:func:`_one_pass_spgemm`, decided at prepare on
+    the CSR temporaries)."""
 
     kind = "generated"
 
     def __init__(self, p: Problem, a, b, out_format):
         from ..formats import CSR
 
-        self.csr, self.out_format = CSR, out_format
-        self.inner = GeneratedRoute(p, "cpu", CSR)
+        self.p, self.csr, self.out_format = p, CSR, out_format
+        self.generated = self.inner = GeneratedRoute(p, "cpu", CSR)
         converted = [f"{name} ({_fmt_name_text(x.format)})" for name, x in (("a", a), ("b", b)) if not self._is_csr(x)]
         if b is a and converted:
             converted = [f"a = b ({_fmt_name_text(a.format)}) once"]
@@ -245,8 +247,13 @@ class ViaRowsRoute(Route):
         return ca, ca if b is a else (b if self._is_csr(b) else _csr_operand(b, self.csr))
 
     def prepare(self, a, b, out, alpha) -> None:
-        self.inner.prepare(*self._rows(a, b), None, alpha)
-        self.info = f"{self._head}; {self.inner.info}"  # not appended: plan() may prepare again
+        ca, cb = self._rows(a, b)
+        one_pass = _one_pass_spgemm(self.p, ca, cb, self.csr)
+        self.inner = one_pass or self.generated
+        self.kind = self.inner.kind
+        self.inner.prepare(ca, cb, None, alpha)
+        head = self._head if one_pass is None else self._head.replace("generated row-parallel", "row-parallel", 1)
+        self.info = f"{head}; {self.inner.info}"  # not appended: plan() may prepare again
 
     def run(self, a, b, out, alpha):
         c = self.inner.run(*self._rows(a, b), None, alpha)
@@ -596,7 +603,7 @@ def choose(p: Problem, a, b, out_format, fused: Fusion = NO_FUSION) -> tuple[Rou
         if route is not None:
             where = "in the operands' own formats" if isinstance(route, GeneratedRoute) else \
                 "in parallel (the operands' own kernel would write serially or re-emit partial products)"
-            return route, f"the generated kernel reduces each output row in a workspace and writes it once, {where}"
+            return route, f"each output row is reduced in a workspace and written once, {where}"
         tried.append("no generated workspace SpGEMM for these values or this output order")
     if forced is None and op == "spmm":
         route = _csr_spmm(p, a, b, op)
