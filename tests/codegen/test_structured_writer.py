@@ -34,6 +34,8 @@ from test_golden import COPY, GOLDEN, emitted
 TARGETS = {str(f): f for f in (F.Structured(2, 4), F.Structured(1, 4), F.Structured(2, 8), F.Structured(4, 4),
                                F.Structured(0, 4), F.Structured(3, 5))}
 TARGETS["columns 2:4"] = TensorFormat.parse("(i, j) -> (j : dense, i floordiv 4 : dense, i mod 4 : structured[2, 4])")
+TARGETS["8-bit 2:4"] = TensorFormat.parse(
+    "(i, j) -> (i : dense, j floordiv 4 : dense, j mod 4 : structured[2, 4]), crdWidth = 8")
 # every 2-D registry format a kernel walks with the output's indices as its loops (the others,
 # read through derived indices, fall back to the NumPy pipeline, tested below)
 SOURCES = {nf.name: nf.format() for nf in F.NAMED if nf.format().ndim == 2}
@@ -192,7 +194,8 @@ def test_structured_0_of_m_holds_only_zeros():
 
 def test_convert_takes_the_writer_and_prune_still_keeps_the_largest(monkeypatch):
     """At compile size ``convert`` takes the writer; an over-full block makes it refuse, then the
-    pack hook names the block with its count, or keeps the n largest under ``prune=True``."""
+    pack hook names the block with its count; ``prune=True`` goes to the pack hook directly,
+    which keeps the n largest."""
     monkeypatch.setattr(generated, "COMPILE_FROM", 1)
     calls = spy_on_the_writer(monkeypatch)
     x = fitted(rand_dense((20, 30), np.float64, 0.5, seed=2), F.Structured(2, 4))
@@ -204,7 +207,9 @@ def test_convert_takes_the_writer_and_prune_still_keeps_the_largest(monkeypatch)
     a = Tensor.from_dense(y, F.CSR)
     with pytest.raises(StorageError, match=rf"block {block} holds 3 nonzeros"):
         a.convert(F.Structured(2, 4))
+    tried = len(calls)
     pruned = a.convert(F.Structured(2, 4), prune=True)
+    assert len(calls) == tried   # pruning expects over-full blocks: the pack hook, no writer first
     assert_same_storage(pruned, oracle(a, F.Structured(2, 4), prune=True))
 
 

@@ -274,7 +274,7 @@ class Tensor:
             return Tensor.from_dense(self.to_dense(), fmt)  # the parallel count and fill kernels
         from ..ops.convert import staged_rows, worth_compiling, written
 
-        source, compile_it = self, worth_compiling(self)
+        source, compile_it = self, worth_compiling(self) and not prune  # pruning: over-full n:m blocks expected
         stage = staged_rows(self.format, self.shape, fmt) if self.format.all_dense and self.ndim == 2 and compile_it \
             else None
         if stage is not None:
