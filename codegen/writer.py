@@ -379,7 +379,23 @@ class Writer:
         self.split = True
         return [ir.Assign(first, signed(start)), ir.Assign(span, ir.Call("max", (ir.sub(signed(stop), f), ir.Const(0)))),
                 ir.Assign(chunks, ir.Call("min", (n, ir.Call("len", (ir.Var(self.counts),))))),
-                ir.For(chunk, ir.Const(0), k, body, parallel=True)]
+                ir.For(chunk, ir.Const(0), k, body, parallel=True), *self._first_refusals(k)]
+
+    def _first_refusals(self, chunks: ir.Expr) -> list[ir.Stmt]:
+        """After the counting pass, the count rows of a level that ``collects`` (a refusal: 0, or
+        1 + the first parent it cannot write) keep only the first chunk's refusal, so the host's
+        total names the first parent in walk order (chunks run in order of their ranges)."""
+        out: list[ir.Stmt] = []
+        for q, lv in enumerate(self.levels):
+            if not lv.ltype.collects:
+                continue
+            row = self.names(("write_refusal_row", q), f"{self.tensor}_row{q}")
+            seen = self.names(("write_refused", q), f"{self.tensor}_refused{q}")
+            at = (ir.Index(ir.Var(row)), ir.Const(q))
+            keep = ir.If(ir.Bin("!=", ir.Var(seen), ir.Const(0)), (ir.Store(self.counts, at, ir.Const(0)),),
+                         (ir.Assign(seen, ir.Load(self.counts, at)),))
+            out += [ir.Assign(seen, ir.Const(0)), ir.For(row, ir.Const(0), chunks, (keep,))]
+        return [ir.If(ir.eq(self.emit, 0), tuple(out))] if out else []
 
 
 def _chunking(fmt: TensorFormat, indices: dict[str, str], levels: tuple[WrittenLevel, ...],

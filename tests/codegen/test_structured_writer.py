@@ -183,6 +183,16 @@ def test_an_overfull_block_is_refused_by_name_before_allocating(monkeypatch):
     np.testing.assert_array_equal(a.values, before[1])
 
 
+@pytest.mark.parametrize("rows", [(10, 40), (40, 10), (3, 60), (63, 62)], ids=str)
+def test_the_first_overfull_block_in_walk_order_is_named_whichever_chunk_finds_it(rows):
+    """Chunks of rows count in parallel; the refusal kept is the first chunk's."""
+    x = fitted(rand_dense((64, 16), np.float64, 0.5, seed=8), F.Structured(2, 4))
+    for r in rows:
+        x[r, 4:8] = [1.0, 2.0, 3.0, 0.0]
+    with pytest.raises(StorageError, match=rf"block {4 * min(rows) + 1} "):
+        generated.written(Tensor.from_dense(x, F.CSR), F.Structured(2, 4))
+
+
 def test_structured_0_of_m_holds_only_zeros():
     dst = F.Structured(0, 4)
     check_written(Tensor.from_dense(np.zeros((3, 9)), F.CSR), dst, np.zeros((3, 9)))
@@ -305,4 +315,4 @@ def test_the_plan_names_the_writer():
     run = runtime.prepare(generated.copy_program(2), {"B": F.Structured(2, 4), "A": a}, "cpu")
     module, _ = cache.load(run.fields, run.generate)
     (plan,) = plans_of(module)
-    assert plan.writer == 3 and plan.sparse_output and not plan.split
+    assert plan.writer == 3 and plan.sparse_output and plan.split   # chunks of rows in parallel

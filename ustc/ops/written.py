@@ -73,10 +73,11 @@ def overwritten(fmt: TensorFormat, k: int, name: str) -> bool:
     position (``split_append``: each position its own word; a singleton: its parent's
     position), and the values when such a level is the last one and stores no padding (a
     locate level's positions include coordinates no entry reached, a padded level's padding
-    holds 0). Never ``pos``: parents without children keep 0 until ``finalize``."""
+    holds 0). Never ``pos``: parents without children keep 0 until ``finalize``, nor the
+    coordinates of a level that ``collects`` (it reads the zeros of slots no entry took)."""
     t = fmt.levels[k].type
     by_position = t.split_append or t.one_child
-    return by_position and not t.pads if name == "vals" else name == "crd" and by_position
+    return by_position and not t.pads if name == "vals" else name == "crd" and by_position and not t.collects
 
 
 def count_buffers(fmt: TensorFormat, value_dtype: np.dtype) -> tuple[dict, np.ndarray]:

@@ -83,7 +83,9 @@ never the keyword; the vocabulary of TACO's ``ModeFormatImpl`` and MLIR's
     later (structured's padding goes below an entry when its block holds fewer
     than n), so the level is written in three passes of the same code, as a
     workspace level is: count (refusals only), collect the coordinates, then,
-    after ``finalize`` has placed them, find every entry's position.
+    after ``finalize`` has placed them, find every entry's position. Its count is
+    a refusal: 0, or 1 + the first parent it cannot write (the host names it); a
+    writer in chunks keeps the first chunk's. Its buffers are allocated zeroed.
 ``split_append``
     (``append`` / ``workspace`` levels) the level can be written in chunks by
     parallel threads, each chunk over its own parents: a chunk that starts

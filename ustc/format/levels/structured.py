@@ -15,7 +15,9 @@ the first, before anything is allocated); the collecting pass stores each
 block's k-th coordinate at slot k; the filling pass, at a block's first entry,
 places the block's coordinates, then stores each value at its slot, the padding
 slots keeping the zeros they were allocated with; ``finalize`` pads the blocks
-no entry reached. The placement: a padding coordinate is the smallest unused
+no entry reached. Chunks of rows may write in parallel (``split_append``: a
+block's slots are its own); the writer keeps the first chunk's refusal. The
+placement: a padding coordinate is the smallest unused
 one, so every coordinate below it is stored in the block, and it sits at the
 slot equal to itself; the k-th of K entries, at coordinate c, has the c - k
 unused coordinates below it, min(n - K, c - k) of them padding, and sits at slot
@@ -43,6 +45,7 @@ class Structured(LevelType):
     pads = True          # value-0 entries fill a block; a refused result is refused again by pack (or pruned)
     append = True
     collects = True
+    split_append = True  # a block's slots are its own; chunks of rows hold whole blocks
 
     n: int = 2
     m: int | None = 4  # None until resolved from the level's "d mod m"
