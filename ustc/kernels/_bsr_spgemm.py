@@ -33,10 +33,10 @@ import numpy as np
 from numba import prange
 
 from ..cache._lean import njit_cached
+from ._spgemm import _bucket_sort, _sort_small
 
 U = np.uintp  # unsigned subscripts: no wraparound branch (every subscript here is >= 0)
 SHORT = 64    # rows up to this many blocks are insertion-sorted
-BIN = 32      # a long row's buckets are insertion-sorted when none holds more than this
 
 
 @njit_cached(nogil=True, parallel=True)
@@ -90,23 +90,11 @@ def _slot(where, crd, acc, j, start, top, rc):
 
 
 @njit_cached(nogil=True)
-def _sort_small(a, lo, hi):
-    """Insertion sort of ``a[lo:hi]``."""
-    for p in range(lo + 1, hi):
-        v = a[U(p)]
-        q = p - 1
-        while q >= lo and a[U(q)] > v:
-            a[U(q + 1)] = a[U(q)]
-            q -= 1
-        a[U(q + 1)] = v
-
-
-@njit_cached(nogil=True)
 def _sort_long(crd, start, top, where, spare, bins):
     """Sort the block columns ``crd[start:top]`` of one row (distinct; ``where[j] >= start`` marks
     each): read off the marks in order where the row fills a quarter of its span, else bucketed
     by high bits into ``spare`` (about one bucket per entry), each bucket insertion-sorted (the
-    library sort where a bucket holds over :data:`BIN`), and copied back. A power-law product's
+    library sort where a bucket holds over `_spgemm.BIN`), and copied back. A power-law product's
     long rows sorted ~3x faster than by the library sort alone."""
     n = top - start
     lo, hi = crd[U(start)], crd[U(start)]
@@ -119,26 +107,7 @@ def _sort_long(crd, start, top, where, spare, bins):
                 crd[U(p)] = j
                 p += 1
         return
-    shift = 0
-    while (hi - lo) >> shift >= n:
-        shift += 1
-    nb = ((hi - lo) >> shift) + 1
-    bins[:nb + 1] = 0
-    for p in range(start, top):
-        bins[U(((crd[U(p)] - lo) >> shift) + 1)] += 1
-    fullest = 0
-    for t in range(nb):
-        fullest = max(fullest, bins[U(t + 1)])
-        bins[U(t + 1)] += bins[U(t)]
-    for p in range(start, top):
-        b = U((crd[U(p)] - lo) >> shift)
-        spare[U(bins[b])] = crd[U(p)]
-        bins[b] += 1
-    if fullest <= BIN:
-        _sort_small(spare, 0, n)  # each entry moves within its bucket only
-    else:
-        spare[:n].sort()
-    crd[start:top] = spare[:n]
+    _bucket_sort(crd, start, top, lo, hi, spare, bins)
 
 
 @njit_cached(nogil=True, parallel=True)
