@@ -9,6 +9,7 @@ compared buffer for buffer with the NumPy pack hook (``storage.assemble``), the 
 from __future__ import annotations
 
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -29,6 +30,7 @@ from ustc.ops import convert as generated
 from ustc.ops import runtime
 from ustc.ops import written as written_host
 
+from fresh_peak import fresh_peak, random_dense_source
 from test_golden import COPY, GOLDEN, emitted
 
 TARGETS = {str(f): f for f in (F.Structured(2, 4), F.Structured(1, 4), F.Structured(2, 8), F.Structured(4, 4),
@@ -235,6 +237,18 @@ def test_einsum_outputs_are_written_in_n_m(monkeypatch):
     assert_same_storage(got, Tensor.from_dense(x * y, dst))
     copied = ustc.einsum("ij->ij", Tensor.from_dense(x, F.CSR), out_format=dst)
     assert_same_storage(copied, Tensor.from_dense(x, dst))
+
+
+def test_a_conversion_keeps_little_beside_the_output():
+    """Peak traced memory of CSR -> 2:4 at compile size beyond the output (fresh interpreter): the
+    count table and finalize's batch temporaries, never a coordinate list or a second copy."""
+    setup = (random_dense_source((1500, 1600), "float32", 0.5, seed=3)
+             + "from ustc import formats as F\nfrom fitting import structured_fit\n"
+             + "x = structured_fit(x, F.Structured(2, 4))\na = Tensor.from_dense(x, F.CSR)\n"
+             + "a.convert(F.Structured(2, 4))\nfrom ustc.format.levels.structured import FINALIZE_BLOCKS\n")
+    got = fresh_peak(f"import sys\nsys.path.insert(0, {str(Path(__file__).parents[1])!r})\n" + setup,
+                     "a.convert(F.Structured(2, 4))", "64 * 1024 + 6 * FINALIZE_BLOCKS")  # int32 | and a mask
+    assert got["peak"] <= got["nbytes"] + got["allowed"], got
 
 
 def test_the_kernel_collects_then_places():

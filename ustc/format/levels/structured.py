@@ -37,6 +37,9 @@ from .base import LevelType, Packed, as_intp, check_range, check_segments, int_a
 from .dense import Dense
 
 
+FINALIZE_BLOCKS = 1 << 16  # blocks ``finalize`` looks at per NumPy batch
+
+
 @dataclass(frozen=True)
 class Structured(LevelType):
     keyword = "structured"
@@ -176,8 +179,9 @@ class Structured(LevelType):
         if n < 2:  # n = 1: a block of zeros is the padding [0]
             return buffers
         blocks = buffers["crd"][:nparents * n].reshape(nparents, n)
-        empty = np.flatnonzero((blocks[:, 0] | blocks[:, 1]) == 0)  # coordinates are never negative
-        blocks[empty] = np.arange(n, dtype=blocks.dtype)
+        for b in range(0, nparents, FINALIZE_BLOCKS):  # a batch at a time: small temporaries
+            batch = blocks[b:b + FINALIZE_BLOCKS]
+            batch[(batch[:, 0] | batch[:, 1]) == 0] = np.arange(n, dtype=blocks.dtype)  # coordinates are >= 0
         return buffers
 
     # -- storage -----------------------------------------------------------------
