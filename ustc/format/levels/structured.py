@@ -178,10 +178,16 @@ class Structured(LevelType):
         n = self.n
         if n < 2:  # n = 1: a block of zeros is the padding [0]
             return buffers
-        blocks = buffers["crd"][:nparents * n].reshape(nparents, n)
+        crd = buffers["crd"][:nparents * n]
+        blocks = crd.reshape(nparents, n)
         for b in range(0, nparents, FINALIZE_BLOCKS):  # a batch at a time: small temporaries
             batch = blocks[b:b + FINALIZE_BLOCKS]
-            batch[(batch[:, 0] | batch[:, 1]) == 0] = np.arange(n, dtype=blocks.dtype)  # coordinates are >= 0
+            slot = np.flatnonzero((batch[:, 0] | batch[:, 1]) == 0)  # coordinates are >= 0
+            slot *= n
+            slot += b * n
+            for s in range(1, n):  # slot 0 holds 0 already
+                slot += 1
+                crd[slot] = s
         return buffers
 
     # -- storage -----------------------------------------------------------------
