@@ -24,7 +24,6 @@ from test_convert import rand_dense
 # every 2-D registry format the kernel can write in order, and every other one (they fall back)
 REGISTRY_2D = {nf.name: nf.format() for nf in F.NAMED if nf.format().ndim == 2}
 WRITABLE = [pytest.param(fmt, id=name) for name, fmt in REGISTRY_2D.items() if generated.writable(fmt)]
-OTHERS = [pytest.param(fmt, id=name) for name, fmt in REGISTRY_2D.items() if not generated.writable(fmt)]
 
 
 def oracle(t: Tensor, fmt) -> Tensor:
@@ -101,12 +100,9 @@ def test_level_types_outside_the_named_formats_are_written_by_the_kernel(dst, sh
     got.validate()
 
 
-@pytest.mark.parametrize("dst", OTHERS)
-def test_registry_targets_the_kernel_cannot_append_still_convert(dst):
-    x = rand_dense((8, 12), np.float64, 0.4, seed=5)
-    a = Tensor.from_dense(structured_fit(x, dst), F.CSR)
-    assert generated.written(a, dst) is None
-    assert_same_storage(a.convert(dst), oracle(a, dst))
+def test_every_registry_format_is_written_by_the_kernel():
+    """The compiler writes every format: a registry format whose levels lack write hooks fails here."""
+    assert [name for name, fmt in REGISTRY_2D.items() if not generated.writable(fmt)] == []
 
 
 def test_duplicates_and_explicit_zeros_of_the_source_are_summed_and_dropped():
