@@ -204,6 +204,11 @@ class GridTensor:
         group.call("drop", [(self.name,)] * self.grid.parts)
 
 
+SPARSE = "sparse"
+# GridMatmul's exchanges and the block method each runs ("dense": whole column ranges of x)
+EXCHANGE_METHODS = {"dense": "grid_matmul", SPARSE: "grid_sparse_matmul"}
+
+
 class GridMatmul:
     """``y = A @ x`` for a :class:`GridTensor` and a NumPy ``x`` (vector, or ``(n, k)``: SpMM).
     :meth:`plan` scatters ``x`` in the grid's layout and plans each block's product;
@@ -216,7 +221,7 @@ class GridMatmul:
     def __init__(self, a: GridTensor, x, exchange: str = "dense"):
         if not isinstance(a, GridTensor):
             raise UstcError("GridMatmul: a must be a GridTensor")
-        if exchange not in ("dense", "sparse"):
+        if exchange not in EXCHANGE_METHODS:
             raise UstcError(f"GridMatmul: exchange must be 'dense' or 'sparse', got {exchange!r}")
         x = np.asarray(x)
         if x.ndim not in (1, 2) or x.shape[0] != a.shape[1]:
@@ -228,7 +233,7 @@ class GridMatmul:
 
     def plan(self) -> dict:
         g, k = self.a.grid, (self.x.shape[1] if self.x.ndim == 2 else 1)
-        if self.exchange == "sparse":
+        if self.exchange == SPARSE:
             self.plan_info = self.a.sparse_info(k, self.dtype)
             ranges = [self.a.layout.range(r) for r in range(g.parts)]
         else:
@@ -243,7 +248,7 @@ class GridMatmul:
         if self.plan_info is None or self.a.group.generation != self._generation:
             self.plan()                 # first use, or the group was repaired since
         group = self.a.group
-        method = "grid_matmul" if self.exchange == "dense" else "grid_sparse_matmul"
+        method = EXCHANGE_METHODS[self.exchange]
         group.call(method, [(self.a.name, self.xname, self.yname, self.dtype.str)] * self.a.grid.parts)
         return np.concatenate(group.call("get_vec", [(self.yname,)] * self.a.grid.parts))
 
