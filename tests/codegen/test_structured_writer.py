@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 import ustc
 from ustc import cache
 from fitting import structured_fit
+from storage_oracle import assert_same_storage, oracle
 from strategies import examples
 from ustc import Tensor, TensorFormat
 from ustc import formats as F
@@ -58,22 +59,6 @@ def rand_dense(shape, dtype=np.float64, density=0.4, seed=0) -> np.ndarray:
     else:
         vals = rng.integers(1, 100, shape)
     return np.where(mask, vals, 0).astype(dtype)
-
-
-def oracle(t: Tensor, fmt: TensorFormat, prune: bool = False) -> Tensor:
-    """The NumPy pipeline: unpack to coordinates, sort, pack (``storage.assemble``)."""
-    coords, values = t.entries()
-    return Tensor._assembled(fmt, t.shape, coords, values, t.package, prune=prune)
-
-
-def assert_same_storage(got: Tensor, want: Tensor) -> None:
-    assert got.format == want.format and got.shape == want.shape
-    assert set(got.buffers) == set(want.buffers)
-    for key, buf in want.buffers.items():
-        assert got.buffers[key].dtype == buf.dtype, key
-        np.testing.assert_array_equal(got.buffers[key], buf, err_msg=str(key))
-    assert got.values.dtype == want.values.dtype
-    np.testing.assert_array_equal(got.values, want.values)
 
 
 def fitted(x: np.ndarray, *fmts: TensorFormat) -> np.ndarray:

@@ -27,7 +27,7 @@ from ustc.tensor.tensor import as_format
 from fitting import structured_fit
 from fresh_peak import fresh_peak, random_dense_source
 from test_convert import rand_dense
-from test_written_convert import assert_same_storage, oracle
+from storage_oracle import assert_same_storage, oracle
 
 REGISTRY = {nf.name: nf.format() for nf in F.NAMED}
 

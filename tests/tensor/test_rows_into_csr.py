@@ -18,7 +18,7 @@ from ustc.tensor import fastpaths, fastpaths_rows
 
 from strategies import examples
 from test_convert import rand_dense
-from test_written_convert import assert_same_storage, oracle
+from storage_oracle import assert_same_storage, oracle
 
 BLOCKS = [(1, 1), (2, 2), (2, 3), (3, 2), (4, 4)]
 

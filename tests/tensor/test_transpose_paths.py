@@ -16,7 +16,7 @@ from ustc.tensor.tensor import as_format
 
 from fresh_peak import fresh_peak, random_dense_source
 from test_convert import rand_dense
-from test_written_convert import assert_same_storage, oracle
+from storage_oracle import assert_same_storage, oracle
 
 FAMILY = {"CSR": F.CSR, "CSC": F.CSC, "COO": F.COO(2),
           "COO by columns": as_format("(i, j) -> (j : compressed(nonunique), i : singleton)")}

@@ -20,7 +20,8 @@ from ustc.ops import convert as generated
 from ustc.tensor.tensor import as_format
 
 from test_convert import rand_dense
-from test_written_convert import REGISTRY_2D, assert_same_storage, oracle
+from storage_oracle import assert_same_storage, oracle
+from test_written_convert import REGISTRY_2D
 
 
 def strategies_of(fmt) -> tuple[Strategy, ...] | None:

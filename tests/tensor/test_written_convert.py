@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 import ustc
 from fitting import structured_fit
+from storage_oracle import assert_same_storage, oracle
 from strategies import examples, formats
 from ustc import Tensor
 from ustc import formats as F
@@ -24,22 +25,6 @@ from test_convert import rand_dense
 # every 2-D registry format the kernel can write in order, and every other one (they fall back)
 REGISTRY_2D = {nf.name: nf.format() for nf in F.NAMED if nf.format().ndim == 2}
 WRITABLE = [pytest.param(fmt, id=name) for name, fmt in REGISTRY_2D.items() if generated.writable(fmt)]
-
-
-def oracle(t: Tensor, fmt) -> Tensor:
-    """The NumPy pipeline: unpack to coordinates, sort, pack (``storage.assemble``)."""
-    coords, values = t.entries()
-    return Tensor._assembled(ustc.tensor.tensor.as_format(fmt), t.shape, coords, values, t.package)
-
-
-def assert_same_storage(got: Tensor, want: Tensor) -> None:
-    assert got.format == want.format and got.shape == want.shape
-    assert set(got.buffers) == set(want.buffers)
-    for key, buf in want.buffers.items():
-        assert got.buffers[key].dtype == buf.dtype, key
-        np.testing.assert_array_equal(got.buffers[key], buf, err_msg=str(key))
-    assert got.values.dtype == want.values.dtype
-    np.testing.assert_array_equal(got.values, want.values)
 
 
 @settings(max_examples=examples(60), deadline=None,
