@@ -1,6 +1,6 @@
 """Exact resume: a solve resumed from a ``checkpoint_every=`` checkpoint continues to the same
 iterate as the uninterrupted solve, bit for bit (CG, Jacobi-CG on a Grid2D, BiCGSTAB with
-Jacobi, GMRES at its restarts), in the same number of iterations; the resumable loops take the
+Jacobi, GMRES at its restarts), in the same number of iterations; the kept loops take the
 iterations of single-process ustc.solve; a checkpoint taken with one preconditioner refuses
 the other."""
 

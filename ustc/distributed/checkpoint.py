@@ -8,7 +8,7 @@ as a :class:`Checkpoint`: the driver's copy survives the loss of any worker.
 
 What is kept makes a resume exact (the iterations after it are those of the uninterrupted
 solve, bit for bit): for CG and BiCGSTAB the whole state of their loops
-(:mod:`ustc.distributed.resumable`: ``x``, residual, directions, the recurrences' scalars),
+(``ustc.ops.krylov.KEPT_STATE``: ``x``, residual, directions, the recurrences' scalars),
 taken at the end of an iteration; for GMRES only ``x``, taken at a restart, where GMRES
 keeps nothing else.
 

@@ -6,7 +6,7 @@ methods together (SPMD, no Dask). The block is a
 :class:`~ustc.distributed.worker.BlockWorker` with an
 :class:`~ustc.distributed.comm.MPICommunicator` instead of the actor transport, so products
 and solves are the very code the Dask block actors run (halo SpMV, all-reduces in rank
-order, :mod:`ustc.distributed.resumable`'s CG and BiCGSTAB, krylov's GMRES)::
+order, :mod:`ustc.ops.krylov`'s CG, BiCGSTAB and GMRES)::
 
     # mpiexec -n 2 python script.py
     A = MPIMatrix.from_loader(lambda r0, r1: a[r0:r1], a.shape)

@@ -1,7 +1,6 @@
 """The distributed Krylov solve: one SPMD call per block, with checkpoints and resume.
 
-:func:`solve` runs CG, BiCGSTAB (:mod:`ustc.distributed.resumable`) or GMRES
-(:mod:`ustc.ops.krylov`) on every block at once (:meth:`ustc.distributed.worker.BlockWorker.solve`),
+:func:`solve` runs :mod:`ustc.ops.krylov`'s CG, BiCGSTAB or GMRES on every block at once (:meth:`ustc.distributed.worker.BlockWorker.solve`),
 on row-partitioned :class:`DTensor` or 2-D :class:`GridTensor` matrices. With ``checkpoint_every=k`` the driver
 holds the newest complete :class:`~ustc.distributed.checkpoint.Checkpoint` while the solve
 runs; when a worker is lost the :class:`ustc.DistributedError` carries it
@@ -15,11 +14,11 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import DistributedError, ShapeError, SolveError, UstcError
+from ..ops.krylov import KEPT_STATE
 from .checkpoint import Checkpoint, Collector
 from .dtensor import DTensor, DVector
 from .grid import GridTensor
 from .partition import RowBlocks
-from .resumable import STATE
 
 
 class SolveResult:
@@ -75,7 +74,7 @@ def _validate(a, method, preconditioner, checkpoint_every, resume) -> None:
 
 def _check_state(method, preconditioner, state) -> None:
     """UstcError unless ``state`` is what ``method`` keeps with ``preconditioner``."""
-    want = set(STATE.get(method, ())) | ({"z"} if method == "cg" and preconditioner == "jacobi" else set())
+    want = set(KEPT_STATE.get(method, ())) | ({"z"} if method == "cg" and preconditioner == "jacobi" else set())
     if set(state) != want:
         raise UstcError(f"ustc.distributed.solve: the {method} checkpoint keeps {sorted(state)}, a {method} "
                         f"solve with preconditioner={preconditioner!r} needs {sorted(want)} (was it taken "

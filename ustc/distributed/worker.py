@@ -12,9 +12,9 @@ values and all-reduce their inner products among themselves, and the scheduler
 sees nothing until the solve returns.
 
 The Krylov methods run over a vector backend whose reductions are all-reduces
-(:class:`BlockVectors`): CG and BiCGSTAB are :mod:`ustc.distributed.resumable`'s
-(krylov's arithmetic, with a state that can be kept and restored), GMRES is
-:mod:`ustc.ops.krylov`'s (the restart length taken from the global size). With
+(:class:`BlockVectors`): :mod:`ustc.ops.krylov`'s CG and BiCGSTAB (their ``state=`` /
+``keep=`` hooks keep and restore the whole state) and GMRES (the restart length taken from
+the global size). With
 checkpoints a :class:`~ustc.distributed.checkpoint.Watch` keeps copies of the state
 (GMRES: the backend tells it when ``x`` changes) and the driver pulls them through
 :meth:`BlockWorker.checkpoints`.
@@ -33,7 +33,6 @@ import numpy as np
 from ..errors import DistributedError, SolveError
 from ..ops import krylov
 from ..ops.vectors import HostVectors
-from . import resumable
 from .checkpoint import Watch
 from .comm import ActorCommunicator
 from .fetch import SpGEMMBlocks
@@ -441,7 +440,7 @@ class BlockWorker(SpGEMMBlocks, GridBlocks):
             x, it, _, _ = krylov.gmres(op, b, x, dinv, rtol, atol, maxiter, restart, size=nglobal)
             vec.watch = None
         else:
-            x, it, _, _ = resumable.SOLVERS[method](op, b, x, dinv, rtol, atol, maxiter, state=state,
+            x, it, _, _ = krylov.SOLVERS[method](op, b, x, dinv, rtol, atol, maxiter, state=state,
                                                     keep=watch.keep if watch is not None else None)
         loop_counters = {"messages": comm.messages, "bytes": comm.bytes, "syncs": comm.syncs,
                          "applications": op.applications}

@@ -133,27 +133,44 @@ class Preconditioner:
         self.vec.copy(out, z)
 
 
-def cg(op: Operator, b, x, dinv, rtol, atol, maxiter):
+#: what :func:`cg` and :func:`bicgstab` keep besides ``x`` (``state=`` / ``keep=``); CG with a
+#: preconditioner keeps ``z`` too
+KEPT_STATE = {"cg": ("r", "p", "rr", "rz"), "bicgstab": ("r", "r0", "p", "v", "rho", "alpha", "omega", "rr")}
+
+
+def cg(op: Operator, b, x, dinv, rtol, atol, maxiter, *, state=None, keep=None):
     """Conjugate gradients; ``dinv``: None, Jacobi's ``1 / diag(A)`` or a :class:`Preconditioner`.
-    With ``op.rows`` set, the fused loop of :data:`FUSED` runs the iterations."""
-    if getattr(op, "rows", None) is not None and "cg" in FUSED:
+    With ``op.rows`` set, the fused loop of :data:`FUSED` runs the iterations. ``state``: start
+    from a kept state (:data:`KEPT_STATE`, ``z`` with a preconditioner) instead of ``x``'s
+    residual, continuing the kept solve's iterations bit for bit; ``keep(it, snapshot)`` after
+    every iteration ``it``, ``snapshot()`` giving that state and ``x`` (a checkpoint's copy)."""
+    if getattr(op, "rows", None) is not None and "cg" in FUSED and state is None and keep is None:
         return FUSED["cg"](op, op.rows, b, x, dinv, rtol, atol, maxiter)
     vec = op.vec
     r, q = vec.empty(b.size, b.dtype), vec.empty(b.size, b.dtype)
     stop = max(rtol * vec.norm2(b), atol)
-    rr = vec.residual(r, b, op.apply(x, q))
     user = dinv if isinstance(dinv, Preconditioner) else None
     jacobi = dinv is not None and user is None
     dinv = dinv if jacobi else vec.asarray(np.ones(1, dtype=b.dtype), b.dtype)
     z = vec.empty(b.size, b.dtype) if jacobi or user is not None else r
-    if jacobi:
-        vec.scale_into(z, dinv, r)
-    elif user is not None:
-        user.apply(z, r)
-    rz = vec.dot(r, z)
     p = op.v                      # the planned operand doubles as the search direction
-    vec.copy(p, z)
+    if state is None:
+        rr = vec.residual(r, b, op.apply(x, q))
+        if jacobi:
+            vec.scale_into(z, dinv, r)
+        elif user is not None:
+            user.apply(z, r)
+        rz = vec.dot(r, z)
+        vec.copy(p, z)
+    else:
+        _restore(vec, state, r=r, p=p, **({"z": z} if z is not r else {}))
+        rr, rz = float(state["rr"]), b.dtype.type(state["rz"])
     check_finite("cg", 0, stop, rr, rz)
+
+    def snapshot():
+        kept = {"x": x, "r": r, "p": p, "rr": rr, "rz": rz}
+        return kept if z is r else {**kept, "z": z}
+
     it = 0
     for it in range(1, maxiter + 1):
         if math.sqrt(rr) <= stop:
@@ -170,7 +187,15 @@ def cg(op: Operator, b, x, dinv, rtol, atol, maxiter):
         check_finite("cg", it, rr, rz_new)
         vec.xpby(z, rz_new / rz, p)
         rz = rz_new
+        if keep is not None:
+            keep(it, snapshot)
     return x, it, math.sqrt(rr), math.sqrt(rr) <= stop
+
+
+def _restore(vec, state: dict, **buffers) -> None:
+    """Copy the kept vectors ``state[name]`` into ``buffers[name]``."""
+    for name, out in buffers.items():
+        vec.copy(out, state[name])
 
 
 def cg_rows(op: Operator, rows, b, x, dinv, rtol, atol, maxiter):
@@ -196,21 +221,33 @@ def cg_rows(op: Operator, rows, b, x, dinv, rtol, atol, maxiter):
     return x, it, math.sqrt(rr), math.sqrt(rr) <= stop
 
 
-def bicgstab(op: Operator, b, x, dinv, rtol, atol, maxiter):
+def bicgstab(op: Operator, b, x, dinv, rtol, atol, maxiter, *, state=None, keep=None):
     """BiCGSTAB, right-preconditioned by ``dinv`` (None, Jacobi's vector or a Preconditioner).
-    With ``op.rows`` set, the fused loop of :data:`FUSED` runs the iterations."""
-    if getattr(op, "rows", None) is not None and "bicgstab" in FUSED:
+    With ``op.rows`` set, the fused loop of :data:`FUSED` runs the iterations. ``state`` and
+    ``keep`` as in :func:`cg`."""
+    if getattr(op, "rows", None) is not None and "bicgstab" in FUSED and state is None and keep is None:
         return FUSED["bicgstab"](op, op.rows, b, x, dinv, rtol, atol, maxiter)
     vec = op.vec
     n, dt = b.size, b.dtype
     r, v, t = vec.empty(n, dt), vec.zeros(n, dt), vec.empty(n, dt)
     stop = max(rtol * vec.norm2(b), atol)
-    rr = vec.residual(r, b, op.apply(x, t))
-    r0 = vec.asarray(r, dt, copy=True)
-    p, s = vec.zeros(n, dt), vec.empty(n, dt)
+    if state is None:
+        rr = vec.residual(r, b, op.apply(x, t))
+        r0 = vec.asarray(r, dt, copy=True)
+        p = vec.zeros(n, dt)
+        rho = alpha = omega = dt.type(1)
+    else:
+        r0, p = vec.empty(n, dt), vec.empty(n, dt)
+        _restore(vec, state, r=r, v=v, r0=r0, p=p)
+        rr = float(state["rr"])
+        rho, alpha, omega = (dt.type(state[k]) for k in ("rho", "alpha", "omega"))
+    s = vec.empty(n, dt)
     ph, sh = vec.empty(n, dt), vec.empty(n, dt)
-    rho = alpha = omega = dt.type(1)
     check_finite("bicgstab", 0, stop, rr)
+
+    def snapshot():
+        return {"x": x, "r": r, "r0": r0, "p": p, "v": v, "rho": rho, "alpha": alpha, "omega": omega, "rr": rr}
+
     it = 0
     for it in range(1, maxiter + 1):
         if math.sqrt(rr) <= stop:
@@ -240,6 +277,8 @@ def bicgstab(op: Operator, b, x, dinv, rtol, atol, maxiter):
         check_finite("bicgstab", it, tt, omega)
         vec.bicg_x(x, alpha, ph, omega, sh)
         rr = vec.axpy_norm(r, s, -omega, t)
+        if keep is not None:
+            keep(it, snapshot)
     return x, it, math.sqrt(rr), math.sqrt(rr) <= stop
 
 
