@@ -23,6 +23,9 @@ On top of the spread loop, :class:`Schedule` picks one of
   the columns of a dense SpMM operand (coalesced) (:func:`tile_loop`);
 * ``serial``: one thread.
 
+A kernel that writes a sparse output in its own format by chunks (:func:`writes_chunks`)
+always runs thread_per_row: a thread per chunk of the writer's table of counts.
+
 :func:`choose_schedule` picks from row statistics (:func:`vector_width`, the skewed
 levels) and lane buckets of small extents (:func:`lane_bucket`); a caller's choice
 wins wherever it applies.
@@ -380,6 +383,9 @@ def choose_schedule(fn: ir.Function, widths: dict | None = None, override=None, 
     m = mapping(fn, warp=True)
     if m.loop is None:
         return Schedule("serial", threads=WARP, max_blocks=1, reason="no loop runs in parallel")
+    if writes_chunks(fn) and (request is None or request.kind != "serial"):
+        why = "" if request is None else f"{request.kind} requested, but "
+        return Schedule(**base, reason=why + "the writer's chunks carry insertion state: a thread per chunk")
     if request is not None:
         return _requested(fn, m, request, base)
     level = reduced_level(fn, m)
@@ -397,6 +403,13 @@ def choose_schedule(fn: ir.Function, widths: dict | None = None, override=None, 
                             reason=f"{width} lanes share the dense loop over {loop.var}")
     reason = "no shared row reduction" if m.warp is None else "short rows"
     return Schedule(**base, reason=reason + (", atomic updates" if m.atomic else ""))
+
+
+def writes_chunks(fn: ir.Function) -> bool:
+    """``fn`` writes a sparse output in its own format by chunks (``codegen.writer``; it takes the
+    table of per-chunk counts): each chunk's insertion state runs from its first entry to its
+    last, so a chunk is one thread's and no lanes share a loop inside it."""
+    return any(p.role.kind is Kind.OUT_COUNTS for p in fn.params)
 
 
 def _requested(fn: ir.Function, m: Mapping, request: Schedule, base: dict) -> Schedule:

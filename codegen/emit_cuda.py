@@ -32,10 +32,11 @@ import dataclasses
 from ustc.errors import UnsupportedOperation
 
 from . import loopir as ir
-from .cuda_schedule import ATOMIC, SCALAR_ROLES, WARP, Mapping, Schedule, choose_schedule, planned, substitute
+from .cuda_schedule import (ATOMIC, SCALAR_ROLES, WARP, Mapping, Schedule, choose_schedule, planned, substitute,
+                            writes_chunks)
 from .emit_cpu import RESOLVE, CpuEmitter, extern_lines, renames
 from .names import FreshNames
-from .roles import LEVEL_BUFFERS
+from .roles import LEVEL_BUFFERS, Kind
 
 FULL_MASK = "0xFFFFFFFF"
 #: the merge path's variables, each the kernel's fresh name based on ``mp_<name>``
@@ -280,7 +281,10 @@ class CudaEmitter(CpuEmitter):
             work = ir.sub(m.loop.stop, m.loop.start)
             laned = m.tile is not None or (m.warp is not None and schedule.kind == "warp_per_row")
             per = schedule.width if laned else 1
-            if schedule.kind != "merge_path" and _host_known(work, scalars):
+            arrays: frozenset[str] = frozenset()
+            if writes_chunks(fn):  # a thread per chunk: at most the rows of the table of counts
+                work, arrays = _chunk_bound(fn, work), frozenset(names)
+            if schedule.kind != "merge_path" and _host_known(work, scalars, arrays):
                 text = self.expr(work, 10) + (f" * {per}" if per > 1 else "")
                 out.append(f"    blocks = blocks_for({text}, {schedule.threads}, {schedule.max_blocks})")
                 config = f"blocks, {schedule.threads}"
@@ -338,10 +342,27 @@ def _returns(fn: ir.Function) -> bool:
     return any(isinstance(s, ir.Return) for s in ir.walk(fn.body))
 
 
-def _host_known(e: ir.Expr, scalars: set[str]) -> bool:
-    """Only constants and scalar parameters: the host can evaluate it before the launch."""
+def _chunk_bound(fn: ir.Function, work: ir.Expr) -> ir.Expr:
+    """The host's bound on a writer's chunk loop of ``work`` iterations (``min(span, len(counts))``,
+    assigned before the loop): the rows of its table of counts; ``work`` itself when not found."""
+    assigns = {s.name: s.value for s in fn.body if isinstance(s, ir.Assign) and not s.op}
+    if isinstance(work, ir.Var) and work.name in assigns:
+        work = assigns[work.name]
+    counts = {p.name for p in fn.params if p.role.kind is Kind.OUT_COUNTS}
+    if isinstance(work, ir.Call) and work.fn == "min":
+        for arg in work.args:
+            if isinstance(arg, ir.Call) and arg.fn == "len" and arg.args[0] in {ir.Var(c) for c in counts}:
+                return arg
+    return work
+
+
+def _host_known(e: ir.Expr, scalars: set[str], arrays: frozenset[str] = frozenset()) -> bool:
+    """Only constants, scalar parameters and the lengths of ``arrays`` (parameters): the host can
+    evaluate it before the launch."""
     if isinstance(e, ir.Const):
         return True
+    if isinstance(e, ir.Call) and e.fn == "len" and len(e.args) == 1 and isinstance(e.args[0], ir.Var):
+        return e.args[0].name in arrays
     if isinstance(e, ir.Var):
         return e.name in scalars
     if isinstance(e, ir.Bin):

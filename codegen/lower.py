@@ -50,7 +50,7 @@ from . import workspace as wsp
 from .iterators import Cursor
 from .names import FreshNames, buffer_name
 from .functions import Function
-from .writer import Writer, write_strategies
+from .writer import Strategy, Writer, write_strategies
 from .space import Replan, Space, exactness, linear_in, plain_format, to_loop
 
 NARROW_FLOATS = frozenset({"float16", "bfloat16"})
@@ -151,7 +151,9 @@ class Lowering:
         written (``writer.write_strategies``: the output indices outermost, none derived). Compressed
         rows (CSR, CSC) keep the kernel that writes each row at its offset, in parallel: its
         coordinate list is their crd and its offsets their pos."""
-        if not (self.out.sparse and self.tuning.ordered_writes) or self.out.format.compressed_rows:
+        if not (self.out.sparse and self.tuning.ordered_writes):
+            return None
+        if self.out.format.compressed_rows and not self.tuning.gpu_writer:
             return None  # compressed rows: the row-parallel (or one-pass appending) kernel writes them
         if self.stmt.accumulate:
             return None  # '+=' merges the old entries on the host
@@ -159,6 +161,9 @@ class Lowering:
         strategies = write_strategies(self.out.format, indices, self.written_order())
         if strategies is None or any(v in self.space.derived for v in indices):
             return None
+        if self.tuning.gpu_writer and (Strategy.WORKSPACE in strategies
+                                       or any(lv.type.collects for lv in self.out.format.levels)):
+            return None  # kernel-local workspaces, sorts, a serial refusal pass: not on a GPU
         extents = {v: self.space.loopvars[v].extent for v in indices}
         return Writer(self.out.tensor, self.out.format, indices, strategies, self.names, ir.Var("emit"), extents,
                       self.written_order(), parallel=self.ws is None)
@@ -183,6 +188,13 @@ class Lowering:
 
     # -- entry -------------------------------------------------------------------------
     def body(self) -> list[ir.Stmt]:
+        body = self._body()
+        if self.writer is not None and self.tuning.gpu_writer and not self.writer.split:
+            self.writer = None  # a GPU runs no one-thread writer: lower again for the coordinate lists
+            body = self._body()
+        return body
+
+    def _body(self) -> list[ir.Stmt]:
         pos = {slot: (-1, ir.Const(0), None) for slot in self.space.levels}
         ctx = Ctx(self.stmt.rhs, frozenset(), pos)
         steps, ctx = self.settle(ctx, frozenset())
@@ -193,7 +205,8 @@ class Lowering:
             body = wsp.allocate(self.ws) + body
         if self.writer is not None:
             if self.writer.split:  # each chunk of the outermost loop keeps its own insertion state
-                return body + [ir.Return(ir.Const(0))]
+                # (on a GPU the chunk loop ends the kernel: it is the loop spread over threads)
+                return body if self.tuning.gpu_writer else body + [ir.Return(ir.Const(0))]
             return self.writer.init() + body + self.writer.finish() + [ir.Return(ir.Const(0))]
         # entries past the arrays' capacity are counted, not written (the host then re-runs)
         capacity = [ir.Assign(self.capacity, ir.Call("len", (ir.Var(f"{self.out.tensor}_vals"),)))]

@@ -39,10 +39,14 @@ class Tuning:
     loop (1: one row per iteration, as a GPU thread per row wants); ``grain``: nonzeros per chunk of a
     sorted level with repeats (0: a fixed 256 chunks, enough CPU threads); ``overwrite``: allow
     :func:`overwrite_stores`; ``ordered_writes``: write sparse outputs in their own format by in-order
-    insertion (serial; :mod:`codegen.writer`) where the loop order allows; ``workspaces``: reduce into
+    insertion (:mod:`codegen.writer`) where the loop order allows; ``workspaces``: reduce into
     a sparse output through a kernel-local dense row (:mod:`codegen.workspace`); ``balance``: split a dense
     output's parallel row loop into one chunk of about equal work per thread where the rows' cumulative
-    work is stored (:func:`codegen.workspace.balanced_rows`; a GPU schedules rows itself)."""
+    work is stored (:func:`codegen.workspace.balanced_rows`; a GPU schedules rows itself); ``gpu_writer``: the
+    writer's kernel runs on a GPU (:mod:`codegen.writer`, "On the CUDA target"): only a writer whose chunks spread
+    over threads (``split``), with no kernel-local arrays or sorts (no workspace level) and no serial pass after
+    the chunks (no level that collects), and compressed rows (CSR, CSC) written by it too; any other sparse
+    output takes the coordinate-list path."""
 
     unroll: bool = True
     tile: int = TILE
@@ -51,12 +55,13 @@ class Tuning:
     ordered_writes: bool = True
     workspaces: bool = True
     balance: bool = True
+    gpu_writer: bool = False
 
 
 CPU = Tuning()
 # GPU: zero-filling is a device memset, and merge-path rows split between threads must add
-CUDA = Tuning(unroll=False, tile=1, grain=32, overwrite=False, ordered_writes=False, workspaces=False,
-              balance=False)
+CUDA = Tuning(unroll=False, tile=1, grain=32, overwrite=False, ordered_writes=True, workspaces=False,
+              balance=False, gpu_writer=True)
 
 
 def unroll_reductions(body, acc: str, zero, names: FreshNames, op: str = "+") -> list[ir.Stmt]:

@@ -6,6 +6,11 @@ a counting pass, buffers sized from the counts (refused before allocation when
 they would not fit the memory budget), a filling pass. It applies when the walk
 meets the target's entries in the order of its levels; the kernel lives in the
 kernel cache like every other, keyed by both formats' signatures.
+
+A tensor on 'cuda' converts by the same statement on the cuda target (:func:`on_device`):
+the writer's chunks run a thread each and the result's buffers stay on the device
+(``ustc.ops.written``, "On the cuda target"). Pairs no such kernel writes are refused
+with DeviceError, never copied through the host behind the caller's back.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ import warnings
 import numpy as np
 
 from .. import cache
-from ..errors import ConversionWarning
+from ..errors import ConversionWarning, DeviceError
 from ..codegen import notation as nt
 from ..codegen.plans import plans_of
 from ..codegen.space import coiterable
@@ -87,3 +92,41 @@ def written(t: Tensor, fmt: TensorFormat) -> Tensor | None:
     result._package = t.package
     return result
 
+
+
+def on_device(t: Tensor, fmt: TensorFormat) -> Tensor:
+    """``t`` (a tensor on 'cuda') in ``fmt``, a new tensor on the device: the generated conversion
+    kernel on the cuda target, its chunks spread over threads (the plan's ``split``). The same
+    format gives a copy. DeviceError, naming both formats, when no such kernel writes the pair:
+    the source cannot be walked as it is stored, the target's levels need a kernel-local
+    workspace or a pass that collects (BSR, DIA, n:m), the walk's order is not the target's
+    (a transpose), or Numba has no such dtype."""
+    if fmt == t.format:
+        return t.copy()
+
+    def refuse(why: str) -> DeviceError:
+        return DeviceError(f"converting a {t.format} tensor on '{t.device}' to {fmt}: {why}, so no CUDA kernel "
+                           f"writes it; call t.to('cpu') first (and .to('{t.device}') on the result)")
+
+    if not compiled_dtype(t.dtype):
+        raise refuse(f"Numba compiles no kernel for {t.dtype} values")
+    if t.format.batch_levels:
+        raise refuse("a batched source is flattened on the host only")
+    if not coiterable(t.format):
+        raise refuse("the source's levels cannot be walked in their own order")
+    if not writable(fmt):
+        raise refuse("no walk writes the target's levels in order")
+    run = runtime.prepare(copy_program(t.ndim), {"B": fmt, "A": t}, "cuda")
+    with warnings.catch_warnings():  # a plan that converts the source first is refused below
+        warnings.simplefilter("ignore", ConversionWarning)
+        module, _ = cache.load(run.fields, run.generate)
+    plan = plans_of(module)[0]
+    if plan.convert:
+        raise refuse(f"the walk needs the source converted first (to {', '.join(target for _, target in plan.convert)})")
+    if not plan.split:
+        raise refuse("no walk of the source meets the target's entries in chunks of its first level, in "
+                     "order (a different leading index), or a target level needs a workspace or a "
+                     "collecting pass (BSR, DIA, n:m)")
+    result = run.run()["B"]
+    result._package = t.package
+    return result

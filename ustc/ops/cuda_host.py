@@ -12,8 +12,11 @@
   schedule and the lanes per row that row statistics ask for
   (:func:`codegen.cuda_schedule.vector_width`), so one kernel serves every matrix
   whose rows fall in the same bucket.
-* Sparse outputs: the counting and filling kernels run on the device; the host turns
-  counts into offsets and assembles the output format (then moves it to the
+* Sparse outputs: a writer kernel (``codegen.writer``; the plan's ``split``) writes the
+  output in its own format, a thread per chunk: the host sizes the buffers from the
+  table of counts (:func:`writer_place`: its rows and where the buffers live,
+  ``ustc.ops.written``). Any other sparse output is counted and filled as coordinate
+  lists on the device; the host assembles the output format (then moves it to the
   operands' device).
 """
 
@@ -157,6 +160,44 @@ def generate(run, operands: dict, header: tuple) -> str:
     text = CudaEmitter().emit(module, schedules)
     described = {name: s.describe() for name, s in schedules.items()}
     return text + f"\n\n{plans_text(module.meta['plan'])}\nSCHEDULES = {described!r}\n"
+
+
+# -- sparse outputs written in their own format ----------------------------------------------
+
+#: chunks of a writer kernel per multiprocessor: a thread per chunk, 256 keep every SM's warps
+#: busy while the table of counts (chunks x levels x 8 bytes) stays small to bring to the host
+CHUNKS_PER_SM = 256
+#: the simulator runs each thread in Python: a few chunks, so small tensors still cross borders
+SIMULATED_CHUNKS = 3
+
+
+def writer_chunks(extent: int) -> int:
+    """Rows of a writer kernel's table of counts: :data:`CHUNKS_PER_SM` per multiprocessor (a
+    few in the simulator, 1 when launches are only recorded), at most ``extent`` (the outermost
+    loop's: a chunk ends at a border of that index, so more would be empty), at least 1."""
+    if getattr(_compile_only, "record", None) is not None:
+        chunks = 1
+    elif simulator():
+        chunks = SIMULATED_CHUNKS
+    else:  # pragma: no cover - needs a GPU
+        from numba import cuda
+
+        chunks = cuda.get_current_device().MULTIPROCESSOR_COUNT * CHUNKS_PER_SM
+    return max(1, min(chunks, int(extent)))
+
+
+def writer_place(device: str, extent: int):
+    """:class:`ustc.ops.written.Place` of a writer kernel on the cuda target, on the operands'
+    ``device``: CuPy buffers when they live on a GPU, else NumPy (the simulator's device
+    arrays, its 'cuda' tensors included; on a GPU Numba copies host arrays over and back),
+    with :func:`writer_chunks` rows."""
+    from .written import Place
+
+    if device == "cuda" and not simulator():  # pragma: no cover - needs a GPU
+        import cupy
+
+        return Place(cupy, writer_chunks(extent), device="cuda", package=packages.CUPY)
+    return Place(np, writer_chunks(extent), device=device)
 
 
 # -- launching -----------------------------------------------------------------------------

@@ -352,10 +352,17 @@ class Run:
 
     def _written(self, statement, fn, plan, views, out):
         """A sparse output the kernel writes in its own format: count, size, (collect,) fill,
-        finalize (``ops.written.run``)."""
-        result = written.run(out.format, out.shape, out.dtype, plan,
-                             lambda state: fn(*self._arguments(plan, views, state)))
-        return self._deliver(out, result)
+        finalize (``ops.written.run``); on the cuda target its buffers live where the operands do
+        and a split kernel runs the chunks a GPU wants (``cuda_host.writer_place``)."""
+        def call(state):
+            return fn(*self._arguments(plan, views, state))
+
+        if self.target == "cuda":
+            from .cuda_host import writer_place
+
+            place = writer_place(self.device, self.extents.get(plan.order[0], 1) if plan.order else 1)
+            return self._deliver(out, written.run(out.format, out.shape, out.dtype, plan, call, place))
+        return self._deliver(out, written.run(out.format, out.shape, out.dtype, plan, call))
 
     def _entries(self, plan, fn, views, out, offsets, capacity):
         """The output's coordinates and values: one appending pass into arrays of ``capacity``
@@ -632,6 +639,9 @@ def _pick(module, function: str, serial: str | None, work: int):
 
 
 def _flat(t: Tensor):
-    """Flat buffers (batch levels as dense), values, level extents and origins of ``t``."""
+    """Flat buffers (batch levels as dense), values, level extents and origins of ``t`` (a tensor
+    on a device without batch levels as it is stored: its storage is flat already)."""
+    if t.device != "cpu" and not t.format.batch_levels:
+        return t._buffers, t._values, t._layout.level_shape, t._layout.origins
     buffers, values = t._flatten()
     return buffers, values, t._layout.level_shape, t._layout.origins

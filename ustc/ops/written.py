@@ -16,6 +16,22 @@ Numba hands each thread a fixed block of a ``prange``, so more chunks would
 not balance better): the counting pass fills the rows, :func:`run` turns them
 into each chunk's starting positions (an exclusive prefix over the rows, per
 level) and the totals size the buffers.
+
+**On the cuda target** (``codegen.optimize.CUDA``: only split writers) the
+kernel's chunks are spread over GPU threads, a thread per chunk, and the table
+has as many rows as :class:`Place` says (``ustc.ops.cuda_host.writer_place``:
+enough chunks for every multiprocessor, a few in the simulator, never more than
+the outermost loop's extent). The count table and the buffers live where the
+kernel runs: NumPy arrays on the host (the simulator, or host operands, which
+Numba copies to the device and back), CuPy arrays for operands on a GPU. Only
+the small table of counts comes to the host to size the output (refused past
+the memory budget before anything is allocated); the chunks' starting
+positions go back. The levels' ``finalize`` hooks are NumPy code: on a GPU each
+level's ``pos`` buffer (one entry per parent, never per entry) makes the round
+trip to the host for it, its other buffers stay on the device (the cuda target
+writes no level that collects, whose hook rewrites coordinates). A batched
+output's buffers are split per batch on the host (a round trip of the whole
+output: documented, the one O(entries) transfer of this path).
 """
 
 from __future__ import annotations
@@ -54,16 +70,17 @@ class BufferPlan:
         dtypes = dict(self.dtypes)
         return sum(n * dtypes[key].itemsize for key, n in self.lengths) + self.nvalues * self.value_dtype.itemsize
 
-    def allocate(self) -> tuple[dict, np.ndarray]:
-        """The filling passes' buffers: zeroed where the kernel may leave elements unwritten (``pos``
-        of untouched parents, padding values, packed words start at 0), uninitialised where it
-        writes every one (:func:`overwritten`): a zeroed array of a size the allocator recycles
-        from its heap is cleared eagerly, an empty one costs nothing."""
+    def allocate(self, xp=np) -> tuple[dict, np.ndarray]:
+        """The filling passes' buffers (arrays of module ``xp``: NumPy, or CuPy on a GPU): zeroed
+        where the kernel may leave elements unwritten (``pos`` of untouched parents, padding values,
+        packed words start at 0), uninitialised where it writes every one (:func:`overwritten`): a
+        zeroed array of a size the allocator recycles from its heap is cleared eagerly, an empty
+        one costs nothing."""
         fmt = self.layout.fmt
         dtypes = dict(self.dtypes)
-        buffers = {key: (np.empty if overwritten(fmt, *key) else np.zeros)(n, dtype=dtypes[key])
+        buffers = {key: (xp.empty if overwritten(fmt, *key) else xp.zeros)(n, dtype=dtypes[key])
                    for key, n in self.lengths}
-        return buffers, (np.empty if overwritten(fmt, fmt.nlevels - 1, "vals") else np.zeros)(
+        return buffers, (xp.empty if overwritten(fmt, fmt.nlevels - 1, "vals") else xp.zeros)(
             self.nvalues, dtype=self.value_dtype)
 
 
@@ -80,11 +97,11 @@ def overwritten(fmt: TensorFormat, k: int, name: str) -> bool:
     return by_position and not t.pads if name == "vals" else name == "crd" and by_position and not t.collects
 
 
-def count_buffers(fmt: TensorFormat, value_dtype: np.dtype) -> tuple[dict, np.ndarray]:
+def count_buffers(fmt: TensorFormat, value_dtype: np.dtype, xp=np) -> tuple[dict, np.ndarray]:
     """Empty buffers for the counting pass, in the dtypes a small result would take (the two
     passes then share one compiled signature)."""
     dtypes = buffer_dtypes(fmt, (1,) * fmt.nlevels, (0,) * fmt.nlevels, 0)
-    return {key: np.zeros(0, dtype=d) for key, d in dtypes.items()}, np.zeros(0, dtype=value_dtype)
+    return {key: xp.zeros(0, dtype=d) for key, d in dtypes.items()}, xp.zeros(0, dtype=value_dtype)
 
 
 def plan_buffers(fmt: TensorFormat, shape, counts: np.ndarray, value_dtype: np.dtype) -> BufferPlan:
@@ -113,33 +130,61 @@ CHUNKS_PER_THREAD = 1  # rows of a split kernel's count table per thread (a pran
 _INT32_MAX = np.iinfo(np.int32).max
 
 
-def run(fmt: TensorFormat, shape, dtype, plan, call: Callable[[dict], object]) -> Tensor:
+@dataclass(frozen=True)
+class Place:
+    """Where a written output's buffers live and how many chunks a split kernel runs: ``xp`` the
+    array module (NumPy; CuPy for a kernel on a GPU whose operands live there), ``chunks`` the rows
+    of the table of counts (at least 1), ``device`` the result tensor's device and ``package``
+    its package."""
+
+    xp: object
+    chunks: int
+    device: str = "cpu"
+    package: str | None = None
+
+    @property
+    def on_host(self) -> bool:
+        return self.xp is np
+
+    def to_host(self, a) -> np.ndarray:
+        return a if self.on_host else self.xp.asnumpy(a)
+
+    def to_device(self, a):
+        return a if self.on_host else self.xp.asarray(a)
+
+
+def run(fmt: TensorFormat, shape, dtype, plan, call: Callable[[dict], object], place: Place | None = None) -> Tensor:
     """The output of a kernel that writes ``fmt`` itself (``plan``: its
     :class:`~ustc.codegen.plans.StatementPlan`): ``call(state)`` runs the kernel once with
     the buffers in ``state`` (``levels``, ``vals``, ``counts``, ``layout``, ``work``, ``emit``);
-    count, size (refused past the memory budget), (collect, finalize,) fill, finalize."""
+    count, size (refused past the memory budget), (collect, finalize,) fill, finalize.
+    ``place``: where the buffers live and the chunks a split kernel runs (default: NumPy, a
+    chunk per Numba thread, :func:`chunk_rows`)."""
+    place = place or Place(np, chunk_rows() if plan.split else 1)
+    xp = place.xp
     layout = Layout.of(fmt, shape)
-    rows = chunk_rows() if plan.split else 0
-    counts = np.zeros((rows, fmt.nlevels) if rows else fmt.nlevels, np.int64)
-    buffers, values = count_buffers(fmt, dtype)
+    rows = place.chunks if plan.split else 0
+    counts = xp.zeros((rows, fmt.nlevels) if rows else fmt.nlevels, np.int64)
+    buffers, values = count_buffers(fmt, dtype, xp)
     work = workspaces(fmt, layout, plan.params)
     state = {"levels": buffers, "vals": values, "counts": counts, "layout": layout, "work": work}
     call({**state, "emit": 0})
-    totals = counts
+    totals = table = place.to_host(counts)  # the one transfer the sizing needs: levels x chunks
     if rows:  # each chunk's counts -> where it starts, per level
-        totals = counts.sum(axis=0)
-        ends = np.cumsum(counts, axis=0)
-        counts[0] = 0
-        counts[1:] = ends[:-1]
+        totals = table.sum(axis=0)
+        ends = np.cumsum(table, axis=0)
+        table[0] = 0
+        table[1:] = ends[:-1]
+        state["counts"] = place.to_device(table)
     sizes = plan_buffers(fmt, shape, totals, dtype)
-    buffers, values = sizes.allocate()
+    buffers, values = sizes.allocate() if place.on_host else sizes.allocate(xp)
     state.update(levels=buffers, vals=values)
     if plan.writer == 3:  # collect each parent's coordinates, place them, then fill
         reset(work)
         call({**state, "emit": 1})
-        finalize(fmt, sizes, buffers)
+        finalize(fmt, sizes, buffers, place)
     call({**state, "emit": plan.writer - 1})
-    return tensor_of(fmt, sizes, buffers, values)
+    return tensor_of(fmt, sizes, buffers, values, place=place)
 
 
 def chunk_rows() -> int:
@@ -171,19 +216,32 @@ def reset(work: dict[int, np.ndarray]) -> None:
         w.fill(-1)
 
 
-def finalize(fmt: TensorFormat, plan: BufferPlan, buffers: dict) -> None:
-    """Each level's finalize hook, in place (idempotent: :func:`tensor_of` applies it again)."""
+def finalize(fmt: TensorFormat, plan: BufferPlan, buffers: dict, place: Place | None = None) -> None:
+    """Each level's finalize hook, in place (idempotent: :func:`tensor_of` applies it again).
+    On a GPU (``place``) a level's ``pos`` buffer goes to the host for the hook and back."""
     parents = 1
     for k, level in enumerate(fmt.levels):
         own = {name: buffers[(k, name)] for name in level.type.buffers}
+        moved = set()
+        if place is not None and not place.on_host and "pos" in own:
+            own["pos"], moved = place.to_host(own["pos"]), {"pos"}
         for name, buf in level.type.finalize(own, parents, plan.positions[k]).items():
-            buffers[(k, name)] = buf
+            buffers[(k, name)] = place.to_device(buf) if name in moved else buf
         parents = plan.positions[k]
 
 
-def tensor_of(fmt: TensorFormat, plan: BufferPlan, buffers: dict, values: np.ndarray, package=None) -> Tensor:
-    """The tensor of the filled buffers, each level's finalize hook applied."""
-    finalize(fmt, plan, buffers)
+def tensor_of(fmt: TensorFormat, plan: BufferPlan, buffers: dict, values: np.ndarray, package=None,
+              place: Place | None = None) -> Tensor:
+    """The tensor of the filled buffers, each level's finalize hook applied (on ``place``'s device,
+    in its package when ``package`` is not given)."""
+    finalize(fmt, plan, buffers, place)
+    device = "cpu" if place is None else place.device
+    package = package if package is not None or place is None else place.package
     if fmt.batch_levels:
-        buffers, values = batch.split(fmt, plan.layout.level_shape, buffers, values)
-    return Tensor(fmt, plan.layout.shape, buffers, values, package=package)
+        if place is not None and not place.on_host:  # NumPy's per-batch split: on the host and back
+            host, vals = batch.split(fmt, plan.layout.level_shape,
+                                     {key: place.to_host(b) for key, b in buffers.items()}, place.to_host(values))
+            buffers, values = {key: place.to_device(b) for key, b in host.items()}, place.to_device(vals)
+        else:
+            buffers, values = batch.split(fmt, plan.layout.level_shape, buffers, values)
+    return Tensor(fmt, plan.layout.shape, buffers, values, device=device, package=package)

@@ -252,11 +252,16 @@ class Tensor:
         largest magnitudes of an over-full block instead of raising. ``copy=False`` (as
         SciPy's ``tocoo(copy=False)``): where both formats store the same array (CSR <-> COO
         and DCSR: the column coordinates and the values) the result shares it, so a write to
-        either tensor's values is seen by the other; elsewhere the result is a copy as usual."""
-        self._require_host()
+        either tensor's values is seen by the other; elsewhere the result is a copy as usual.
+        On 'cuda' the generated conversion kernel runs on the device (``ustc.ops.convert.on_device``;
+        always a copy); a pair it cannot write raises DeviceError."""
         fmt = as_format(tensor_format)
         if fmt.ndim != self.ndim:
             raise FormatError(f"cannot convert a {self.ndim}-D tensor to the {fmt.ndim}-D format {fmt}")
+        if self._device != "cpu":
+            from ..ops.convert import on_device
+
+            return on_device(self, fmt)
         safety.ensure_safe(self)       # the conversion kernels index through the buffers
         if not copy:
             from .fastpaths_rows import shared
