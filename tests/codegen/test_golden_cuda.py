@@ -19,9 +19,12 @@ from ustc.codegen.cuda_schedule import choose_schedule
 from ustc.codegen.emit_cuda import CudaEmitter
 from ustc.codegen.plans import plans_text
 
+from ustc.ops.convert import copy_program
+
 from test_golden import GOLDEN, MUL, SPMV
 
 F = ustc.formats
+COPY = copy_program(2).statements[0]  # B[i0, i1] = A[i0, i1]: a conversion, written a thread per chunk
 
 CASES = {
     "cuda_spmv_csr_warp8": (SPMV, {"A": F.CSR}, "warp_per_row:8"),
@@ -31,6 +34,7 @@ CASES = {
     "cuda_mul_csr_csc": (MUL, {"A": F.CSR, "B": F.CSC, "C": F.CSR}, None),
     "cuda_spmv_csr_merge_path": (SPMV, {"A": F.CSR}, "merge_path"),
     "cuda_spmv_bsr22_block_tile": (SPMV, {"A": F.BSR(2, 2)}, "block_tile:2"),
+    "cuda_convert_coo_dcsr": (COPY, {"A": F.COO(2), "B": F.DCSR}, None),
 }
 
 

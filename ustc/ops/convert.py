@@ -110,8 +110,8 @@ def on_device(t: Tensor, fmt: TensorFormat) -> Tensor:
 
     if not compiled_dtype(t.dtype):
         raise refuse(f"Numba compiles no kernel for {t.dtype} values")
-    if t.format.batch_levels:
-        raise refuse("a batched source is flattened on the host only")
+    if t.format.batch_levels or fmt.batch_levels:
+        raise refuse("batched storage lives on the host only")
     if not coiterable(t.format):
         raise refuse("the source's levels cannot be walked in their own order")
     if not writable(fmt):

@@ -29,9 +29,9 @@ the memory budget before anything is allocated); the chunks' starting
 positions go back. The levels' ``finalize`` hooks are NumPy code: on a GPU each
 level's ``pos`` buffer (one entry per parent, never per entry) makes the round
 trip to the host for it, its other buffers stay on the device (the cuda target
-writes no level that collects, whose hook rewrites coordinates). A batched
-output's buffers are split per batch on the host (a round trip of the whole
-output: documented, the one O(entries) transfer of this path).
+writes no level that collects, whose hook rewrites coordinates). Batched
+storage lives on the host only: a batched output for operands on a device is
+refused (DeviceError) before any kernel runs.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..errors import StorageError
+from ..errors import DeviceError, StorageError
 from ..format.ir import TensorFormat
 from ..memory import BUDGET_VARIABLE, memory_budget
 from ..tensor import batch
@@ -161,6 +161,9 @@ def run(fmt: TensorFormat, shape, dtype, plan, call: Callable[[dict], object], p
     ``place``: where the buffers live and the chunks a split kernel runs (default: NumPy, a
     chunk per Numba thread, :func:`chunk_rows`)."""
     place = place or Place(np, chunk_rows() if plan.split else 1)
+    if place.device != "cpu" and fmt.batch_levels:
+        raise DeviceError(f"a {fmt} tensor on '{place.device}': batched storage lives on the host only; "
+                          f"write it from host operands, or call .to('cpu') on the operands first")
     xp = place.xp
     layout = Layout.of(fmt, shape)
     rows = place.chunks if plan.split else 0
@@ -237,11 +240,6 @@ def tensor_of(fmt: TensorFormat, plan: BufferPlan, buffers: dict, values: np.nda
     finalize(fmt, plan, buffers, place)
     device = "cpu" if place is None else place.device
     package = package if package is not None or place is None else place.package
-    if fmt.batch_levels:
-        if place is not None and not place.on_host:  # NumPy's per-batch split: on the host and back
-            host, vals = batch.split(fmt, plan.layout.level_shape,
-                                     {key: place.to_host(b) for key, b in buffers.items()}, place.to_host(values))
-            buffers, values = {key: place.to_device(b) for key, b in host.items()}, place.to_device(vals)
-        else:
-            buffers, values = batch.split(fmt, plan.layout.level_shape, buffers, values)
+    if fmt.batch_levels:  # (:func:`run` refuses batched outputs on a device)
+        buffers, values = batch.split(fmt, plan.layout.level_shape, buffers, values)
     return Tensor(fmt, plan.layout.shape, buffers, values, device=device, package=package)
