@@ -54,8 +54,13 @@ def cases():
     out.append(("prange_names", program("njit[i, j] = A[i, j] * prange[i, j] * kernel_0[i, j]"),
                 lambda: {"A": sparse(fmt=F.CSR), "prange": dense(M, N), "kernel_0": dense(M, N),
                          "njit": np.zeros((M, N))}, "njit", lambda b: D(b["A"]) * b["prange"] * b["kernel_0"], None))
-    # a sparse output counted by one thread (the wrapper's `result`), dense operands `result` and `blocks`
+    # a sparse output counted by one thread (the wrapper's `result`), dense operands `result` and `blocks`:
+    # BSR, which the cuda writer leaves to the coordinate lists (a workspace level)
     out.append(("serial_result_blocks", program("C[i, j] = A[i, j] * result[i, j] * blocks[i, j]"),
+                lambda: {"A": sparse(fmt=F.DCSR, seed=1), "result": dense(M, N), "blocks": dense(M, N),
+                         "C": F.BSR(2, 2)}, "C", lambda b: D(b["A"]) * b["result"] * b["blocks"], None))
+    # the same into COO: the writer's chunks, a thread each (its names `C_chunk`, `C_counts`, ...)
+    out.append(("writer_result_blocks", program("C[i, j] = A[i, j] * result[i, j] * blocks[i, j]"),
                 lambda: {"A": sparse(fmt=F.DCSR, seed=1), "result": dense(M, N), "blocks": dense(M, N),
                          "C": F.COO(2)}, "C", lambda b: D(b["A"]) * b["result"] * b["blocks"], None))
     return out

@@ -15,7 +15,7 @@ CASES = Path(__file__).with_name("names_cases.py")
 
 def test_colliding_names_in_the_simulator(tmp_path):
     records = run_matrix("sim", tmp_path, simulator=True, script=CASES)
-    assert len(records) == 8
+    assert len(records) == 9
     assert all(r["ok"] for r in records), failures(records)
     schedules = " ".join(s for r in records for s in r["schedules"])
     for kind in ("warp_per_row(width=4)", "merge_path", "block_tile", "thread_per_row", "serial"):

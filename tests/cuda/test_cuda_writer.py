@@ -115,6 +115,10 @@ def test_chunks_suit_the_device_and_stay_within_the_loop(monkeypatch):
     assert [cuda_host.writer_chunks(n) for n in (0, 1, 2, 10**6)] == [1, 1, 2, cuda_host.SIMULATED_CHUNKS]
     with cuda_host.compile_only([]):
         assert cuda_host.writer_chunks(10**6) == 1  # nothing runs: the smallest table
+    monkeypatch.setattr(cuda_host, "simulator", lambda: False)
+    monkeypatch.setattr(cuda_host, "compute_capability", lambda: "none")  # a model of a GPU runs it
+    assert cuda_host.writer_chunks(10**6) == cuda_host.NOMINAL_SMS * cuda_host.CHUNKS_PER_SM
+    assert cuda_host.writer_chunks(77) == 77
 
 
 def test_a_batched_output_on_a_device_is_refused_before_any_kernel_runs():

@@ -169,16 +169,21 @@ def generate(run, operands: dict, header: tuple) -> str:
 CHUNKS_PER_SM = 256
 #: the simulator runs each thread in Python: a few chunks, so small tensors still cross borders
 SIMULATED_CHUNKS = 3
+#: multiprocessors assumed where no device can be asked (a model of one runs the kernel): an H100's
+NOMINAL_SMS = 132
 
 
 def writer_chunks(extent: int) -> int:
-    """Rows of a writer kernel's table of counts: :data:`CHUNKS_PER_SM` per multiprocessor (a
-    few in the simulator, 1 when launches are only recorded), at most ``extent`` (the outermost
-    loop's: a chunk ends at a border of that index, so more would be empty), at least 1."""
+    """Rows of a writer kernel's table of counts: :data:`CHUNKS_PER_SM` per multiprocessor (of
+    the device, or :data:`NOMINAL_SMS` without one; a few in the simulator, 1 when launches are
+    only recorded), at most ``extent`` (the outermost loop's: a chunk ends at a border of that
+    index, so more would be empty), at least 1."""
     if getattr(_compile_only, "record", None) is not None:
         chunks = 1
     elif simulator():
         chunks = SIMULATED_CHUNKS
+    elif compute_capability() == "none":
+        chunks = NOMINAL_SMS * CHUNKS_PER_SM
     else:  # pragma: no cover - needs a GPU
         from numba import cuda
 
