@@ -46,6 +46,14 @@ later pass starts each chunk there, so the chunks write disjoint ranges that
 together are exactly the serial result. The root's ``pos`` (the only parent
 every chunk shares) is set by the level's ``finalize``. The plan records the
 fact as ``split``.
+
+**On the CUDA target** (``optimize.Tuning.gpu_writer``) the same chunks are spread
+over GPU threads, one each (``cuda_schedule.writes_chunks``); the table of counts
+has as many rows as the host gives it (``ustc.ops.cuda_host.writer_chunks``). Only
+split writers run there: the lowering drops a writer that keeps a workspace level
+(kernel-local ``Alloc`` and ``Sort``), a level that ``collects`` (its refusals are
+settled by a serial loop after the chunks) or that does not split, and lowers the
+statement onto coordinate lists instead; the chunk loop then ends the kernel.
 """
 
 from __future__ import annotations
