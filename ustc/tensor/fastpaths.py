@@ -263,10 +263,15 @@ def select_columns(x2: np.ndarray, mode: int, mask):
     return pos, crd, values
 
 
+_STAGE = TensorFormat.parse("(i, j) -> (i : dense, j : compressed)")
+
+
 def from_dense(x: np.ndarray, fmt: TensorFormat, package: str, mode: int = NONZERO, mask=None, **options):
     """``x``'s selected entries in ``fmt``: CSR-like formats directly from the row counts, CSC
-    from the column counts, every other format through the generic assembly of the selected
-    coordinates."""
+    from the column counts, COO from the counts expanded; every other matrix format converted
+    from the selection held as a CSR (``Tensor.convert``: the generated writer where it writes
+    ``fmt``, as ``Tensor.from_package(x).convert(fmt)`` does, else the pack hooks; ``prune``
+    passed on), tensors of other ranks through the generic assembly of the selected coordinates."""
     from .tensor import Tensor
 
     fam = family(fmt)
@@ -283,6 +288,9 @@ def from_dense(x: np.ndarray, fmt: TensorFormat, package: str, mode: int = NONZE
         return Tensor(fmt, x.shape, buffers, values, package=package)
     if x.ndim > 1 and coo_like(fmt):
         return _coo_tensor(x.shape, fmt, pos, crd, values, package)
+    if x.ndim == 2:  # the selection as a CSR, then the conversion every CSR takes (the generated writer)
+        stage = Tensor(_STAGE, x.shape, {(1, "pos"): pos, (1, "crd"): crd}, values, package=package)
+        return stage.convert(fmt, prune=options.get("prune", False))
     rows = np.repeat(np.arange(len(pos) - 1, dtype=np.int64), np.diff(pos))
     coords = (*np.unravel_index(rows, x.shape[:-1]), crd) if x.ndim > 1 else (crd,)
     return Tensor._assembled(fmt, x.shape, coords, values, package, **options)
