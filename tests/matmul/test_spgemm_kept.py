@@ -211,3 +211,52 @@ def test_cancellations_coming_and_going(every_size):
             A.values[...] = values
             dense = A.to_dense()
             np.testing.assert_array_equal(mm.execute().to_dense(), dense @ dense)
+
+
+@pytest.mark.parametrize("blocks", [((2, 2), (2, 2)), ((2, 3), (3, 2)), ((1, 2), (2, 3))], ids=str)
+@pytest.mark.parametrize("shape", [(8, 6, 10), (7, 5, 9), (1, 3, 4), (0, 3, 2)], ids=str)
+@pytest.mark.parametrize("dtype", [np.float64, np.complex128])
+def test_bsr_keeps_its_block_structure(blocks, shape, dtype, rng, every_size):
+    """Block shapes with padded edge blocks (shapes not multiples of the blocks): the kept pass
+    stores the padding as zeros and follows values changed in place."""
+    (r, k), (k2, c) = blocks
+    m, inner, n = shape
+    a = random_dense(rng, (m, inner), density=0.4, dtype=dtype)
+    b = random_dense(rng, (inner, n), density=0.4, dtype=dtype)
+    A, B = ustc.Tensor.from_dense(a, ustc.formats.BSR(r, k)), ustc.Tensor.from_dense(b, ustc.formats.BSR(k2, c))
+    mm = ustc.Matmul(A, B, options={"out_format": ustc.formats.BSR(r, c)}).plan()
+    kept = _kept_route(mm)
+    assert kept is not None and "BSR product" in mm.plan_info, mm.plan_info
+    first = None
+    for _ in range(4):
+        C = mm.execute()
+        assert C.format == ustc.formats.BSR(r, c)
+        C.validate()
+        np.testing.assert_allclose(C.to_dense(), A.to_dense() @ B.to_dense(), **tol(dtype))
+        first = C if first is None else first
+        _rescale(A, rng)
+        _rescale(B, rng)
+    assert kept._kept is not None
+    pad = C._values.reshape(-1, r, c)      # padding of the edge blocks stored as zeros
+    if len(pad) and m % r:
+        last_row = C.pos(1)[-2]
+        assert not pad[last_row:, m % r:, :].any()
+    if len(pad) and n % c:
+        assert not pad[C.crd(1) == C.level_shape[1] - 1][:, :, n % c:].any()
+
+
+def test_bsr_kept_pass_matches_the_block_fill_bit_for_bit(rng, every_size):
+    n = 10
+    lap = sp.diags_array([-1.0, 2.0, -1.0], offsets=[-1, 0, 1], shape=(n, n))
+    a = sp.csr_array(sp.kronsum(lap, lap))
+    a.data = rng.standard_normal(a.nnz)
+    A = ustc.Tensor.from_package(a).convert(ustc.formats.BSR(2, 2))
+    mm = ustc.Matmul(A, A).plan()
+    first, second, third = (mm.execute() for _ in range(3))
+    assert _kept_route(mm)._kept is not None
+    for buffers in ((first.pos(1), third.pos(1)), (first.crd(1), third.crd(1)), (first.values, third.values)):
+        np.testing.assert_array_equal(*buffers)
+        assert not np.shares_memory(*buffers)
+    A.crd(1)[0], A.crd(1)[1] = A.crd(1)[1], A.crd(1)[0]   # two block columns of row 0 swapped: a new structure
+    A.values.reshape(-1, 2, 2)[[0, 1]] = A.values.reshape(-1, 2, 2)[[1, 0]]   # ... with their blocks
+    np.testing.assert_allclose(mm.execute().to_dense(), A.to_dense() @ A.to_dense(), atol=1e-12)

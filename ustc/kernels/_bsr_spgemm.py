@@ -203,3 +203,101 @@ def bsr_spgemm(a, b, fmt=None):
     block_fill(apos, acrd, avals, bpos, bcrd, bvals, pos, crd, vals, bounds, nbc, widest,
                (None,) * r, (None,) * k, (None,) * c, edges)
     return Tensor(fmt or BSR(r, c), (n_rows, n_cols), {(1, "pos"): pos.astype(index), (1, "crd"): crd}, vals)
+
+
+# -- again over a kept block structure (a planned product executed again) --------------------
+
+
+@njit_cached(nogil=True, parallel=True)
+def block_numeric(apos, acrd, avals, bpos, bcrd, bvals, pos, kept, crd, vals, bounds, nbc, rt, kt, ct, edges):
+    """:func:`block_fill` where the block columns of row ``I`` are known: ``kept[pos[I]:pos[I + 1]]``
+    (exactly those its block products reach, sorted). Each block product adds straight into its
+    output block (``where[J]``, set for the row's kept columns first), in :func:`block_fill`'s
+    order (bit for bit the same sums); no counting, marks or sort."""
+    r, k, c = len(rt), len(kt), len(ct)
+    rc = r * c
+    n = bounds[-1]
+    nbk = len(bpos) - 1
+    er, ek, ec = edges
+    for ch in prange(len(bounds) - 1):
+        where = np.empty(nbc, dtype=np.int64)   # read only at columns set for the current row
+        for i in range(bounds[ch], bounds[ch + 1]):
+            for p in range(pos[U(i)], pos[U(i + 1)]):
+                j = kept[U(p)]
+                where[U(j)] = p * rc
+                crd[U(p)] = j
+                for t in range(p * rc, (p + 1) * rc):
+                    vals[U(t)] = 0
+            for pa in range(apos[U(i)], apos[U(i + 1)]):
+                kb = acrd[U(pa)]
+                abase = pa * (r * k)
+                edge = kb == nbk - 1 and ek != k
+                if r == 2 and k == 2 and c == 2 and not edge:
+                    a00, a01 = avals[U(abase)], avals[U(abase + 1)]
+                    a10, a11 = avals[U(abase + 2)], avals[U(abase + 3)]
+                    for pb in range(bpos[U(kb)], bpos[U(kb + 1)]):
+                        s = where[U(bcrd[U(pb)])]
+                        bb = pb * 4
+                        b00, b01 = bvals[U(bb)], bvals[U(bb + 1)]
+                        b10, b11 = bvals[U(bb + 2)], bvals[U(bb + 3)]
+                        vals[U(s)] += a00 * b00 + a01 * b10
+                        vals[U(s + 1)] += a00 * b01 + a01 * b11
+                        vals[U(s + 2)] += a10 * b00 + a11 * b10
+                        vals[U(s + 3)] += a10 * b01 + a11 * b11
+                    continue
+                for pb in range(bpos[U(kb)], bpos[U(kb + 1)]):
+                    s = where[U(bcrd[U(pb)])]
+                    if edge:
+                        _madd(vals, s, avals, abase, bvals, pb * (k * c), r, ek, c, k, c)
+                    else:  # constant trip counts: unrolled
+                        _madd(vals, s, avals, abase, bvals, pb * (k * c), r, k, c, k, c)
+            for p in range(pos[U(i)], pos[U(i + 1)]):   # padding of the edge blocks stays zero
+                dst = p * rc
+                if ec != c and kept[U(p)] == nbc - 1:
+                    for ii in range(r):
+                        for jj in range(ec, c):
+                            vals[U(dst + ii * c + jj)] = 0
+                if er != r and i == n - 1:
+                    for t in range(er * c, rc):
+                        vals[U(dst + t)] = 0
+
+
+def _geometry(a, b):
+    """``(nbr, nbc, (r, k, c), edges)`` of the BSR product ``a @ b`` (:func:`block_fill`'s ``edges``)."""
+    (n_rows, inner), n_cols = a.shape, b.shape[1]
+    nbr, nbk, r, k = a.level_shape
+    nbc, c = b.level_shape[1], b.level_shape[3]
+    edges = (n_rows - (nbr - 1) * r if nbr else r, inner - (nbk - 1) * k if nbk else k,
+             n_cols - (nbc - 1) * c if nbc else c)
+    return nbr, nbc, (r, k, c), edges
+
+
+def bsr_keep(a, b, c, threads: int):
+    """The block structure of the BSR product ``c`` of ``a`` and ``b`` as a
+    ``_spgemm_kept.KeptStructure`` (None where ``c`` is not every block the products reach)."""
+    from ._spgemm import chunk_bounds, row_work
+    from ._spgemm_kept import KeptStructure, structure
+
+    nbr, nbc, _, _ = _geometry(a, b)
+    (apos, acrd), (bpos, bcrd) = structure(a), structure(b)
+    bounds = chunk_bounds(row_work(apos, acrd, bpos, nbr), min(max(nbr, 1), 2 * threads))
+    sizes = block_count(apos, acrd, bpos, bcrd, bounds, nbc)
+    return KeptStructure.keep(apos, acrd, bpos, bcrd, *structure(c), sizes, bounds, np.empty((0, 2), np.int64))
+
+
+def bsr_product(kept, a, b, fmt, dtype):
+    """``a @ b`` as a BSR Tensor in ``fmt`` over the kept block structure (where it ``matches``)."""
+    from ..tensor.tensor import Tensor
+
+    _, nbc, (r, k, c), edges = _geometry(a, b)
+    crd = np.empty_like(kept.kept)
+    vals = np.empty(len(crd) * r * c, dtype=dtype)
+    block_numeric(*kept_inputs(a, b, dtype), kept.pos, kept.kept, crd, vals, kept.bounds, nbc,
+                  (None,) * r, (None,) * k, (None,) * c, edges)
+    return Tensor(fmt, (a.shape[0], b.shape[1]), {(1, "pos"): kept.pos.copy(), (1, "crd"): crd}, vals)
+
+
+def kept_inputs(a, b, dtype) -> tuple:
+    """``(apos, acrd, avals, bpos, bcrd, bvals)``, values cast to ``dtype`` as :func:`bsr_spgemm` does."""
+    return (a._buffers[(1, "pos")], a._buffers[(1, "crd")], a._values.astype(dtype, copy=False),
+            b._buffers[(1, "pos")], b._buffers[(1, "crd")], b._values.astype(dtype, copy=False))

@@ -81,14 +81,20 @@ class KeptStructure:
 
     @classmethod
     def of(cls, apos, acrd, bpos, bcrd, pos, crd, threads: int) -> "KeptStructure | None":
-        """The structure of the product ``(pos, crd)`` just computed from these operands (``bpos``
-        is ``apos`` and ``bcrd`` is ``acrd`` for ``a @ a``), copied; None where ``pos`` is not
-        the distinct columns every row's products reach (a kernel that dropped an entry), for
-        the numeric pass would then leave that column's sum in the accumulator."""
+        """The structure of the CSR product ``(pos, crd)`` just computed from these operands
+        (``bpos`` is ``apos`` and ``bcrd`` is ``acrd`` for ``a @ a``), copied (:meth:`keep`)."""
         n_rows = len(apos) - 1
         bounds = chunk_bounds(row_work(apos, acrd, bpos, n_rows), min(max(n_rows, 1), 2 * threads))
         sizes, spans = spgemm_count(apos, acrd, bpos, bcrd, bounds)
-        if len(pos) != n_rows + 1 or not np.array_equal(np.cumsum(sizes), pos):
+        return cls.keep(apos, acrd, bpos, bcrd, pos, crd, sizes, bounds, spans)
+
+    @classmethod
+    def keep(cls, apos, acrd, bpos, bcrd, pos, crd, sizes, bounds, spans) -> "KeptStructure | None":
+        """Copies of the operands' structure and of the product's ``(pos, crd)``; None where
+        ``pos`` is not ``cumsum(sizes)`` (the distinct columns every row's products reach, from a
+        counting pass: a kernel that dropped an entry), for a numeric pass would then leave that
+        column's sum behind in its accumulator."""
+        if len(pos) != len(sizes) or not np.array_equal(np.cumsum(sizes), pos):
             return None
         alias = bpos is apos and bcrd is acrd
         return cls(apos.copy(), acrd.copy(), None if alias else bpos.copy(), None if alias else bcrd.copy(),
@@ -109,3 +115,21 @@ class KeptStructure:
         crd, vals = np.empty_like(self.kept), np.empty(len(self.kept), dtype=dtype)
         spgemm_numeric(apos, acrd, avals, bpos, bcrd, bvals, self.pos, self.kept, self.bounds, self.spans, crd, vals)
         return self.pos.copy(), crd, vals
+
+
+def structure(x) -> tuple[np.ndarray, np.ndarray]:
+    """``(pos, crd)`` of a Tensor compressed at level 1 (CSR, BSR)."""
+    return x._buffers[(1, "pos")], x._buffers[(1, "crd")]
+
+
+def csr_keep(a, b, c, threads: int) -> KeptStructure | None:
+    """:meth:`KeptStructure.of` the CSR Tensors ``a``, ``b`` and their product ``c``."""
+    return KeptStructure.of(*structure(a), *structure(b), *structure(c), threads)
+
+
+def csr_product(kept: KeptStructure, a, b, fmt, dtype):
+    """``a @ b`` as a CSR Tensor in ``fmt`` over the kept structure (where it ``matches``)."""
+    from ..tensor.tensor import Tensor
+
+    pos, crd, vals = kept.product(*structure(a), a._values, *structure(b), b._values, dtype)
+    return Tensor(fmt, (a.shape[0], b.shape[1]), {(1, "pos"): pos, (1, "crd"): crd}, vals)

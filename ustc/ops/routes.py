@@ -270,20 +270,24 @@ class ViaRowsRoute(Route):
 
 
 class KeptStructureRoute(Route):
-    """CSR x CSR -> CSR SpGEMM that keeps its output structure once executed twice since it was
-    bound: while the operands' structure stays what it was (compared at every execute with copies,
-    ``kernels._spgemm_kept``), later executes run only the numeric pass over the kept columns and
-    read the operands' current values (changed in place or not). Anything else runs ``inner``.
-    A one-shot call (unbound after one execute) never keeps anything. Holds about the output's
-    column indices plus the operands' structure while bound. Side-114 stencil A @ A (36.5M
-    entries), CPU time of 2 threads at load 7: 133 ms against 532 for the two passes (SciPy 613);
-    power-law 200k: 112 against 491."""
+    """SpGEMM that keeps its output structure once executed twice since it was bound (CSR x CSR ->
+    CSR, BSR x BSR -> BSR): while the operands' structure stays what it was (compared at every
+    execute with copies, ``kernels._spgemm_kept``), later executes run only the numeric pass over
+    the kept columns (blocks) and read the operands' current values (changed in place or not).
+    Anything else runs ``inner``. A one-shot call (unbound after one execute) never keeps
+    anything. Holds about the output's column indices plus the operands' structure while bound.
+    Side-114 stencil A @ A (36.5M entries), CPU time of 2 threads at load 7: 133 ms against 532
+    for the two passes (SciPy 613); power-law 200k: 112 against 491. ``keep(a, b, c, threads)``
+    returns the kept structure of the product ``c`` (None where it is not every entry the
+    products reach); ``product(kept, a, b, format, dtype)`` the product over it."""
 
     KEEP_AFTER = 2   # executes since binding before the structure is kept (one-shot calls: never)
 
-    def __init__(self, inner: Route):
-        self.inner, self.kind = inner, inner.kind
-        self.info = inner.info
+    def __init__(self, inner: Route, keep=None, product=None):
+        from ..kernels import _spgemm_kept
+
+        self.inner, self.kind, self.info = inner, inner.kind, inner.info
+        self._keep, self._product = keep or _spgemm_kept.csr_keep, product or _spgemm_kept.csr_product
         self._kept, self._runs = None, 0
 
     def prepare(self, a, b, out, alpha) -> None:
@@ -293,25 +297,23 @@ class KeptStructureRoute(Route):
                      f"the kept output structure")
 
     def run(self, a, b, out, alpha):
-        from ..kernels._spgemm_kept import KeptStructure
+        from ..kernels._spgemm_kept import structure
 
-        ab = _csr_arrays(a) + _csr_arrays(b)
         kept = self._kept
-        if kept is not None and kept[1] == alpha and kept[0].matches(*ab[:2], *ab[3:5]):
-            structure, _, fmt, dtype = kept
-            pos, crd, vals = structure.product(*ab, dtype)
+        if kept is not None and kept[1] == alpha and kept[0].matches(*structure(a), *structure(b)):
+            held, _, fmt, dtype = kept
+            c = self._product(held, a, b, fmt, dtype)
             if alpha != 1:
-                vals *= alpha   # as the registered kernel scales its result
-            return Tensor(fmt, (a.shape[0], b.shape[1]), {(1, "pos"): pos, (1, "crd"): crd}, vals)
+                c._values[...] *= alpha   # as the inner routes scale their result
+            return c
         self._kept = None
         c = self.inner.run(a, b, out, alpha)
         self._runs += 1
         if self._runs >= self.KEEP_AFTER and set(c._buffers) == {(1, "pos"), (1, "crd")}:
             import numba
 
-            structure = KeptStructure.of(*ab[:2], *ab[3:5], c._buffers[(1, "pos")], c._buffers[(1, "crd")],
-                                         numba.get_num_threads())
-            self._kept = None if structure is None else (structure, alpha, c.format, c.dtype)
+            held = self._keep(a, b, c, numba.get_num_threads())
+            self._kept = None if held is None else (held, alpha, c.format, c.dtype)
         return c
 
     def unbind(self) -> None:
@@ -321,11 +323,6 @@ class KeptStructureRoute(Route):
     def release(self) -> None:
         self._kept, self._runs = None, 0
         self.inner.release()
-
-
-def _csr_arrays(x) -> tuple:
-    """``(pos, crd, values)`` of a CSR Tensor."""
-    return x._buffers[(1, "pos")], x._buffers[(1, "crd")], x._values
 
 
 def _keeps_structure(p: Problem, a, b, route: Route | None) -> Route | None:
@@ -666,6 +663,10 @@ def choose(p: Problem, a, b, out_format, fused: Fusion = NO_FUSION) -> tuple[Rou
         if route is not None:
             return route, "DIA times DIA is DIA: the diagonals multiply pairwise, no conversion"
         route = _bsr_spgemm(p, a, b, out_format)
+        if route is not None and runtime.input_work((a, b)) >= runtime.SERIAL_WORK:
+            from ..kernels._bsr_spgemm import bsr_keep, bsr_product
+
+            route = KeptStructureRoute(route, bsr_keep, bsr_product)
         if route is not None:
             return route, "BSR times BSR is BSR: the blocks multiply pairwise, no conversion"
         route = _keeps_structure(p, a, b, _one_pass_spgemm(p, a, b, out_format))
