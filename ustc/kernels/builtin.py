@@ -1,4 +1,4 @@
-"""The built-in registered kernels: DIA SpMV, delta(b) SpMV (MACKO-style), n:m structured SpMV, CSR SpGEMM.
+"""The built-in registered kernels: DIA SpMV, delta(b) SpMV (MACKO-style), n:m structured SpMV and SpMM, CSR SpGEMM.
 
 Each wrapper checks nothing the registry has not matched already except what
 its ``supports`` hook declines (complex values for the Numba kernels are fine;
@@ -140,6 +140,22 @@ def _structured_supports(a, b) -> bool:
 
 
 structured_spmv.supports = _structured_supports
+
+
+@register("spmm", lambda fmt: _nm(fmt) is not None, "cpu", name="structured_spmm", builtin=True)
+@_spmv
+def structured_spmm(a, b, out, alpha):
+    """``out += alpha * a @ b`` (``b`` 2-D) for ``Structured(n, m)``: a row's slots several at a time,
+    each pass one loop over ``b``'s columns (``ustc.kernels._structured``)."""
+    from ._structured import nm_spmm
+
+    n, m = _nm(a.format)
+    groups = -(-a.shape[1] // m)
+    return nm_spmm(n, m), (a._buffers[(2, "crd")], a._values, b, out, out.dtype.type(alpha), a.shape[0], groups,
+                           a.shape[1])
+
+
+structured_spmm.supports = _structured_supports
 
 
 # -- SpGEMM ----------------------------------------------------------------------------------
