@@ -18,15 +18,15 @@ from .comm import ActorCommunicator, Communicator, MPICommunicator
 from .dtensor import DTensor, DVector, Matmul, matmul
 from .grid import GridMatmul, GridPlan, GridTensor
 from .mpiblocks import MPIMatrix
-from .partition import Grid2D, RowBlocks
+from .partition import Grid2D, Labels, RowBlocks
 from .petsc import PetscSplit
 from .runtime import Runtime, connect, runtime, shutdown
 from .solve import SolveResult, solve
 from .spgemm import FetchPlan, SpGEMM
 
 __all__ = ["ActorCommunicator", "Checkpoint", "Communicator", "DTensor", "DVector", "DistributedError",
-           "FetchPlan", "Grid2D", "GridMatmul", "GridPlan", "GridTensor", "MPICommunicator", "MPIMatrix", "Matmul",
-           "PetscSplit", "RowBlocks", "Runtime", "SolveResult", "SpGEMM", "connect", "map", "matmul",
+           "FetchPlan", "Grid2D", "GridMatmul", "GridPlan", "GridTensor", "Labels", "MPICommunicator", "MPIMatrix",
+           "Matmul", "PetscSplit", "RowBlocks", "Runtime", "SolveResult", "SpGEMM", "connect", "map", "matmul",
            "runtime", "shutdown", "solve"]
 
 

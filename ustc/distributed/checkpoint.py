@@ -93,8 +93,10 @@ class Collector:
     newest complete :class:`Checkpoint` in :attr:`latest` (``on_checkpoint(latest)`` is called
     with each new one); ``count``: how many complete checkpoints arrived."""
 
-    def __init__(self, group, xname: str, method: str, latest: Checkpoint | None = None, on_checkpoint=None):
+    def __init__(self, group, xname: str, method: str, latest: Checkpoint | None = None, on_checkpoint=None,
+                 layout=None):
         self.group, self.xname, self.method = group, xname, method
+        self.layout = layout          # the vectors' partition: slices back to global order (labels)
         self.latest = latest
         self.on_checkpoint = on_checkpoint
         self.parts: dict = {}
@@ -104,6 +106,10 @@ class Collector:
         since = self.latest.iterations if self.latest is not None else -1
         got = await asyncio.gather(*(actor.checkpoints(self.xname, since) for actor in self.group.actors))
         self.take(got)
+
+    def _whole(self, slices) -> np.ndarray:
+        whole = np.concatenate(slices)
+        return self.layout.to_global(whole) if self.layout is not None else whole
 
     def take(self, got) -> None:
         """Keep what the ranks sent (``got[rank]``: ``[(iterations, state)]``, as
@@ -118,7 +124,7 @@ class Collector:
             return
         it = max(complete)
         parts = [self.parts[it][r] for r in range(self.group.size)]
-        whole = {k: (np.concatenate([p[k] for p in parts]) if isinstance(v, np.ndarray) else v)
+        whole = {k: (self._whole([p[k] for p in parts]) if isinstance(v, np.ndarray) else v)
                  for k, v in parts[0].items()}          # scalars were all-reduced: alike on every rank
         x = whole.pop("x")
         self.latest = Checkpoint(self.method, it, x, whole)

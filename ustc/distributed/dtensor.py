@@ -1,6 +1,7 @@
 """Distributed matrices and vectors over a runtime's block actors, and their products.
 
-A :class:`DTensor` is a 2-D matrix split by rows (:class:`RowBlocks`); block ``b`` lives
+A :class:`DTensor` is a 2-D matrix split by rows (:class:`RowBlocks`, or :class:`Labels`: a
+part id per row, the blocks then holding the rows in label order); block ``b`` lives
 on rank ``b``'s actor as two ustc Tensors (the columns it owns and its compressed ghost
 columns) in the format the caller picks, per block if a function picks it. A
 :class:`DVector` is a vector (or a dense matrix, for SpMM) split the same way. The halo
@@ -71,12 +72,13 @@ class DVector:
         if self.source is None:
             self.lost = tuple(ranks)
             return
-        args = {r: (self.name, self.source[slice(*self.partition.range(r))]) for r in ranks}
+        args = {r: (self.name, self.partition.take(self.source, r)) for r in ranks}
         self.runtime.groups[self.partition.parts].call("set_vec", args, ranks=ranks)
 
     @classmethod
     def from_array(cls, x, partition=None, *, runtime=None) -> "DVector":
-        """Scatter ``x`` (1-D or 2-D NumPy) from the driver: one slice per block."""
+        """Scatter ``x`` (1-D or 2-D NumPy, global order) from the driver: one slice per block
+        (a :class:`Labels` block's rows taken in its order)."""
         rt = _rt(runtime)
         x = np.asarray(x)
         if x.ndim not in (1, 2):
@@ -84,13 +86,13 @@ class DVector:
         part = RowBlocks.of(x.shape[0], partition)
         name = rt.name("vec")
         group = rt.group(part.parts)
-        group.call("set_vec", [(name, x[slice(*part.range(b))]) for b in range(part.parts)])
+        group.call("set_vec", [(name, part.take(x, b)) for b in range(part.parts)])
         return cls(rt, part, name, x.shape, x.dtype, source=x)
 
     def gather(self) -> np.ndarray:
-        """The whole vector on the driver."""
+        """The whole vector on the driver, in global order."""
         parts = self.group.call("get_vec", [(self.name,)] * self.partition.parts)
-        return np.concatenate(parts) if parts else np.zeros(self.shape, self.dtype)
+        return self.partition.to_global(np.concatenate(parts)) if parts else np.zeros(self.shape, self.dtype)
 
     def to_numpy(self) -> np.ndarray:
         return self.gather()
@@ -124,7 +126,7 @@ class DTensor:
     def _build(cls, rt, rows, cols, shape, dtype, recipe) -> "DTensor":
         """Every block made by ``recipe`` on its rank."""
         name = rt.name("mat")
-        calls = [recipe.call(name, rows.range(b), cols.range(b)) for b in range(rows.parts)]
+        calls = [recipe.call(name, rows, cols, b) for b in range(rows.parts)]
         infos = rt.group(rows.parts).call(calls[0][0], [c[1] for c in calls])
         return cls(rt, rows, cols, name, shape, dtype, infos, recipe)
 
@@ -135,7 +137,7 @@ class DTensor:
             self.lost = tuple(ranks)
             return
         group = self.runtime.groups[self.rows.parts]
-        calls = {r: self.recipe.call(self.name, self.rows.range(r), self.cols.range(r)) for r in ranks}
+        calls = {r: self.recipe.call(self.name, self.rows, self.cols, r) for r in ranks}
         infos = group.call(calls[ranks[0]][0], {r: c[1] for r, c in calls.items()}, ranks=ranks)
         for r, info in zip(ranks, infos):
             self.blocks[r] = info
@@ -177,6 +179,10 @@ class DTensor:
         (r, c), v = t.entries()
         csr = sp.csr_array((v, (r, c)), shape=(m, n))
         csr.sum_duplicates()
+        if rows.perm is not None:            # the blocks hold positions: rows and columns permuted
+            csr = csr[rows.perm]
+        if cols.perm is not None:
+            csr = csr[:, cols.perm]
         return cls._build(rt, rows, cols, (m, n), t.dtype, Scattered(csr, fmt, ghost_format))
 
     @classmethod
@@ -184,7 +190,9 @@ class DTensor:
                     ghost_format=None, col_partition=None, runtime=None) -> "DTensor":
         """Each block made on its own worker: ``loader(row_start, row_stop)`` returns those rows
         (a ustc Tensor, SciPy sparse or dense matrix of shape ``(rows, n)``, or ``(rows, cols,
-        values)`` with block-local rows). The driver never holds the matrix."""
+        values)`` with block-local rows, global columns). With a :class:`Labels` row partition
+        the loader is called as ``loader(rows)`` with the block's global rows (ascending int64)
+        and returns those rows in that order. The driver never holds the matrix."""
         rt = _rt(runtime)
         m, n = (int(s) for s in shape)
         rows = RowBlocks.of(m, partition)
@@ -229,8 +237,8 @@ class DTensor:
         from ..tensor.tensor import Tensor
 
         parts = self.group.call("gather_block", [(self.name,)] * self.rows.parts)
-        r = np.concatenate([p[0] + self.rows.bounds[b] for b, p in enumerate(parts)])
-        c = np.concatenate([p[1] for p in parts])
+        r = self.rows.index(np.concatenate([p[0] + self.rows.bounds[b] for b, p in enumerate(parts)]))
+        c = self.cols.index(np.concatenate([p[1] for p in parts]))
         v = np.concatenate([p[2] for p in parts]).astype(self.dtype, copy=False)
         return Tensor.from_coo((r, c), v, self.shape, tensor_format)
 
@@ -272,7 +280,7 @@ class _MtxRows:
     def __init__(self, path):
         self.path = path
 
-    def __call__(self, r0, r1):
+    def __call__(self, r0, r1=None):
         import scipy.sparse as sp
 
         from ..tensor.io import from_file
@@ -282,7 +290,7 @@ class _MtxRows:
             t = from_file(self.path)
             (r, c), v = t.entries()
             csr = self._cache[self.path] = sp.csr_array((v, (r, c)), shape=t.shape)
-        return csr[r0:r1]
+        return csr[r0:r1] if r1 is not None else csr[r0]
 
 
 class Matmul:

@@ -91,14 +91,17 @@ def product_entries(c):
     return np.asarray(r, np.int64)[keep], np.asarray(k, np.int64)[keep], np.asarray(v)[keep]
 
 
-def compressed_a(block, needs: np.ndarray, dtype, fmt):
-    """The block's rows with column ``needs[k]`` renumbered ``k``, in ``fmt`` and ``dtype``."""
+def compressed_a(block, needs: np.ndarray, dtype, fmt, colmap=None):
+    """The block's rows with column ``needs[k]`` renumbered ``k`` (``colmap[k]`` when given: the
+    fetched rows of ``B`` are in another order), in ``fmt`` and ``dtype``."""
     from ..tensor.tensor import Tensor
 
     r, c, v = block_entries(block)
     keep = v != 0
-    return Tensor.from_coo((r[keep], np.searchsorted(needs, c[keep])), v[keep].astype(dtype),
-                           (block.nrows, len(needs)), fmt)
+    k = np.searchsorted(needs, c[keep])
+    if colmap is not None:
+        k = np.asarray(colmap, np.int64)[k]
+    return Tensor.from_coo((r[keep], k), v[keep].astype(dtype), (block.nrows, len(needs)), fmt)
 
 
 @dataclass(frozen=True, eq=False)
@@ -127,18 +130,23 @@ class SpGEMMBlocks:
         self._needs[pkey] = needs
         return needs
 
-    async def spgemm_plan(self, pkey, akey, bkey, send, runs, ncols, dtype) -> dict:
+    async def spgemm_plan(self, pkey, akey, bkey, send, runs, ncols, dtype, rows=None, colmap=None) -> dict:
         """Plan, step 2: compress ``A``'s rows to ``needs`` in the block's format and note what to
         send and where received rows land; returns the stored entries of each message
-        ``{"nnz": {dst: entries}, "itemsize": bytes per value}`` (the driver counts the bytes)."""
+        ``{"nnz": {dst: entries}, "itemsize": bytes per value}`` (the driver counts the bytes).
+        ``rows`` / ``colmap``: the rows of ``B`` fetched (ascending positions of ``B``'s rows) and
+        where column ``needs[k]`` lands among them, when ``A``'s columns and ``B``'s rows are
+        labelled differently (None: ``needs`` itself, in place)."""
         def plan():
             ablock, bblock = self.blocks[akey], self.blocks[bkey]
             needs = self._needs.pop(pkey)
             dt = np.dtype(dtype)
-            a = compressed_a(ablock, needs, dt, ablock.formats[0]) if len(needs) and ablock.nrows else None
+            a = (compressed_a(ablock, needs, dt, ablock.formats[0], colmap) if len(needs) and ablock.nrows
+                 else None)
             csr = row_csr(bblock, ncols)
             sends = {int(d): np.asarray(r, np.int64) for d, r in send.items()}
-            self.spgemms[pkey] = BlockProduct(bkey, needs, a, sends,
+            fetched = needs if rows is None else np.asarray(rows, np.int64)
+            self.spgemms[pkey] = BlockProduct(bkey, fetched, a, sends,
                                               {int(s): (int(lo), int(hi)) for s, (lo, hi) in runs.items()},
                                               int(ncols), dt)
             return {"nnz": {d: message_nnz(csr, r) for d, r in sends.items()}, "itemsize": csr.data.itemsize}

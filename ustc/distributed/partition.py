@@ -4,18 +4,27 @@
 ``P`` (sizes as even as possible) or the ``P + 1`` boundaries (uneven and empty
 blocks allowed). A square matrix's columns follow the same partition ("aligned"),
 so ``x`` and ``A x`` are distributed alike and a Krylov solve needs no
-redistribution.
+redistribution. :class:`Labels` takes a part id per row instead (METIS, a graph's
+communities): a block's rows need not be contiguous. Every partition numbers the rows
+by *position*: block ``b`` holds positions ``bounds[b]:bounds[b + 1]``, and position
+``p`` is global row ``perm[p]`` (``perm`` None: the identity). The blocks, halo plans
+and products work on positions; the driver's helpers (:meth:`RowBlocks.take`,
+:meth:`RowBlocks.to_global`, :meth:`RowBlocks.index`, :meth:`RowBlocks.position`)
+convert from and to the user's global order.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ..errors import ShapeError
+from ..errors import IndexingError, ShapeError, UstcError
 
 
 class RowBlocks:
     """Contiguous blocks: block ``b`` owns rows ``bounds[b]:bounds[b + 1]``."""
+
+    perm = None          # position -> global row (None: the identity); see Labels
+    inverse = None       # global row -> position
 
     def __init__(self, n: int, parts=None, *, bounds=None):
         n = int(n)
@@ -35,7 +44,7 @@ class RowBlocks:
         """``partition`` as RowBlocks of ``n``: a RowBlocks (checked), a block count, or bounds."""
         if isinstance(partition, RowBlocks):
             if partition.n != n:
-                raise ShapeError(f"the partition covers {partition.n} rows, the operand has {n}")
+                raise ShapeError(f"the partition {partition!r} covers {partition.n} rows, the operand has {n}")
             return partition
         if partition is None or np.isscalar(partition):
             return cls(n, partition)
@@ -55,19 +64,92 @@ class RowBlocks:
         """The block owning each global index."""
         return np.searchsorted(self.bounds, np.asarray(index), side="right") - 1
 
+    def take(self, x, b: int) -> np.ndarray:
+        """Block ``b``'s rows of the driver's array ``x`` (global order, along axis 0)."""
+        lo, hi = self.range(b)
+        return x[lo:hi] if self.perm is None else x[self.perm[lo:hi]]
+
+    def to_global(self, y: np.ndarray) -> np.ndarray:
+        """``y`` (rows in position order, the blocks' slices concatenated) in global order."""
+        if self.perm is None:
+            return y
+        out = np.empty_like(y)
+        out[self.perm] = y
+        return out
+
+    def index(self, positions) -> np.ndarray:
+        """The global rows at ``positions``."""
+        return np.asarray(positions) if self.perm is None else self.perm[np.asarray(positions, np.int64)]
+
+    def position(self, rows) -> np.ndarray:
+        """The positions of the global ``rows``."""
+        return np.asarray(rows) if self.inverse is None else self.inverse[np.asarray(rows, np.int64)]
+
+    def members(self, b: int) -> np.ndarray:
+        """The global rows of block ``b`` (ascending for :class:`Labels` too)."""
+        lo, hi = self.range(b)
+        return self.index(np.arange(lo, hi, dtype=np.int64))
+
     def like(self, n: int) -> "RowBlocks":
         """The same number of blocks over ``n`` entries (the column partition of a rectangular
         matrix): this partition when ``n`` matches, else an even split."""
         return self if n == self.n else RowBlocks(n, self.parts)
 
     def __eq__(self, other):
-        return isinstance(other, RowBlocks) and self.n == other.n and np.array_equal(self.bounds, other.bounds)
+        if not (isinstance(other, RowBlocks) and self.n == other.n and np.array_equal(self.bounds, other.bounds)):
+            return False
+        if self.perm is None or other.perm is None:
+            return self.perm is None and other.perm is None
+        return np.array_equal(self.perm, other.perm)
 
     def __hash__(self):
-        return hash((self.n, self.bounds.tobytes()))
+        return hash((self.n, self.bounds.tobytes(), None if self.perm is None else self.perm.tobytes()))
 
     def __repr__(self):
         return f"RowBlocks(n={self.n}, sizes={self.sizes().tolist()})"
+
+
+class Labels(RowBlocks):
+    """User labels: block ``b`` owns the rows whose label is ``b`` (a part id per row, from METIS
+    or a graph's communities; rows need not be contiguous, parts may be empty). ``parts``:
+    the block count (default: the largest label + 1).
+
+    Internally the rows are sorted by label (stably: a block keeps its rows in global order)
+    and the blocks are contiguous ranges of positions (``perm[p]``: the global row at position
+    ``p``), so the halo plan and the block products are those of :class:`RowBlocks` over the
+    permuted matrix ``A[perm][:, perm]``; vectors are scattered and gathered in the user's
+    order. Labels that already rise (contiguous parts) give ``perm`` None: plain row blocks.
+    Bad labels raise: not 1-D (ShapeError), not integers (UstcError), outside
+    ``0 .. parts - 1`` (IndexingError naming the first bad row)."""
+
+    def __init__(self, labels, parts=None):
+        lab = np.asarray(labels)
+        if lab.ndim != 1:
+            raise ShapeError(f"Labels: need one label per row (a 1-D array), got shape {lab.shape}")
+        if lab.dtype.kind not in "iu":
+            raise UstcError(f"Labels: labels must be integers (part ids), got dtype {lab.dtype}")
+        if parts is None:
+            parts = int(lab.max()) + 1 if len(lab) else 1
+        parts = int(parts)
+        if parts < 1:
+            raise ShapeError(f"Labels: need at least one part, got {parts}")
+        bad = np.flatnonzero((lab < 0) | (lab >= parts))
+        if len(bad):
+            row = int(bad[0])
+            raise IndexingError(f"Labels: row {row} has label {lab[row]}, outside 0..{parts - 1} "
+                                f"({len(bad)} row(s) out of range)")
+        lab = lab.astype(np.int64)
+        counts = np.bincount(lab, minlength=parts)
+        super().__init__(len(lab), bounds=np.concatenate([[0], np.cumsum(counts)]))
+        lab.flags.writeable = False
+        self.labels = lab
+        if np.any(lab[1:] < lab[:-1]):
+            self.perm = np.argsort(lab, kind="stable")
+            self.inverse = np.empty_like(self.perm)
+            self.inverse[self.perm] = np.arange(len(lab), dtype=self.perm.dtype)
+
+    def __repr__(self):
+        return f"Labels(n={self.n}, sizes={self.sizes().tolist()})"
 
 
 class Grid2D:

@@ -28,23 +28,29 @@ class Scattered:
     fmt: object
     ghost_fmt: object
 
-    def call(self, name: str, rows: tuple, cols: tuple) -> tuple:
-        """``(method, args)`` of the block actor call that makes the block of ``rows``."""
-        blk = self.csr[rows[0]:rows[1]].tocoo()
-        return "set_block", (name, rows, cols, (blk.row, blk.col, blk.data), self.fmt, self.ghost_fmt)
+    def call(self, name: str, rows, cols, b: int) -> tuple:
+        """``(method, args)`` of the block actor call that makes block ``b`` of the partitions
+        ``rows`` / ``cols`` (``csr`` is in their position order: permuted by the driver)."""
+        lo, hi = rows.range(b)
+        blk = self.csr[lo:hi].tocoo()
+        return "set_block", (name, (lo, hi), cols.range(b), (blk.row, blk.col, blk.data), self.fmt, self.ghost_fmt)
 
 
 @dataclass(frozen=True, eq=False)
 class Loaded:
-    """Blocks a loader makes on their own workers: ``loader(row_start, row_stop)``."""
+    """Blocks a loader makes on their own workers: ``loader(row_start, row_stop)``, or
+    ``loader(rows)`` (the block's global rows, ascending) for a :class:`~.partition.Labels`
+    partition; the worker maps the global columns to positions when the columns are labelled."""
 
     loader: object
     ncols: int
     fmt: object
     ghost_fmt: object
 
-    def call(self, name: str, rows: tuple, cols: tuple) -> tuple:
-        return "load_block", (name, rows, cols, self.ncols, self.loader, self.fmt, self.ghost_fmt)
+    def call(self, name: str, rows, cols, b: int) -> tuple:
+        index = rows.members(b) if rows.perm is not None else None
+        return "load_block", (name, rows.range(b), cols.range(b), self.ncols, self.loader, self.fmt,
+                              self.ghost_fmt, index, cols.inverse)
 
 
 def repair(group) -> None:

@@ -169,7 +169,7 @@ def _attempt(a, b, method, x0, resume, *, rtol, atol, maxiter, restart, jacobi, 
             else:
                 state[key] = value
     x = DVector(rt, rows, rt.name("vec"), (n,), dtype)
-    collector = (Collector(group, x.name, method, resume, on_checkpoint) if checkpoint_every else None)
+    collector = (Collector(group, x.name, method, resume, on_checkpoint, layout=rows) if checkpoint_every else None)
     args = (a.name, b.name, x.name, x0.name if x0 is not None else None, method, dtype.str, rtol, atol,
             max(maxiter - offset, 0), restart, jacobi, n, checkpoint_every, offset, state)
     before = rt.scheduler_transitions()

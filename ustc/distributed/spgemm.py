@@ -67,6 +67,21 @@ def _fetch_lists(needs: list, b_rows) -> tuple[list, list]:
     return send, runs
 
 
+def _in_b_order(needs: np.ndarray, a_cols, b_rows) -> tuple:
+    """``(rows, colmap)``: the rows of ``B`` (positions in ``b_rows``, ascending) at the columns
+    ``needs`` (positions in ``a_cols``, ascending), and ``colmap[k]``, where column ``needs[k]``'s
+    row lands among them; ``(needs, None)`` when both partitions number alike (no labels, or the
+    same labels)."""
+    if (a_cols.perm is None and b_rows.perm is None) or (
+            a_cols.perm is not None and b_rows.perm is not None and np.array_equal(a_cols.perm, b_rows.perm)):
+        return needs, None
+    q = np.asarray(b_rows.position(a_cols.index(needs)), np.int64)
+    order = np.argsort(q, kind="stable")
+    colmap = np.empty_like(order)
+    colmap[order] = np.arange(len(order), dtype=order.dtype)
+    return q[order], colmap
+
+
 class SpGEMM:
     """``C = alpha * A @ B`` on the blocks. :meth:`plan` finds the rows each block needs and
     compresses its rows of ``A`` once; :meth:`execute` fetches the rows and multiplies, and
@@ -96,8 +111,10 @@ class SpGEMM:
         a, b = self.a, self.b
         P, group = a.rows.parts, a.group
         needs = group.call("spgemm_needs", [(self.key, a.name)] * P)
-        send, runs = _fetch_lists(needs, b.rows)
-        nnz = group.call("spgemm_plan", [(self.key, a.name, b.name, send[s], runs[s], b.shape[1], self.dtype.str)
+        fetched, colmaps = zip(*(_in_b_order(nd, a.cols, b.rows) for nd in needs)) if P else ((), ())
+        send, runs = _fetch_lists(list(fetched), b.rows)
+        nnz = group.call("spgemm_plan", [(self.key, a.name, b.name, send[s], runs[s], b.shape[1], self.dtype.str,
+                                          None if colmaps[s] is None else fetched[s], colmaps[s])
                                          for s in range(P)])
         rows, counts, values = (np.zeros((P, P), np.int64) for _ in range(3))
         for s in range(P):

@@ -219,10 +219,16 @@ class BlockWorker(SpGEMMBlocks, GridBlocks):
     async def set_block(self, key, rows, cols, coo, fmt, ghost_fmt):
         return await self._run(self._set_block, key, rows, cols, coo, fmt, ghost_fmt)
 
-    async def load_block(self, key, rows, cols, ncols, loader, fmt, ghost_fmt):
+    async def load_block(self, key, rows, cols, ncols, loader, fmt, ghost_fmt, index=None, col_position=None):
+        """The block of positions ``rows`` from ``loader(row_start, row_stop)``, or ``loader(index)``
+        (its global rows) for labelled rows; ``col_position``: global column -> position (labelled
+        columns), else None."""
         def load():
-            coo = _as_coo(loader(rows[0], rows[1]), rows[1] - rows[0], ncols)
-            return self._set_block(key, rows, cols, coo, fmt, ghost_fmt)
+            made = loader(rows[0], rows[1]) if index is None else loader(index)
+            r, c, v = _as_coo(made, rows[1] - rows[0], ncols)
+            if col_position is not None:
+                c = col_position[c]
+            return self._set_block(key, rows, cols, (r, c, v), fmt, ghost_fmt)
         return await self._run(load)
 
     def _set_block(self, key, rows, cols, coo, fmt, ghost_fmt):
