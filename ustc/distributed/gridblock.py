@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..ops.vectors import HOST
 from .comm import SubCommunicator
 
 
@@ -180,18 +181,39 @@ class GridBlocks:
         for src in sorted(got):
             out[halo.yrecv[src]] += got[src]
 
-    def _grid_apply(self, block, x, out) -> None:
+    def _x_exchange(self, block, x, tag):
+        """The coroutine sending the ``x`` entries (this rank's owned part ``x``) each block's
+        columns touch and receiving those of this block's: ``{src: values}``."""
+        halo = block.halo
+        sends = [(dst, np.ascontiguousarray(x[idx])) for dst, idx in halo.xsend.items()]
+        return self._pairs(sends, list(halo.xrecv), tag)
+
+    def _grid_apply(self, block, x, out, ahead=None) -> None:
         """``out`` = this rank's owned part of ``A x`` from its owned part ``x``: the ``x``
         entries each block's columns touch go to it (nothing else moves), each block multiplies,
-        and the partial rows go to their owners (:meth:`_reduce_rows`). Two synchronisations."""
+        and the partial rows go to their owners (:meth:`_reduce_rows`). Two synchronisations;
+        one with ``ahead = (z entries, beta)``: ``x = z + beta x_prev`` (``beta`` None: ``x = z``)
+        where ``x_prev`` was the previous product's operand and ``z``'s entries were exchanged already
+        (:class:`~ustc.distributed.worker.GridVectors`), so the block forms its entries itself."""
         halo = block.halo
         xbuf, ybuf, mm = self._grid_product(block, out.dtype, x.shape[1:], "sparse")
-        self.comm.syncs += 2
-        tag = self.comm.next_tag("grid-x")
-        sends = [(dst, np.ascontiguousarray(x[idx])) for dst, idx in halo.xsend.items()]
-        got = self._wait(self._pairs(sends, list(halo.xrecv), tag))
-        for src, (lo, hi) in halo.xrecv.items():
-            xbuf[block.cols_used[lo:hi]] = got[src]
+        if ahead is None:
+            self.comm.syncs += 2
+            got = self._wait(self._x_exchange(block, x, self.comm.next_tag("grid-x")))
+            for src, (lo, hi) in halo.xrecv.items():
+                xbuf[block.cols_used[lo:hi]] = got[src]
+        else:
+            self.comm.syncs += 1
+            got, beta = ahead
+            z = np.empty(len(block.cols_used), dtype=xbuf.dtype)
+            for src, (lo, hi) in halo.xrecv.items():
+                z[lo:hi] = got[src]
+            if beta is None:                        # x = z
+                xbuf[block.cols_used] = z
+            else:
+                mine = xbuf[block.cols_used]
+                HOST.xpby(z, beta, mine)            # the owners' kernel: the same bits as their p
+                xbuf[block.cols_used] = mine
         if mm is not None:
             mm.execute(out=ybuf)
         else:
