@@ -7,6 +7,9 @@
 3. **generated**: the index-notation statement lowered for the operands'
    formats and compiled (``ustc.codegen``), cached on disk.
 
+A planned CSR or BSR SpGEMM executed again on operands of unchanged structure runs only its
+numeric pass over the output structure it kept (:class:`KeptStructureRoute`).
+
 A route for a dense result adds ``alpha * a @ b`` into an output that already
 holds ``beta * c``; a route for a sparse result (both operands sparse) returns
 ``alpha * a @ b`` as a Tensor. ``prepare`` compiles or loads everything a
@@ -276,8 +279,10 @@ class KeptStructureRoute(Route):
     the kept columns (blocks) and read the operands' current values (changed in place or not).
     Anything else runs ``inner``. A one-shot call (unbound after one execute) never keeps
     anything. Holds about the output's column indices plus the operands' structure while bound.
-    Side-114 stencil A @ A (36.5M entries), CPU time of 2 threads at load 7: 133 ms against 532
-    for the two passes (SciPy 613); power-law 200k: 112 against 491. ``keep(a, b, c, threads)``
+    ``benchmarks/bench_peers.py --only spgemm`` (3 rounds, load 1.8-2.8), A @ A, ms: side-114
+    stencil (36.5M entries) CSR 107, BSR(2, 2) 92, SciPy 174, MKL 354; power-law 200k CSR 38,
+    BSR(2, 2) 157, MKL 101, SciPy 184 (every execute running the full product, as recorded
+    before in docs/benchmarks.md: CSR 221 and 112, BSR(2, 2) 156 and 417). ``keep(a, b, c, threads)``
     returns the kept structure of the product ``c`` (None where it is not every entry the
     products reach); ``product(kept, a, b, format, dtype)`` the product over it."""
 
@@ -410,7 +415,12 @@ def _bsr_spgemm(p: Problem, a, b, out_format) -> Route | None:
     (r, k), (k_b, c) = a.level_shape[2:], b.level_shape[2:]
     if k != k_b or (out_format is not None and plain_format(out_format) != plain_format(BSR(r, c))):
         return None
-    return BsrProductRoute((r, k, c), out_format)
+    route = BsrProductRoute((r, k, c), out_format)
+    if runtime.input_work((a, b)) < runtime.SERIAL_WORK:
+        return route
+    from ..kernels._bsr_spgemm import bsr_keep, bsr_product
+
+    return KeptStructureRoute(route, bsr_keep, bsr_product)
 
 
 class CsrOperandRoute(Route):
@@ -663,10 +673,6 @@ def choose(p: Problem, a, b, out_format, fused: Fusion = NO_FUSION) -> tuple[Rou
         if route is not None:
             return route, "DIA times DIA is DIA: the diagonals multiply pairwise, no conversion"
         route = _bsr_spgemm(p, a, b, out_format)
-        if route is not None and runtime.input_work((a, b)) >= runtime.SERIAL_WORK:
-            from ..kernels._bsr_spgemm import bsr_keep, bsr_product
-
-            route = KeptStructureRoute(route, bsr_keep, bsr_product)
         if route is not None:
             return route, "BSR times BSR is BSR: the blocks multiply pairwise, no conversion"
         route = _keeps_structure(p, a, b, _one_pass_spgemm(p, a, b, out_format))
