@@ -55,6 +55,7 @@ class _Plan:
         self.mm.plan()
         self.lock = threading.Lock()
         self.batch = batch
+        self.out = (None, None)  # (the Matmul's result array, its torch view)
 
     def run(self, x2d, dtype: torch.dtype, bias):
         """``(W @ x2dᵀ)`` as a new tensor of ``dtype`` plus ``bias``: ``(out,)`` at batch 1, else ``(out, batch)``."""
@@ -62,19 +63,25 @@ class _Plan:
             if self.wide is not None:
                 self.wide[0].copy_(self.wide[1])
             self.b_torch.copy_(x2d.reshape(-1) if self.batch == 1 else x2d.t())
-            out = to_torch(self.mm.execute())  # the Matmul's own buffer: copied out below, under the lock
+            out = self._torch_out(self.mm.execute())  # the Matmul's own buffer: copied out below, under the lock
+            if bias is not None and self.batch != 1:
+                bias = bias[:, None]
             if out.dtype != dtype:
                 out = out.to(dtype)
-                return out if bias is None else out.add_(bias if self.batch == 1 else bias[:, None])
-            if bias is None:
-                return out.clone()
-            return out + (bias if self.batch == 1 else bias[:, None])
+                return out if bias is None else out.add_(bias)
+            return out.clone() if bias is None else torch.add(out, bias)
+
+    def _torch_out(self, array):
+        """The torch view of the Matmul's result buffer (the same array every call: its view is kept)."""
+        if array is not self.out[0]:
+            self.out = (array, to_torch(array))
+        return self.out[1]
 
 
 def linear(x, weight: TorchUST, bias):
     """``F.linear(x, weight, bias)`` by a planned Matmul, or None where this path does not apply
     (autograd to record, CUDA, a sparse input, a 0-D input, a bias that is a TorchUST)."""
-    if type(x) is not torch.Tensor or x.device.type != "cpu" or weight._ust is None or not ENABLED["on"]:
+    if type(x) is not torch.Tensor or not x.is_cpu or weight._ust is None or not ENABLED["on"]:
         return None
     if torch.is_grad_enabled():
         with torch._C.DisableTorchFunctionSubclass():
@@ -91,18 +98,33 @@ def planned_linear(x, weight: TorchUST, bias, *, contiguous: bool = False):
     """``F.linear(x, weight, bias)`` (dense CPU ``x`` and ``bias``) through the weight's planned Matmul;
     ``contiguous``: a batch-major result in row-major order (a copy instead of a transposed view)."""
     shape, ust = x.shape, weight.ust
-    dtype = x.dtype if x.dtype == weight._v.dtype else torch.promote_types(x.dtype, weight._v.dtype)
+    last = weight.__dict__.get("_last")  # (storage, input shape, input dtype, dtype, plan) of the last call
+    if last is not None and last[0] is ust and last[2] is x.dtype and last[1] == shape:
+        dtype, plan = last[3], last[4]
+    else:
+        dtype, plan = _plan_for(x, weight)
+        weight._last = (ust, shape, x.dtype, dtype, plan)
     if x.dtype != dtype:
         x = x.to(dtype)
-    batch = x.numel() // shape[-1]
-    plans = weight.__dict__.get("_plans")
-    if plans is None or plans[0] is not ust:  # the plans of this storage, kept on the TorchUST too
-        plans = _PLANS.get(ust)
-        if plans is None:
-            plans = _PLANS[ust] = {}
-        weight._plans = (ust, plans)
-    else:
-        plans = plans[1]
+    batch = plan.batch
+    out = plan.run(x if batch == 1 else x.reshape(batch, shape[-1]), dtype, bias)
+    if batch == 1:  # (out_features,)
+        return out if len(shape) == 1 else out.view(*shape[:-1], ust.shape[0])
+    out = out.t()  # (out_features, batch): the batch-major result, transposed (a view)
+    if contiguous:
+        out = out.contiguous()
+    return out if len(shape) == 2 else out.reshape(*shape[:-1], ust.shape[0])
+
+
+def _plan_for(x, weight: TorchUST):
+    """``(dtype, plan)``: the dtype ``F.linear(x, weight)`` computes in and the weight's plan for ``x``'s
+    batch and that dtype (made, and kept with the weight's storage, on first use)."""
+    shape, ust = x.shape, weight.ust
+    dtype = x.dtype if x.dtype == weight._v.dtype else torch.promote_types(x.dtype, weight._v.dtype)
+    batch = x.numel() // shape[-1] if shape[-1] else _numel(shape[:-1])
+    plans = _PLANS.get(ust)
+    if plans is None:
+        plans = _PLANS[ust] = {}
     key = (batch, dtype)
     plan = plans.get(key)
     if plan is None:
@@ -110,10 +132,11 @@ def planned_linear(x, weight: TorchUST, bias, *, contiguous: bool = False):
             plans.pop(next(iter(plans)))
         with torch.inference_mode(False):  # its buffers' torch views are written under no_grad too
             plan = plans[key] = _Plan(weight, shape[-1], batch, dtype)
-    out = plan.run(x if batch == 1 else x.reshape(batch, shape[-1]), dtype, bias)
-    if batch == 1:  # (out_features,)
-        return out.view(*shape[:-1], ust.shape[0])
-    out = out.t()  # (out_features, batch): the batch-major result, transposed (a view)
-    if contiguous:
-        out = out.contiguous()
-    return out if len(shape) == 2 else out.reshape(*shape[:-1], ust.shape[0])
+    return dtype, plan
+
+
+def _numel(shape) -> int:
+    total = 1
+    for n in shape:
+        total *= n
+    return total
