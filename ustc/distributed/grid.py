@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import ShapeError, UstcError
-from .gridhalo import SparsePlan, layout
+from .gridhalo import SparsePlan, layout, x_layout
 from .partition import Grid2D, RowBlocks
 from .runtime import runtime as _default_runtime
 
@@ -152,15 +152,19 @@ class GridTensor:
         """The vector layout of solves on this matrix (:func:`ustc.distributed.gridhalo.layout`)."""
         return layout(self.grid)
 
+    @property
+    def x_layout(self) -> tuple:
+        """``(blocks, ranks)``: the ``x`` layout of the sparse exchange
+        (:func:`ustc.distributed.gridhalo.x_layout`; :attr:`layout` itself for a square matrix)."""
+        return x_layout(self.grid)
+
     def sparse_plan(self) -> SparsePlan:
-        """The sparsity-aware exchange of a solve's products (made and sent to the blocks once):
+        """The sparsity-aware exchange of products and solves (made and sent to the blocks once):
         only the ``x`` entries each block's stored columns touch and the partial rows its stored
-        rows touch move. Square matrices only (a solve's ``x`` and ``A x`` share one layout)."""
-        if self.shape[0] != self.shape[1]:
-            raise ShapeError(f"GridTensor: the sparse exchange lays x and A x out alike; needs a square "
-                             f"matrix, got {self.shape}")
+        rows touch move. ``A x`` is laid out as :attr:`layout`, ``x`` as :attr:`x_layout` (the same
+        for a square matrix, as a solve needs; by process columns for a rectangular one)."""
         if self._sparse is None:
-            plan = SparsePlan.of(self.grid, self.blocks, self.layout)
+            plan = SparsePlan.of(self.grid, self.blocks, self.layout, self.x_layout)
             self.group.call("set_grid_halo", [(self.name, h) for h in plan.halos])
             self._sparse = plan
         return self._sparse
@@ -214,9 +218,9 @@ class GridMatmul:
     :meth:`plan` scatters ``x`` in the grid's layout and plans each block's product;
     :meth:`execute` runs the exchange and the block products and returns ``y`` on the driver.
     ``exchange="dense"`` (default): column all-gathers of ``x``, row reduce-scatters of the
-    partial ``y`` (:class:`GridPlan`); ``"sparse"`` (square matrices): only the ``x`` entries
-    each block's columns touch and the partial rows it holds move, both vectors in
-    :attr:`GridTensor.layout` (:meth:`GridTensor.sparse_plan`; what solves use)."""
+    partial ``y`` (:class:`GridPlan`); ``"sparse"``: only the ``x`` entries each block's columns
+    touch and the partial rows it holds move, ``y`` in :attr:`GridTensor.layout` and ``x`` in
+    :attr:`GridTensor.x_layout` (:meth:`GridTensor.sparse_plan`; what solves use)."""
 
     def __init__(self, a: GridTensor, x, exchange: str = "dense"):
         if not isinstance(a, GridTensor):
@@ -235,7 +239,10 @@ class GridMatmul:
         g, k = self.a.grid, (self.x.shape[1] if self.x.ndim == 2 else 1)
         if self.exchange == SPARSE:
             self.plan_info = self.a.sparse_info(k, self.dtype)
-            ranges = [self.a.layout.range(r) for r in range(g.parts)]
+            blocks, ranks = self.a.x_layout
+            ranges = [None] * g.parts
+            for b, r in enumerate(ranks):
+                ranges[r] = blocks.range(b)
         else:
             self.plan_info = self.a.plan_info(k, self.dtype)
             ranges = [g.x_range(r) for r in range(g.parts)]

@@ -5,7 +5,8 @@ layout, :func:`layout` (rank ``(i, j)`` owns part ``j`` of ``rows_i``; contiguou
 order). A product ``y = A x`` then moves only what the stored entries need: block ``(i, j)``
 receives the entries of ``x`` at the columns its entries touch (``cols_used``) from their
 owners, and sends the partial sums of the rows its entries touch (``rows_used``) to theirs.
-Both lists are sorted and the owners' ranges contiguous, so each pair is one slice.
+Both lists are sorted and the owners' ranges contiguous, so each pair is one slice. A
+rectangular matrix's ``x`` is laid out by process columns instead (:func:`x_layout`).
 :class:`SparsePlan` holds every rank's :class:`~ustc.distributed.gridblock.SparseHalo` and
 the exact counts one product moves.
 """
@@ -24,6 +25,18 @@ def layout(grid: Grid2D) -> RowBlocks:
     """The vector layout of a grid solve: rank ``r`` owns ``grid.y_range(r)``."""
     bounds = [grid.y_range(r)[0] for r in range(grid.parts)] + [grid.m]
     return RowBlocks(grid.m, bounds=bounds)
+
+
+def x_layout(grid: Grid2D) -> tuple[RowBlocks, list]:
+    """``(blocks, ranks)``: who owns ``x`` in the sparse exchange, block ``k`` of ``blocks``
+    (``grid.n`` entries) held by rank ``ranks[k]``. A square matrix's ``x`` shares :func:`layout`
+    with ``A x`` (a solve needs that); a rectangular one's follows the columns: rank ``(i, j)``
+    owns :meth:`Grid2D.x_range` (part ``i`` of ``cols_j``), so ``x`` moves within process columns."""
+    if grid.m == grid.n:
+        return layout(grid), list(range(grid.parts))
+    ranks = grid.x_order()
+    bounds = [grid.x_range(r)[0] for r in ranks] + [grid.n]
+    return RowBlocks(grid.n, bounds=bounds), ranks
 
 
 def _slices(owners: np.ndarray, parts: int):
@@ -47,18 +60,21 @@ class SparsePlan:
         return (self.x_entries + self.y_entries) * int(k) * int(itemsize)
 
     @classmethod
-    def of(cls, grid: Grid2D, infos, vec: RowBlocks) -> "SparsePlan":
-        """The plan for blocks whose ``infos[r]`` give ``rows_used`` / ``cols_used`` (block-local)
-        and vectors laid out as ``vec`` (``grid.parts`` parts over ``grid.m == grid.n``)."""
+    def of(cls, grid: Grid2D, infos, vec: RowBlocks, xvec=None) -> "SparsePlan":
+        """The plan for blocks whose ``infos[r]`` give ``rows_used`` / ``cols_used`` (block-local),
+        ``A x`` laid out as ``vec`` (``grid.parts`` parts over ``grid.m``) and ``x`` as ``xvec``
+        (``(blocks, ranks)`` as :func:`x_layout` gives; default ``vec`` itself, square)."""
         P = grid.parts
+        xblocks, xranks = xvec if xvec is not None else (vec, list(range(P)))
         xsend, xrecv = [dict() for _ in range(P)], [dict() for _ in range(P)]
         ysend, yrecv = [dict() for _ in range(P)], [dict() for _ in range(P)]
         x_entries = y_entries = messages = 0
         for d, info in enumerate(infos):
             i, j = grid.coords(d)
             cols = np.asarray(info["cols_used"], np.int64) + grid.cols.range(j)[0]
-            for s, lo, hi in _slices(vec.owner(cols), P):
-                xsend[s][d] = cols[lo:hi] - vec.bounds[s]
+            for k, lo, hi in _slices(xblocks.owner(cols), P):
+                s = xranks[k]
+                xsend[s][d] = cols[lo:hi] - xblocks.bounds[k]
                 xrecv[d][s] = (lo, hi)
                 if s != d:
                     x_entries, messages = x_entries + hi - lo, messages + 1
