@@ -238,3 +238,63 @@ def test_sparsify_and_relu_into_structured(structured):
     assert_same_storage(got, oracle(Tensor.from_dense(np.where(where, x, 0), "CSR"), structured))
     relu = ustc.sparse_relu(x, structured)
     assert_same_storage(relu, oracle(Tensor.from_dense(np.maximum(x, 0), "CSR"), structured))
+
+
+# -- the blocked transpose (partition by blocks of output rows, then each block sorted) ---------
+
+
+@pytest.fixture(params=["packed", "wide majors"])
+def blocked(request, monkeypatch):
+    """Every transpose blocked, blocks of 4 rows; 'wide majors': a major extent too large for
+    the row to travel in its low bits (the direct scatter, or the COO rows, then)."""
+    monkeypatch.setattr(fastpaths, "BLOCKED_FROM_ROWS", 0)
+    monkeypatch.setattr(fastpaths, "BLOCKED_WINDOW", -1)
+    monkeypatch.setattr(fastpaths, "BLOCK_SHIFT", 2 if request.param == "packed" else 30)
+    return request.param
+
+
+FAMILY = {"CSR": F.CSR, "CSC": F.CSC, "COO": F.COO(2), "COO by columns": COLUMN_COO}
+
+
+@pytest.mark.parametrize("shape", SHAPES + [(3, 50), (50, 3)], ids=str)
+@pytest.mark.parametrize("contents", ["random", "zero", "heavy row", "explicit zeros"])
+def test_blocked_transposes_equal_the_oracle(shape, contents, blocked, chunks):
+    x = np.zeros(shape) if contents == "zero" else sample(shape, np.float64, seed=16 + shape[0])
+    if contents == "heavy row" and x.size:
+        x[shape[0] // 2] = np.arange(1, shape[1] + 1)
+    for src in FAMILY.values():
+        a = Tensor.from_dense(x, src)
+        if contents == "explicit zeros" and a.nse:
+            a._values[::3] = 0
+        saved = snapshot(a)
+        for dst in FAMILY.values():
+            got = a.convert(dst)
+            assert_same_storage(got, oracle(a, dst))
+            assert_no_sharing(got, a)
+        assert_unchanged(a, saved)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+def test_blocked_transpose_dtypes(dtype, blocked):
+    x = sample((45, 38), dtype, seed=17)
+    for src, dst in (("CSR", "CSC"), ("CSC", "CSR"), ("COO", "CSC"), ("CSC", "COO")):
+        a = Tensor.from_dense(x, FAMILY[src])
+        assert_same_storage(a.convert(FAMILY[dst]), oracle(a, FAMILY[dst]))
+
+
+def test_blocked_transpose_is_taken_for_scattered_entries_only(monkeypatch):
+    """The band picks the scatter: entries at random take the blocks, a banded matrix the direct one."""
+    calls = []
+    original = kernels.sort_blocks
+    monkeypatch.setattr(kernels, "sort_blocks", lambda *a: calls.append(1) or original(*a))
+    monkeypatch.setattr(fastpaths, "BLOCKED_FROM_ROWS", 64)
+    monkeypatch.setattr(fastpaths, "BLOCKED_WINDOW", 4096)
+    n = 3000
+    rng = np.random.default_rng(18)
+    scattered = Tensor.from_coo((rng.integers(0, n, 20 * n), rng.integers(0, n, 20 * n)), rng.random(20 * n) + 1,
+                                (n, n), "CSR")
+    banded = ustc.diags([np.ones(n - 1), np.full(n, 2.0), np.ones(n - 1)], [-1, 0, 1], tensor_format="CSR")
+    for a, want in ((scattered, [1]), (banded, [])):
+        calls.clear()
+        assert_same_storage(a.convert("CSC"), oracle(a, "CSC"))
+        assert calls == want

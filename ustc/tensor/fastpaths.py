@@ -97,12 +97,14 @@ def convert(t, fmt: TensorFormat):
         return _coo_copied(t, fmt, b[(1, "pos")], b[(1, "crd")], values)
     if src.major != dst.major:
         n_out, n_in = t.shape[dst.major], t.shape[src.major]
+        rows_dtype = None if dst.kind == "csr" else \
+            buffer_dtypes(fmt, fmt.level_shape(t.shape), (0, 0), len(values))[(0, "crd")]
         if src.kind == "csr":
-            out = transposed(values, b[(1, "crd")], n_out, n_in, pos=b[(1, "pos")])
+            *out, rows = transposed(values, b[(1, "crd")], n_out, n_in, pos=b[(1, "pos")], rows_dtype=rows_dtype)
         else:
-            out = transposed(values, b[(1, "crd")], n_out, n_in, major=b[(0, "crd")])
+            *out, rows = transposed(values, b[(1, "crd")], n_out, n_in, major=b[(0, "crd")], rows_dtype=rows_dtype)
         return _csr_tensor(t.shape, t.package, fmt, *out) if dst.kind == "csr" else \
-            _coo_from_rows(t.shape, t.package, fmt, *out)
+            _coo_from_rows(t.shape, t.package, fmt, *out, rows=rows)
     nnz, crd = len(values), b[(1, "crd")]
     chunks = kernels.threads() if nnz >= PARALLEL_TRANSPOSE else 1
     crd_out, values_out = np.empty(nnz, dtype=crd.dtype), np.empty(nnz, dtype=values.dtype)
@@ -140,7 +142,7 @@ def csr_from_transposed(outer, inner, values, shape, fmt: TensorFormat):
     fam = family(fmt)
     if fam is None or fam.kind != "csr" or not compiled_dtype(values.dtype):
         return None
-    out = transposed(values, inner, shape[fam.major], shape[1 - fam.major], major=outer)
+    *out, _ = transposed(values, inner, shape[fam.major], shape[1 - fam.major], major=outer)
     return _csr_tensor(tuple(shape), None, fmt, *out)
 
 
@@ -148,15 +150,35 @@ PARALLEL_TRANSPOSE = 1 << 16  # entries from which the counting transpose splits
 BLOCKS_PER_THREAD = 4         # blocks of output rows per thread in the transpose's prefix
 
 
-def transposed(values, crd, n_out: int, n_in: int, pos=None, major=None):
-    """``(pos, crd, values)`` of the nonzeros of a compressed level (``pos``, ``crd``) or of a COO
-    matrix (``major``, ``crd``, in row-major order) with the roles of the two dimensions swapped:
-    ``n_out`` output rows (the old minor extent), each holding its entries in the old major
-    order (coordinates below ``n_in``, the old major extent). A stable counting transpose in three parallel passes (``kernels.transpose_*``): each
-    chunk of the source counts its nonzeros per output row, a prefix places every chunk's run
-    of every row, each chunk scatters. Explicit zeros are dropped. Extra memory: chunks x
-    output rows counts (int32 when positions fit), beside the outputs, which are allocated in
-    their final dtypes (int32 positions and coordinates when they fit)."""
+BLOCK_SHIFT = 10               # output rows per block of the blocked transpose: 2^10
+BLOCKED_FROM_ROWS = 1 << 14    # output rows from which the transpose may be the blocked one (see transposed)
+BLOCKED_WINDOW = 8 << 20       # bytes of output a direct scatter keeps open, from which the blocked one runs
+
+
+def transposed(values, crd, n_out: int, n_in: int, pos=None, major=None, rows_dtype=None):
+    """``(pos, crd, values, rows)`` of the nonzeros of a compressed level (``pos``, ``crd``) or of
+    a COO matrix (``major``, ``crd``, in row-major order) with the roles of the two dimensions
+    swapped: ``n_out`` output rows (the old minor extent), each holding its entries in the old
+    major order (coordinates below ``n_in``, the old major extent); ``rows`` is every entry's
+    output row in ``rows_dtype`` (a COO target's first level), None without it. Explicit zeros
+    are dropped. Stable, in parallel passes (``kernels.transpose_*``): each chunk of the source
+    counts its nonzeros per output row, a prefix places every chunk's run of every row (or
+    block of rows), then
+
+    * where the entries land near the diagonal (a banded matrix: a stencil), each chunk scatters
+      its entries to their rows directly: the rows it writes at one time are a window of the
+      output (twice the band, from the count pass) that stays in cache;
+    * where that window passes :data:`BLOCKED_WINDOW` bytes (entries at random: a direct
+      scatter then touches a new cache line of each output for every entry) and there are at
+      least :data:`BLOCKED_FROM_ROWS` output rows, each chunk moves its entries to their blocks
+      of ``2^BLOCK_SHIFT`` rows, then each block is sorted by row in a copy that stays in cache
+      (``kernels.partition_blocks``, ``sort_blocks``). The row within the block travels in the
+      low bits of the major coordinate, or in ``rows`` when the caller wants them; where neither
+      can hold it the scatter is direct.
+
+    Extra memory: chunks x output rows counts (int32 when positions fit), freed before a
+    blocked transpose allocates the outputs in their final dtypes (int32 positions and
+    coordinates when they fit)."""
     from . import kernels
 
     nnz = len(values)
@@ -170,17 +192,58 @@ def transposed(values, crd, n_out: int, n_in: int, pos=None, major=None):
     else:
         bounds = goals
         kernels.transpose_counts_coo(crd, values, bounds, counts)
+    band = _band(crd, nnz, n_out, n_in, pos, major)
     pos_out = np.empty(n_out + 1, dtype=wide)
+    crd_dtype = _fitting(max(n_in - 1, 0))
+    packed = rows_dtype is None
+    window = 2 * band * (nnz / max(n_out, 1)) * (crd_dtype.itemsize + values.dtype.itemsize)
+    if n_out >= BLOCKED_FROM_ROWS and window > BLOCKED_WINDOW and \
+            (not packed or max(n_in - 1, 0) << BLOCK_SHIFT <= np.iinfo(crd_dtype).max):
+        nblocks = -(-n_out >> BLOCK_SHIFT)
+        starts = np.empty((chunks, nblocks), dtype=np.int64)
+        total = int(kernels.block_starts(counts, BLOCK_SHIFT, pos_out, starts))
+        del counts
+        crd_out, values_out = np.empty(total, dtype=crd_dtype), np.empty(total, dtype=values.dtype)
+        local = np.empty(0 if packed else total, dtype=rows_dtype or crd_dtype)
+        args = (bounds, BLOCK_SHIFT, starts, packed, crd_out, values_out, local)
+        if pos is not None:
+            kernels.partition_blocks(pos, crd, values, *args)
+        else:
+            kernels.partition_blocks_coo(major, crd, values, *args)
+        edges = np.append(pos_out[:n_out:1 << BLOCK_SHIFT], pos_out[-1])  # each block's first position, then the end
+        work = np.arange(chunks + 1, dtype=np.int64) * total // chunks
+        kernels.sort_blocks(pos_out, BLOCK_SHIFT, row_bounds(edges, work), packed, crd_out, values_out, local)
+        return pos_out, crd_out, values_out, (None if packed else local)
     nblocks = max(1, min(n_out, chunks * BLOCKS_PER_THREAD))
     blocks = np.arange(nblocks + 1, dtype=np.int64) * n_out // nblocks
     total = int(kernels.column_starts(counts, pos_out, blocks))
-    crd_out = np.empty(total, dtype=_fitting(max(n_in - 1, 0)))
+    crd_out = np.empty(total, dtype=crd_dtype)
     values_out = np.empty(total, dtype=values.dtype)
     if pos is not None:
         kernels.transpose_fill(pos, crd, values, bounds, counts, crd_out, values_out)
     else:
         kernels.transpose_fill_coo(major, crd, values, bounds, counts, crd_out, values_out)
-    return pos_out, crd_out, values_out
+    rows = None
+    if rows_dtype is not None:
+        rows = np.empty(total, dtype=rows_dtype)
+        kernels.expand_rows(pos_out, rows, chunks)
+    return pos_out, crd_out, values_out, rows
+
+
+BAND_SAMPLE = 4096  # entries whose distance from the diagonal estimates the band
+
+
+def _band(crd, nnz: int, n_minor: int, n_major: int, pos=None, major=None) -> int:
+    """About how far from the (scaled) diagonal the entries lie: the largest
+    ``|minor - major * n_minor / n_major|`` over :data:`BAND_SAMPLE` evenly spaced entries of a
+    compressed level (``pos``) or a COO (``major``), each entry's major coordinate found by a
+    search in ``pos``: a few hundred microseconds, beside a count pass that a per-entry
+    computation would slow down."""
+    if nnz == 0:
+        return 0
+    q = np.linspace(0, nnz - 1, min(nnz, BAND_SAMPLE)).astype(np.int64)
+    rows = np.searchsorted(pos, q, side="right") - 1 if pos is not None else major[q]
+    return int(np.abs(crd[q] - rows * (n_minor / max(n_major, 1))).max())
 
 
 def row_bounds(pos, goals) -> np.ndarray:
@@ -332,18 +395,20 @@ def coo_like(fmt: TensorFormat) -> bool:
             and not fmt.pos_width and not fmt.crd_width)
 
 
-def _coo_from_rows(shape, package, fmt, pos, crd, values):
+def _coo_from_rows(shape, package, fmt, pos, crd, values, rows=None):
     """A 2-D COO tensor (``fmt``: compressed(nonunique), singleton) of entries grouped by rows of
     ``fmt``'s first level (``pos``: their offsets, ``crd``: the other coordinate): the first
-    level's coordinates expanded from ``pos`` in parallel, every buffer in its final dtype."""
+    level's coordinates ``rows`` when the caller has them in their final dtype, else expanded
+    from ``pos`` in parallel; every buffer in its final dtype."""
     from . import kernels
     from .tensor import Tensor
 
     nnz = len(values)
     level_shape = fmt.level_shape(shape)
     dtypes = buffer_dtypes(fmt, level_shape, (0, 0), nnz)
-    rows = np.empty(nnz, dtype=dtypes[(0, "crd")])
-    kernels.expand_rows(pos, rows, kernels.threads() if nnz >= PARALLEL_TRANSPOSE else 1)
+    if rows is None:
+        rows = np.empty(nnz, dtype=dtypes[(0, "crd")])
+        kernels.expand_rows(pos, rows, kernels.threads() if nnz >= PARALLEL_TRANSPOSE else 1)
     buffers = {(0, "pos"): np.array([0, nnz], dtype=dtypes[(0, "pos")]), (0, "crd"): rows,
                (1, "crd"): crd.astype(dtypes[(1, "crd")], copy=False)}
     return Tensor(fmt, tuple(shape), buffers, values, package=package)

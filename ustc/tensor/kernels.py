@@ -357,6 +357,121 @@ def transpose_fill_coo(major, crd, values, bounds, offsets, crd_out, values_out)
                 offsets[t, b] = o + 1
 
 
+# -- the blocked transpose: partition by blocks of output rows, then sort each block in cache ------
+# Where output rows are many and a chunk's entries land on them at random (a random matrix), the
+# direct scatter above touches a new cache line of every output for each entry. The blocked one
+# first moves each entry to its block of 2^shift output rows (a few hundred write streams per
+# chunk: their open lines stay in L2) with its output row (``packed``: the row within the block in
+# the low ``shift`` bits of the major coordinate; else the row itself in ``local``), then sorts
+# every block by row in a copy of it that stays in cache, stable: two sequential passes.
+
+
+@njit_cached(parallel=True)
+def block_starts(counts, shift, pos_out, starts):
+    """From the chunks' counts per output row (``counts[t, b]``): ``pos_out`` (entries of the
+    rows before ``b``) and ``starts[t, k]``, where chunk ``t`` writes its first entry of block
+    ``k`` (rows ``[k << shift, (k + 1) << shift)``; the chunks before it first). Returns the total."""
+    chunks, n = counts.shape
+    nblocks = starts.shape[1]
+    sums = np.zeros(nblocks + 1, dtype=np.int64)
+    for k in prange(nblocks):
+        s = 0
+        for b in range(k << shift, min(n, (k + 1) << shift)):
+            for t in range(chunks):
+                s += counts[t, U(b)]
+        sums[k + 1] = s
+    for k in range(nblocks):
+        sums[k + 1] += sums[k]
+    for k in prange(nblocks):
+        lo, hi = k << shift, min(n, (k + 1) << shift)
+        run = sums[k]
+        for b in range(lo, hi):
+            pos_out[U(b)] = run
+            for t in range(chunks):
+                run += counts[t, U(b)]
+        run = sums[k]
+        for t in range(chunks):
+            starts[t, U(k)] = run
+            for b in range(lo, hi):
+                run += counts[t, U(b)]
+    pos_out[n] = sums[nblocks]
+    return sums[nblocks]
+
+
+@njit_cached(inline="always")
+def _place(packed, shift, o, a, b, v, major_out, values_out, local):
+    """An entry at ``o`` of its block: ``a`` with ``b``'s row within the block in its low bits
+    (``packed``), else ``a`` and ``b`` in ``local``."""
+    values_out[o] = v
+    if packed:
+        major_out[o] = (a << shift) | (b & ((1 << shift) - 1))
+    else:
+        major_out[o] = a
+        local[o] = b
+
+
+@njit_cached(parallel=True)
+def partition_blocks(pos, crd, values, bounds, shift, starts, packed, major_out, values_out, local):
+    """Each nonzero of majors ``[bounds[t], bounds[t + 1])`` of a compressed level to
+    ``starts[t, crd >> shift]`` (then moved on), with its major coordinate and its minor one
+    (:func:`_place`)."""
+    for t in prange(bounds.size - 1):
+        for a in range(bounds[t], bounds[t + 1]):
+            for q in range(pos[U(a)], pos[U(a + 1)]):
+                v = values[U(q)]
+                if v != 0:
+                    b = np.intp(crd[U(q)])
+                    k = U(b >> shift)
+                    o = U(starts[t, k])
+                    starts[t, k] = o + 1
+                    _place(packed, shift, o, a, b, v, major_out, values_out, local)
+
+
+@njit_cached(parallel=True)
+def partition_blocks_coo(major, crd, values, bounds, shift, starts, packed, major_out, values_out, local):
+    """:func:`partition_blocks` for COO positions ``[bounds[t], bounds[t + 1])`` and ``major[q]``."""
+    for t in prange(bounds.size - 1):
+        for q in range(bounds[t], bounds[t + 1]):
+            v = values[U(q)]
+            if v != 0:
+                b = np.intp(crd[U(q)])
+                k = U(b >> shift)
+                o = U(starts[t, k])
+                starts[t, k] = o + 1
+                _place(packed, shift, o, np.intp(major[U(q)]), b, v, major_out, values_out, local)
+
+
+@njit_cached(parallel=True)
+def sort_blocks(pos_out, shift, ranges, packed, major_out, values_out, local):
+    """Every block of ``2^shift`` output rows (positions ``pos_out[k << shift]`` on) put in row
+    order, stably, from a copy of it: chunk ``t`` takes blocks ``[ranges[t], ranges[t + 1])``.
+    An entry's row within its block is the low ``shift`` bits of its major coordinate, which then
+    drop (``packed``), else ``local``'s value minus the block's first row."""
+    n = pos_out.size - 1
+    mask = (1 << shift) - 1
+    for t in prange(ranges.size - 1):
+        for k in range(ranges[t], ranges[t + 1]):
+            r0 = k << shift
+            r1 = min(n, r0 + (1 << shift))
+            lo, hi = np.intp(pos_out[U(r0)]), np.intp(pos_out[U(r1)])
+            if hi == lo:
+                continue
+            majors, vals = major_out[lo:hi].copy(), values_out[lo:hi].copy()
+            rows = local[lo:hi].copy() if not packed else local[:0]
+            fill = pos_out[r0:r1].astype(np.intp)
+            for e in range(hi - lo):
+                m = np.intp(majors[e])
+                r = U(m & mask) if packed else U(np.intp(rows[e]) - r0)
+                o = U(fill[r])
+                fill[r] = o + 1
+                values_out[o] = vals[e]
+                if packed:
+                    major_out[o] = m >> shift
+                else:
+                    major_out[o] = m
+                    local[o] = rows[e]
+
+
 @njit_cached(parallel=True)
 def expand_rows(pos, rows, chunks):
     """``rows[q]`` = the row whose segment of ``pos`` holds position ``q`` (COO's row coordinates
