@@ -40,18 +40,28 @@ from ..errors import ShapeError, UnsupportedOperation
 from ..format.ir import TensorFormat
 from ..tensor import packages
 from ..tensor.tensor import Tensor
+from . import inference
+from .autograd import sddmm
+from .matmul import matmul2d
+from .pattern import _KEEP
 from .subclass import COMPILED, TorchUST, host
 
 _WEIGHTS = WeakIdKeyDictionary()  # values tensor -> (key, TorchUST over the same buffers)
 
 
 def _weight(signature: str, shape, buffers, values, keep=None) -> TorchUST:
-    """The TorchUST described by the op's arguments (zero-copy; cached while ``values`` lives)."""
-    key = (signature, tuple(shape), tuple((b.data_ptr(), b.shape, b.dtype) for b in buffers),
-           values.data_ptr(), values.shape, values.dtype)
+    """The TorchUST described by the op's arguments (zero-copy; cached while ``values`` lives).
+
+    A hit needs the same buffer tensors (the cache holds them, so their ids are not reused), the same
+    format text and shape, and ``values`` still at the same address with the same shape and dtype."""
     hit = _WEIGHTS.get(values)
-    if hit is not None and hit[0] == key:
-        return hit[1]
+    if hit is not None:
+        (sig, hit_shape, hit_buffers, ptr, v_shape, v_dtype), weight = hit
+        if sig == signature and ptr == values.data_ptr() and v_dtype is values.dtype and v_shape == values.shape \
+                and len(hit_buffers) == len(buffers) and all(a is b for a, b in zip(hit_buffers, buffers)) \
+                and list(hit_shape) == list(shape):
+            return weight
+    key = (signature, tuple(shape), tuple(buffers), values.data_ptr(), values.shape, values.dtype)
     fmt = TensorFormat.parse(signature)
     arrays = {k: host(b) for k, b in zip(sorted(fmt.buffers), buffers)}
     device = "cuda" if values.device.type == "cuda" else "cpu"
@@ -76,8 +86,6 @@ def _product_shape(shape, other, sparse_left: bool):
 def sparse_mm(signature: str, shape: list[int], buffers: list[torch.Tensor], values: torch.Tensor,
               other: torch.Tensor, sparse_left: bool) -> torch.Tensor:
     """``W @ other`` (``sparse_left``) or ``other @ W``; ``W`` the 2-D sparse matrix of the arguments."""
-    from .matmul import matmul2d
-
     weight = _weight(signature, shape, buffers, values)
     out = matmul2d(weight, other) if sparse_left else matmul2d(other, weight)
     return out.contiguous() if out._base is not None or not out.is_contiguous() else out
@@ -93,9 +101,6 @@ def _sparse_mm_fake(signature, shape, buffers, values, other, sparse_left):
 def sddmm_values(signature: str, shape: list[int], buffers: list[torch.Tensor], values: torch.Tensor,
                  keep: torch.Tensor | None, left: torch.Tensor, right: torch.Tensor) -> torch.Tensor:
     """``left @ right`` at the pattern of the sparse matrix of the arguments, as its values (0 off the pattern)."""
-    from .autograd import sddmm
-    from .pattern import _KEEP
-
     weight = _weight(signature, shape, buffers, values)
     if keep is not None:
         weight = TorchUST(Tensor(weight.ust.format, weight.ust.shape, weight.ust._buffers, weight.ust._values,
@@ -114,9 +119,6 @@ def sparse_linear(signature: str, shape: list[int], buffers: list[torch.Tensor],
                   x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     """``F.linear(x, W, bias)`` for the 2-D sparse ``W`` of the arguments and ``x`` of any leading shape:
     the weight's planned Matmul on the CPU (``ustc.torch.inference``), the bias added in the same pass."""
-    from . import inference
-    from .matmul import matmul2d
-
     weight = _weight(signature, shape, buffers, values)
     if x.device.type == "cpu" and x.dim() > 0:
         return inference.planned_linear(x, weight, bias, contiguous=True)
