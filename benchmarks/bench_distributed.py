@@ -7,7 +7,9 @@ matrix, rtol 1e-6, the same right-hand side); scheduler transitions and synchron
 per CG iteration; bytes per SpMV against the halo plan; worker memory against (own block +
 ghosts + 6 vector slices); SpGEMM ``A @ A`` (distributed, single-process ``ustc.matmul``,
 SciPy) with the rows and bytes it fetched against its plan; a power-law graph's bytes per
-SpMV with row blocks and with a 2 x 2 ``Grid2D``, and both SpMVs' times; ``map`` over 400
+SpMV with row blocks and with a 2 x 2 ``Grid2D``, and both SpMVs' times; the stencil under
+user labels (bytes per SpMV, CG) and CG on a 1 x 2 ``Grid2D`` (synchronisations per
+iteration); ``map`` over 400
 items of ~10 ms against a serial loop.
 
 Usage: ``python benchmarks/bench_distributed.py [--side 114] [--repeat 3] [--power-law 200000] [--write]``;
@@ -108,6 +110,43 @@ def grid_vs_rows(say, ud, ustc, n, repeat):
         plan = ud.GridPlan.of(ud.Grid2D(n, n, side, side), 8)
         say(f"  the same graph on {p} blocks (counted on the driver): row blocks {halo_entries(g, p):,} entries "
             f"per SpMV, Grid2D {side}x{side} {plan.x_entries + plan.y_entries:,}")
+
+
+def labels_and_grid_cg(say, ud, ustc, a, b, side, repeat):
+    """The stencil under user labels (2 parts): bytes per SpMV (plan and sent) for labels that cut
+    the cube across its fastest axis (rows interleaved, two planes of halo, as slabs) and for
+    round-robin labels, and CG ms per iteration with the first against the same matrix in row
+    blocks; then CG on a 1 x 2 ``Grid2D`` (sparse exchange): synchronisations per iteration."""
+    n = a.shape[0]
+    t = ustc.Tensor.from_package(a)
+    z = np.arange(n) % side
+    labels = {"cut across the fastest axis": ud.Labels((z >= side // 2).astype(np.int64), 2),
+              "round robin (row % 2)": ud.Labels(np.arange(n) % 2, 2)}
+    ref = None
+    for name, lab in labels.items():
+        d = ud.DTensor.from_tensor(t, lab)
+        mm = ud.Matmul(d, np.ones(n))
+        info = mm.plan()
+        before = mm.counters()
+        mm.execute()
+        sent = sum(x["bytes"] - y["bytes"] for x, y in zip(mm.counters(), before))
+        line = (f"labels {name}: {info['messages']} messages, {info['bytes']:,} bytes per SpMV (sent {sent:,}), "
+                f"parts {d.rows.sizes().tolist()}")
+        if ref is None:
+            best, out = best_of(repeat, lambda: ud.solve(d, b, "cg", rtol=1e-6, return_info=True))
+            ref = out
+            line += (f"; CG {out[1].iterations} iterations, min {1e3 * best / max(out[1].iterations, 1):.2f} ms "
+                     f"per iteration, {out[1].syncs} synchronisations")
+        say(line + f"; {load()}")
+        d.free()
+    grid = ud.GridTensor.from_tensor(t, ud.Grid2D(n, n, 1, 2))
+    best, (x, info) = best_of(repeat, lambda: ud.solve(grid, b, "cg", rtol=1e-6, return_info=True))
+    plan = grid.sparse_info()
+    say(f"CG on Grid2D 1x2 (sparse exchange, {plan['bytes']:,} bytes per product): {info.iterations} iterations, "
+        f"min {1e3 * best / max(info.iterations, 1):.2f} ms per iteration; synchronisations {info.syncs} = "
+        f"{(info.syncs - 5) / max(info.iterations, 1):.2f} per iteration + 5 before the loop; x vs labels "
+        f"{np.linalg.norm(x - ref[0]) / np.linalg.norm(ref[0]):.1e}; {load()}")
+    grid.free()
 
 
 def halo_entries(g: sp.csr_matrix, parts: int) -> int:
@@ -282,6 +321,7 @@ def main():
     say("worker RSS (interpreter, NumPy, Numba and Dask included): "
         + ", ".join(f"{v / 2**20:.0f} MiB" for v in rss.values()))
 
+    labels_and_grid_cg(say, ud, ustc, a, b, side, args.repeat)
     spgemm(say, ud, ustc, d, a, t, args.repeat)
     grid_vs_rows(say, ud, ustc, args.power_law, args.repeat)
 
