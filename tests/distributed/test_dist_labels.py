@@ -177,6 +177,19 @@ def test_good_labels_move_fewer_bytes(rt):
                                    rtol=1e-13)
 
 
+@pytest.mark.parametrize("m, n, labels", [(0, 0, []), (1, 6, [1]), (6, 1, [2, 0, 2, 0, 0, 2]), (5, 5, [1, 0, 1, 0, 1])],
+                         ids=["empty", "1xn", "nx1", "all-zero"])
+def test_small_shapes(rt, m, n, labels):
+    a = sp.csr_array((m, n)) if m == n else random_sparse(m, n, 0.6, seed=18)
+    lab = ud.Labels(labels, 3)
+    d = ud.DTensor.from_tensor(ustc.Tensor.from_package(a), lab)
+    x = np.arange(1.0, n + 1)
+    np.testing.assert_allclose(d @ x, a @ x, rtol=1e-13, atol=0)
+    if m == n:                                               # nothing stored: no halo
+        assert d.plan_info()["bytes"] == 0
+    assert d.gather().to_dense().tolist() == a.toarray().tolist()
+
+
 def test_loader_and_file(rt, tmp_path):
     a = random_sparse(19, 19, seed=16)
     x = np.arange(19.0)

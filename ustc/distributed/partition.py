@@ -126,6 +126,8 @@ class Labels(RowBlocks):
         lab = np.asarray(labels)
         if lab.ndim != 1:
             raise ShapeError(f"Labels: need one label per row (a 1-D array), got shape {lab.shape}")
+        if lab.size == 0:
+            lab = lab.astype(np.int64)        # no rows: np.asarray([]) is float
         if lab.dtype.kind not in "iu":
             raise UstcError(f"Labels: labels must be integers (part ids), got dtype {lab.dtype}")
         if parts is None:
