@@ -91,6 +91,10 @@ def test_automatic_retry_rebuilds_loader_blocks(private):
     s = ud.DTensor.from_tensor(ustc.Tensor.from_package(small), 3, runtime=rt)
     v = ud.DVector.from_array(np.arange(9.0), 3, runtime=rt)
     g = ud.GridTensor.from_tensor(ustc.Tensor.from_package(small), ud.Grid2D(9, 9, 3, 1), runtime=rt)
+    lab = ud.Labels([2, 0, 1, 0, 2, 1, 1, 0, 2], 3)               # labelled: rebuilt in label order
+    sl = ud.DTensor.from_tensor(ustc.Tensor.from_package(small), lab, runtime=rt)
+    ll = ud.DTensor.from_loader(lambda rows: small[rows], (9, 9), lab, runtime=rt, block_format="COO")
+    vl = ud.DVector.from_array(np.arange(9.0) * 2, lab, runtime=rt)
     product = s @ s                                  # no recipe: lost with its worker
     result, _ = _solve_killed(rt, d, b, 0, 10, rtol=1e-10, checkpoint_every=10, retries=1)
     x, info = result
@@ -101,6 +105,9 @@ def test_automatic_retry_rebuilds_loader_blocks(private):
     np.testing.assert_allclose(s @ np.ones(9), small @ np.ones(9), rtol=1e-13)    # rebuilt from scattered data
     np.testing.assert_array_equal(v.gather(), np.arange(9.0))                     # from the driver's array
     np.testing.assert_allclose(g @ np.ones(9), small @ np.ones(9), rtol=1e-13)    # grid blocks too
+    for m in (sl, ll):
+        np.testing.assert_allclose(m @ np.arange(9.0), small @ np.arange(9.0), rtol=1e-13)
+    np.testing.assert_array_equal(vl.gather(), np.arange(9.0) * 2)
     with pytest.raises(ud.DistributedError, match="no recipe"):
         product.gather()
 
