@@ -140,6 +140,9 @@ def _inner(k: int) -> str:
     return f"_i{k}"
 
 
+_FLAT = tuple(("_v", *(_inner(k) for k in range(count))) for count in range(_INNER + 1))  # by buffer count
+
+
 class TorchUST(torch.Tensor):
     """A torch tensor stored as a ustc Tensor (any format); see the module docstring.
 
@@ -186,8 +189,10 @@ class TorchUST(torch.Tensor):
         self._numeric = None
 
     # -- torch.compile / AOTAutograd: a traceable wrapper subclass over its buffers --------
-    def __tensor_flatten__(self):
-        return ["_v", *(_inner(k) for k in range(len(self._keys)))], (self.signature, self._keys)
+    def __tensor_flatten__(self):  # called by every compiled call's guards and AOT's wrappers: names precomputed
+        count = len(self._keys)
+        names = _FLAT[count] if count <= _INNER else ("_v", *(_inner(k) for k in range(count)))
+        return list(names), (self.signature, self._keys)
 
     @staticmethod
     def __tensor_unflatten__(inner, meta, outer_size, outer_stride):
