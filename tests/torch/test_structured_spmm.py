@@ -105,3 +105,25 @@ def test_sparse_linear_2_4_training_gradients(dtype):
         torch.testing.assert_close(x.grad, xd.grad, rtol=tol, atol=tol)
         torch.testing.assert_close(sparse.weight.grad.to_dense(), dense.weight.grad * mask, rtol=tol, atol=tol)
         torch.testing.assert_close(sparse.bias.grad, dense.bias.grad, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("parallel", [True, False])
+def test_serial_and_parallel_kernels_agree_with_numpy(parallel):
+    """Both builds of each kernel (builtin picks the serial one below ustc.ops.runtime.SERIAL_WORK)."""
+    from ustc.kernels._structured import nm_spmm, nm_spmv
+
+    rng = np.random.default_rng(3)
+    for n, m, shape in ((2, 4, (40, 66)), (3, 3, (17, 31))):
+        w = _pruned(rng, shape, n, m, np.float64)
+        A = ustc.Tensor.from_dense(w, formats.Structured(n, m))
+        groups = -(-shape[1] // m)
+        args = (A._buffers[(2, "crd")], A._values)
+        x = rng.standard_normal(shape[1])
+        y = np.ones(shape[0])
+        nm_spmv(n, m, parallel)(*args, x, y, 2.0, shape[0], groups, shape[1])
+        np.testing.assert_allclose(y, 1 + 2 * (w @ x), rtol=1e-12, atol=1e-12)
+        b = rng.standard_normal((shape[1], 5))
+        out = np.ones((shape[0], 5))
+        nm_spmm(n, m, parallel)(*args, b, out, 2.0, shape[0], groups, shape[1])
+        np.testing.assert_allclose(out, 1 + 2 * (w @ b), rtol=1e-12, atol=1e-12)
+    assert nm_spmm(2, 4, True) is not nm_spmm(2, 4, False)

@@ -35,14 +35,16 @@ U = np.uintp
 
 
 @functools.lru_cache(maxsize=None)
-def nm_spmv(n: int, m: int):
+def nm_spmv(n: int, m: int, parallel: bool = True):
     """The kernel ``(crd, vals, x, y, alpha, n_rows, n_groups, n_cols)`` adding ``alpha * A @ x`` into
     ``y`` for the n:m structured ``A`` whose in-group coordinates are ``crd`` (``n_groups`` groups of
-    ``m`` columns per row, ``n`` slots each)."""
+    ``m`` columns per row, ``n`` slots each); rows in parallel unless not ``parallel`` (small products,
+    where waking the threads costs more than the product)."""
     un, um = U(n), U(m)
 
-    @njit_cached(nogil=True, parallel=True, fastmath=True)
+    @njit_cached(nogil=True, parallel=parallel, fastmath=True)
     def kernel(crd, vals, x, y, alpha, n_rows, n_groups, n_cols):
+        serial = not parallel  # noqa: F841  (in the closure: Numba's cache key hashes closure cells, not flags)
         per_row = U(n_groups) * un
         full = U(n_cols // m) * un  # slots of the groups that end inside the matrix
         for i_u in prange(n_rows):
@@ -66,19 +68,20 @@ UNROLL = 8  # slots per pass over the batch (see the module docstring)
 
 
 @functools.lru_cache(maxsize=None)
-def nm_spmm(n: int, m: int):
+def nm_spmm(n: int, m: int, parallel: bool = True):
     """The kernel ``(crd, vals, b, y, alpha, n_rows, n_groups, n_cols)`` adding ``alpha * A @ b`` into
     ``y`` (``b``: ``(n_cols, batch)``, ``y``: ``(n_rows, batch)``) for the n:m structured ``A`` whose
-    in-group coordinates are ``crd`` (``n_groups`` groups of ``m`` columns per row, ``n`` slots each).
-    The slot values are scaled by ``alpha`` before the loop over the batch: taking them unscaled when
+    in-group coordinates are ``crd`` (``n_groups`` groups of ``m`` columns per row, ``n`` slots each);
+    rows in parallel unless not ``parallel`` (as :func:`nm_spmv`). The slot values are scaled by ``alpha`` before the loop over the batch: taking them unscaled when
     ``alpha`` is 1 measured slower (2.0x at batch 4, same at 128)."""
     un, um, u8 = U(n), U(m), U(UNROLL)
     # column offset of slot s of a pass from the pass's first slot q: compile-time when n divides UNROLL
     aligned = UNROLL % n == 0
     d0, d1, d2, d3, d4, d5, d6, d7 = (U(s // n * m) for s in range(UNROLL))
 
-    @njit_cached(nogil=True, parallel=True, fastmath=True)
+    @njit_cached(nogil=True, parallel=parallel, fastmath=True)
     def kernel(crd, vals, b, y, alpha, n_rows, n_groups, n_cols):
+        serial = not parallel  # noqa: F841  (in the closure: Numba's cache key hashes closure cells, not flags)
         per_row = U(n_groups) * un
         full = U(n_cols // m) * un  # slots of the groups that end inside the matrix
         unrolled = full // u8 * u8

@@ -10,6 +10,8 @@ are imported on first call, so importing the registry costs nothing.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from ..format.ir import TensorFormat
@@ -110,8 +112,10 @@ delta_spmv.supports = _numeric
 
 
 # -- n:m structured --------------------------------------------------------------------------
+@functools.lru_cache(maxsize=256)
 def _nm(fmt: TensorFormat):
-    """``(n, m)`` when ``fmt`` is ``Structured(n, m)`` (index widths aside), else None."""
+    """``(n, m)`` when ``fmt`` is ``Structured(n, m)`` (index widths aside), else None (cached: building
+    ``Structured(n, m)`` to compare takes ~30 µs, and every launch asks)."""
     from ..format.levels.structured import Structured as StructuredLevel
     from ..formats import Structured
 
@@ -126,11 +130,12 @@ def _nm(fmt: TensorFormat):
 def structured_spmv(a, b, out, alpha):
     """``out += alpha * a @ b`` for ``Structured(n, m)``: a row's slots in one flat loop, columns from
     compile-time ``n`` and ``m`` (``ustc.kernels._structured``)."""
+    from ..ops.runtime import SERIAL_WORK
     from ._structured import nm_spmv
 
     n, m = _nm(a.format)
     groups = -(-a.shape[1] // m)
-    return nm_spmv(n, m), (a._buffers[(2, "crd")], a._values, b, out, out.dtype.type(alpha), a.shape[0], groups,
+    return nm_spmv(n, m, a.nse + b.size >= SERIAL_WORK), (a._buffers[(2, "crd")], a._values, b, out, out.dtype.type(alpha), a.shape[0], groups,
                            a.shape[1])
 
 
@@ -147,11 +152,12 @@ structured_spmv.supports = _structured_supports
 def structured_spmm(a, b, out, alpha):
     """``out += alpha * a @ b`` (``b`` 2-D) for ``Structured(n, m)``: a row's slots several at a time,
     each pass one loop over ``b``'s columns (``ustc.kernels._structured``)."""
+    from ..ops.runtime import SERIAL_WORK
     from ._structured import nm_spmm
 
     n, m = _nm(a.format)
     groups = -(-a.shape[1] // m)
-    return nm_spmm(n, m), (a._buffers[(2, "crd")], a._values, b, out, out.dtype.type(alpha), a.shape[0], groups,
+    return nm_spmm(n, m, a.nse * max(1, b.shape[1]) + b.size >= SERIAL_WORK), (a._buffers[(2, "crd")], a._values, b, out, out.dtype.type(alpha), a.shape[0], groups,
                            a.shape[1])
 
 
