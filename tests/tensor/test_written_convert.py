@@ -119,8 +119,9 @@ def test_convert_takes_the_generated_kernel_and_keeps_the_input(monkeypatch):
     for dst in (F.COO(2), F.DCSR, F.DELTA(3)):
         np.testing.assert_array_equal(a.convert(dst).to_dense(), x)
     assert len(calls) == 2  # CSR -> COO is the fused copy (fastpaths._coo_copied): DCSR and DELTA(3) are written
-    np.testing.assert_array_equal(Tensor.from_dense(x, F.DCSR).convert(F.COO(2)).to_dense(), x)
-    assert len(calls) == 3  # DCSR -> COO is written
+    dcsr = a.convert(F.DCSR)
+    np.testing.assert_array_equal(dcsr.convert(F.COO(2)).to_dense(), x)
+    assert len(calls) == 4  # CSR -> DCSR and DCSR -> COO are written
     for b, saved in zip(a.buffers.values(), before[0]):
         np.testing.assert_array_equal(b, saved)
     np.testing.assert_array_equal(a.values, before[1])
