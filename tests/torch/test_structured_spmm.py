@@ -127,3 +127,15 @@ def test_serial_and_parallel_kernels_agree_with_numpy(parallel):
         nm_spmm(n, m, parallel)(*args, b, out, 2.0, shape[0], groups, shape[1])
         np.testing.assert_allclose(out, 1 + 2 * (w @ b), rtol=1e-12, atol=1e-12)
     assert nm_spmm(2, 4, True) is not nm_spmm(2, 4, False)
+
+
+@pytest.mark.parametrize("m", [1, 4])
+def test_zero_slot_structured_products_are_zero(m):
+    """Structured(0, m) stores no slot: SpMV and SpMM through Matmul add nothing (the kernel builds
+    for n = 0, which once divided by n while choosing its unrolled offsets)."""
+    rng = np.random.default_rng(5)
+    A = ustc.Tensor.from_dense(np.zeros((6, 9)), formats.Structured(0, m))
+    for b in (rng.standard_normal(9), rng.standard_normal((9, 3)), np.zeros((9, 0))):
+        c = np.ones((6,) + b.shape[1:])
+        out = ustc.Matmul(A, b, c).execute()
+        np.testing.assert_array_equal(out, np.ones((6,) + b.shape[1:]))

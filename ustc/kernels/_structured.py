@@ -76,8 +76,8 @@ def nm_spmm(n: int, m: int, parallel: bool = True):
     ``alpha`` is 1 measured slower (2.0x at batch 4, same at 128)."""
     un, um, u8 = U(n), U(m), U(UNROLL)
     # column offset of slot s of a pass from the pass's first slot q: compile-time when n divides UNROLL
-    aligned = UNROLL % n == 0
-    d0, d1, d2, d3, d4, d5, d6, d7 = (U(s // n * m) for s in range(UNROLL))
+    aligned = n > 0 and UNROLL % n == 0  # n 0 (Structured(0, m): no slots) never enters the loops
+    d0, d1, d2, d3, d4, d5, d6, d7 = (U(s // n * m if aligned else 0) for s in range(UNROLL))
 
     @njit_cached(nogil=True, parallel=parallel, fastmath=True)
     def kernel(crd, vals, b, y, alpha, n_rows, n_groups, n_cols):
