@@ -86,3 +86,18 @@ def test_checked_once_per_buffer_set(monkeypatch):
     fresh = good.copy()                          # new arrays: checked again
     ustc.matmul(fresh, np.ones(40))
     assert len(calls) == 2
+
+
+def test_coo_views_checked_once(monkeypatch):
+    """A SciPy COO taken again and again (``from_package(coo).convert(...)`` in a loop) is checked once:
+    the view's root ``pos`` [0, nnz] is one shared read-only array, not a new one per view."""
+    coo = sp.random_array((60, 45), density=0.2, rng=2, format="coo")
+    calls = []
+    real = safety._check
+    monkeypatch.setattr(safety, "_check", lambda t: (calls.append(1), real(t)))
+    for _ in range(3):
+        out = ustc.Tensor.from_package(coo).convert("CSR")
+        np.testing.assert_array_equal(out.to_dense(), coo.toarray())
+    assert len(calls) == 1
+    root = ustc.Tensor.from_package(coo).buffers[(0, "pos")]
+    assert root is ustc.Tensor.from_package(coo).buffers[(0, "pos")] and not root.flags.writeable

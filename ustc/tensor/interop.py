@@ -47,7 +47,16 @@ def _spec(level_format, ordered=True, unique=True):
 
 
 def _root(nnz: int, like: np.ndarray) -> np.ndarray:
-    return np.array([0, nnz], dtype=like.dtype if like.dtype.kind in "iu" else np.int64)
+    """The root level's ``pos`` ``[0, nnz]``: one read-only array per (nnz, dtype), so views of the same
+    SciPy object taken again hold the same buffers and ``safety.ensure_safe`` checks them once."""
+    return _shared_root(int(nnz), like.dtype.str if like.dtype.kind in "iu" else np.dtype(np.int64).str)
+
+
+@functools.lru_cache(maxsize=256)
+def _shared_root(nnz: int, dtype: str) -> np.ndarray:
+    root = np.array([0, nnz], dtype=dtype)
+    root.flags.writeable = False
+    return root
 
 
 # -- NumPy -------------------------------------------------------------------------
