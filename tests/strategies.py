@@ -25,7 +25,7 @@ compressed / loose_compressed / singleton level and only singletons follow it;
 ``d mod m`` with ``d floordiv m`` earlier; ``d floordiv c`` comes before ``d mod c``;
 ``d - e`` / ``d + e`` has a later ``range`` level over one of the two dimensions and
 the other dimension is not stored separately; ``delta(b)`` has 1 <= b <= 32,
-``packed`` only for b in {1, 2, 4, 8} and no properties; nonunique / nonordered only on
+``packed`` only for b in ``PACKABLE_BITS`` (1, 2, 3, 4, 5, 8, 16) and no properties; nonunique / nonordered only on
 compressed, loose_compressed and singleton, soa only on singleton; widths in
 {0, 8, 16, 32, 64}.
 """
@@ -40,6 +40,7 @@ from hypothesis import strategies as st
 
 from ustc import Dimension, LevelFormat, LevelProperty, TensorFormat
 from ustc.format import LEVEL_TYPES
+from ustc.format.levels.delta import PACKABLE_BITS
 
 __all__ = ["examples", "GENERATED_KEYWORDS", "SPECIAL_NAMES", "WIDTHS", "FormatPlan", "LevelPlan", "dimension_names",
            "format_plans", "formats", "formats_with_texts", "format_texts", "valid_texts"]
@@ -51,7 +52,7 @@ def examples(n: int) -> int:
     """``n`` Hypothesis examples, scaled by ``$USTC_TEST_SCALE`` (e.g. 20 for a long fuzzing run)."""
     return max(1, int(n * float(os.environ.get("USTC_TEST_SCALE", "1"))))
 
-PACKABLE = (1, 2, 4, 8)
+PACKABLE = PACKABLE_BITS
 
 # Every level type of the registry must have a generator here; tests/format/test_properties.py
 # checks that this set equals the registry, so a new level type makes that test fail until the

@@ -19,10 +19,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from .errors import FormatError
+import numpy as np
+
+from .errors import FormatError, ShapeError
 from .format.expr import Dimension
 from .format.ir import TensorFormat
 from .format.levels import PACKED, LevelFormat, LevelProperty
+from .format.levels.delta_width import choose_width, gap_histogram
 
 D, S, C = LevelFormat.DENSE, LevelFormat.SINGLETON, LevelFormat.COMPRESSED
 i, j, b = Dimension("i"), Dimension("j"), Dimension("b")
@@ -109,6 +112,60 @@ def DELTA(bits: int, packed: bool = False) -> TensorFormat:
     spec = (LevelFormat.DELTA, bits, PACKED) if packed else (LevelFormat.DELTA, bits)
     name = f"DELTA({bits}, packed)" if packed else f"DELTA({bits})"
     return TensorFormat([i, j], {i: D, j: spec}, name=name)
+
+
+def best_delta(matrix, packed: bool = True, value_bytes: int | None = None) -> TensorFormat:
+    """``DELTA(b, packed)`` with the gap width ``b`` that stores ``matrix`` in the fewest bytes
+    (gaps + values + the padding entries bridging gaps wider than ``2**b - 1``), chosen from
+    the histogram of its column gaps (``ustc.format.levels.delta_width``); ``Tensor.convert``
+    or ``Tensor.from_dense`` with it then stores that many entries.
+
+    ``matrix``: a 2-D ``ustc.Tensor``, SciPy sparse matrix or array, or NumPy / torch dense
+    array; only its nonzeros count. ``value_bytes`` defaults to its dtype's item size
+    (2 for float16). ``packed=False`` chooses among the unpacked widths 1..32.
+    """
+    if not isinstance(packed, bool):
+        raise FormatError(f"best_delta: packed must be True or False, got {packed!r}")
+    rows, cols, item = _nonzero_coordinates(matrix)
+    vbytes = item if value_bytes is None else value_bytes
+    try:
+        choice = choose_width(gap_histogram(rows, cols), vbytes, packed)
+    except ValueError as exc:
+        raise FormatError(f"best_delta: {exc}") from None
+    return DELTA(choice.bits, packed)
+
+
+def _nonzero_coordinates(matrix):
+    """``(rows, columns, value item size)`` of the nonzeros of a 2-D matrix, in row-major order."""
+    if not hasattr(matrix, "shape"):  # nested lists
+        matrix = np.asarray(matrix)
+    shape = tuple(matrix.shape)
+    if len(shape) != 2:
+        raise ShapeError(f"best_delta needs a 2-D matrix, got shape {shape} ({type(matrix).__name__})")
+    if callable(getattr(matrix, "entries", None)) and hasattr(matrix, "format"):
+        # a ustc.Tensor: its stored entries, zeros and duplicates kept, in any order
+        (rows, cols), values = matrix.entries()
+        keep = np.asarray(values) != 0
+        rows, cols = np.asarray(rows, np.int64)[keep], np.asarray(cols, np.int64)[keep]
+        order = np.lexsort((cols, rows))
+        rows, cols = rows[order], cols[order]
+        new = np.ones(len(rows), bool)
+        new[1:] = (rows[1:] != rows[:-1]) | (cols[1:] != cols[:-1])
+        return rows[new], cols[new], np.dtype(matrix.dtype).itemsize
+    if hasattr(matrix, "tocsr"):  # SciPy sparse
+        csr = matrix.tocsr(copy=True)
+        csr.sum_duplicates()
+        csr.eliminate_zeros()
+        rows = np.repeat(np.arange(shape[0], dtype=np.int64), np.diff(csr.indptr))
+        return rows, csr.indices.astype(np.int64), csr.dtype.itemsize
+    if hasattr(matrix, "detach"):  # torch
+        item = matrix.element_size()
+        mask = (matrix.detach().to_dense() != 0).cpu().numpy()
+    else:
+        array = np.asarray(matrix)
+        item, mask = array.dtype.itemsize, array != 0
+    rows, cols = np.nonzero(mask)
+    return rows.astype(np.int64), cols.astype(np.int64), item
 
 
 def Structured(n: int, m: int) -> TensorFormat:

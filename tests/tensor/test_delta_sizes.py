@@ -10,7 +10,7 @@ import pytest
 
 import ustc
 from ustc.errors import StorageError, UstcError
-from ustc.format.levels.delta import Delta, memory_budget
+from ustc.format.levels.delta import PACKABLE_BITS, Delta, memory_budget
 from ustc.formats import DELTA
 
 BUDGET = "USTC_MEMORY_BUDGET"
@@ -63,7 +63,7 @@ def test_over_budget_raises_before_allocating(monkeypatch, packed):
     fits = [b for b in range(1, 33) if Delta(bits=b).storage_bytes(want[b], 8) <= 1 << 20]
     suggested = _number(msg, r"narrowest width that fits is b = (\d+)")
     if packed:
-        packable = [b for b in (1, 2, 4, 8)
+        packable = [b for b in PACKABLE_BITS
                     if Delta(bits=b, packed=True).storage_bytes(want[b], 8) <= 1 << 20]
         assert suggested == (packable[0] if packable else fits[0])
     else:

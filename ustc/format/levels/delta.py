@@ -10,10 +10,15 @@ padding never runs past the segment's last real entry.
 Example: ``delta(2)`` row ``[1 at 0, 2 at 15]`` (16 columns) stores
 ``crd = [0, 3, 3, 3, 2]`` and ``values = [1, 0, 0, 0, 2]``.
 
-``delta(b, packed)`` keeps the same gaps bit-packed, ``b`` in {1, 2, 4, 8}
-bits per entry in uint32 words: entry ``k`` sits at bit ``(k * b) % 32`` of
-word ``k * b // 32`` (the MACKO storage). Coordinates are ordered and unique
-by construction, so the level takes no properties.
+``delta(b, packed)`` keeps the same gaps bit-packed in uint32 words, ``per =
+32 // b`` of them a word, low bits first: entry ``k`` sits at bit
+``(k % per) * b`` of word ``k // per`` (for b in {1, 2, 4, 8} that is bit
+``(k * b) % 32`` of word ``k * b // 32``: the MACKO storage). ``b`` is one of
+:data:`PACKABLE_BITS` = 1, 2, 3, 4, 5, 8, 16: the widest width for each even
+count of gaps a word (32, 16, 10, 8, 6, 4, 2; b = 3 and 5 leave 2 bits of a
+word unused). :func:`~.delta_width.choose_width` picks b per matrix from its
+gap histogram. Coordinates are ordered and unique by construction, so the
+level takes no properties.
 
 Padding can dwarf the real entries (a gap of g costs ``g >> b`` of them), so
 ``pack`` counts the entries first and raises StorageError, naming the
@@ -34,7 +39,9 @@ from .base import (PACKED, LevelType, Packed, as_intp, check_range, pos_end, spl
                    unique_append)
 from .compressed import Compressed
 
-PACKABLE_BITS = (1, 2, 4, 8)
+#: packed widths: the widest b for each even number of gaps a 32-bit word holds (pairs of gaps
+#: never straddle a word: the library's SpMV decodes them two at a time)
+PACKABLE_BITS = (1, 2, 3, 4, 5, 8, 16)
 
 
 @dataclass(frozen=True)
@@ -49,6 +56,11 @@ class Delta(LevelType):
     packed: bool = False
 
     @property
+    def per_word(self) -> int:
+        """Gaps a uint32 word holds when packed (``32 // bits``)."""
+        return 32 // self.bits
+
+    @property
     def split_append(self) -> bool:
         """Chunks may be written in parallel unless gaps are bit-packed (a word holds several)."""
         return not self.packed
@@ -59,7 +71,8 @@ class Delta(LevelType):
             raise FormatSemanticError(f"delta(b) needs 1 <= b <= 32, got {self.bits!r}")
         if self.packed and self.bits not in PACKABLE_BITS:
             raise FormatSemanticError(
-                f"delta({self.bits}, packed) needs b in {{1, 2, 4, 8}} so entries tile 32-bit words")
+                f"delta({self.bits}, packed) needs b in {{{', '.join(map(str, PACKABLE_BITS))}}}: "
+                f"an even number of gaps in each 32-bit word")
 
     @classmethod
     def from_syntax(cls, groups):
@@ -97,10 +110,17 @@ class Delta(LevelType):
         """1 + the stored gap at position ``q`` (unpacking bit-packed words)."""
         if not self.packed:
             return ir.add(1, as_intp(ir.load(acc.crd, subscript(q))))
-        bit = ir.mul(q, self.bits)
-        word = ir.load(acc.crd, ir.Bin(">>", bit, ir.Const(5)))
-        shifted = ir.Bin(">>", word, ir.Bin("&", bit, ir.Const(31)))
+        word, at = self._slot(q)
+        shifted = ir.Bin(">>", ir.load(acc.crd, word), at)
         return ir.add(1, ir.Bin("&", shifted, ir.Const((1 << self.bits) - 1)))
+
+    def _slot(self, q):
+        """``(word index, bit offset)`` of packed entry ``q`` (shifts when ``b`` divides 32)."""
+        if 32 % self.bits == 0:
+            bit = ir.mul(q, self.bits)
+            return ir.Bin(">>", bit, ir.Const(5)), ir.Bin("&", bit, ir.Const(31))
+        per = ir.Const(self.per_word)
+        return ir.Bin("//", q, per), ir.mul(ir.Bin("%", q, per), self.bits)
 
     # -- write hooks: append in order, bridging wide gaps with value-0 padding entries --------
     def insert(self, w, p, c):
@@ -117,13 +137,13 @@ class Delta(LevelType):
     def _write_gap(self, w, q, gap):
         if not self.packed:
             return store(w.crd, q, gap)
-        bit = ir.mul(q, self.bits)
-        word = ir.Index(ir.Bin(">>", bit, ir.Const(5)))
-        shifted = ir.Bin("<<", gap, ir.Bin("&", bit, ir.Const(31)))
+        at, offset = self._slot(q)
+        word = ir.Index(at)
+        shifted = ir.Bin("<<", gap, offset)
         return ir.Store(w.crd, (word,), ir.Bin("|", ir.Load(w.crd, (word,)), shifted))
 
     def write_lengths(self, nparents, count):
-        return {"pos": nparents + 1, "crd": -(-count * self.bits // 32) if self.packed else count}
+        return {"pos": nparents + 1, "crd": -(-count // self.per_word) if self.packed else count}
 
     finalize = Compressed.finalize           # pos[p + 1] of a parent with no children
 
@@ -146,9 +166,7 @@ class Delta(LevelType):
     @property
     def crd_dtype(self) -> np.dtype:
         """uint32 words when packed, else the narrowest unsigned type holding b bits."""
-        if self.packed:
-            return np.dtype(np.uint32)
-        return np.dtype(np.uint8 if self.bits <= 8 else np.uint16 if self.bits <= 16 else np.uint32)
+        return np.dtype(np.uint32) if self.packed else _narrowest_unsigned(self.bits)
 
     def gaps(self, crd: np.ndarray, count: int) -> np.ndarray:
         """The ``count`` stored gaps as int64 (unpacking bit-packed words)."""
@@ -156,7 +174,7 @@ class Delta(LevelType):
 
     def positions(self, nparents, extent, buffers):
         count = pos_end(buffers, nparents, nparents + 1)
-        room = len(buffers["crd"]) * (32 // self.bits) if self.packed else len(buffers["crd"])
+        room = len(buffers["crd"]) * self.per_word if self.packed else len(buffers["crd"])
         if count > room:
             raise StorageError(f"pos[{nparents}] = {count} exceeds the {room} entries crd holds")
         return count
@@ -187,7 +205,7 @@ class Delta(LevelType):
         run_end = np.zeros(seg.nparents + 1, dtype=np.int64)
         has = ends > 0
         run_end[1:][has] = slots[ends[has] - 1] + 1
-        gaps = np.full(total, (1 << self.bits) - 1, dtype=np.uint8 if self.packed else self.crd_dtype)
+        gaps = np.full(total, (1 << self.bits) - 1, dtype=_narrowest_unsigned(self.bits))
         gap &= (1 << self.bits) - 1
         gaps[slots] = gap
         del gap
@@ -215,7 +233,7 @@ class Delta(LevelType):
 
     def storage_bytes(self, count: int, value_bytes: int) -> int:
         """Bytes of ``crd`` plus values for ``count`` stored entries of ``value_bytes`` each."""
-        crd = -(-count * self.bits // 32) * 4 if self.packed else count * self.crd_dtype.itemsize
+        crd = -(-count // self.per_word) * 4 if self.packed else count * self.crd_dtype.itemsize
         return crd + count * value_bytes
 
     def _over_budget(self, where, gap, widest, total, vbytes, budget, scratch) -> str:
@@ -247,7 +265,7 @@ class Delta(LevelType):
         pos, crd = np.asarray(buffers["pos"], dtype=np.int64), buffers["crd"]
         if len(pos) != nparents + 1:
             raise StorageError(f"pos has {len(pos)} entries, expected {nparents + 1}")
-        Compressed().check_bounds(pos[:-1], pos[1:], len(crd) * 32 // self.bits if self.packed else len(crd))
+        Compressed().check_bounds(pos[:-1], pos[1:], len(crd) * self.per_word if self.packed else len(crd))
         gaps = self.gaps(crd, int(pos[-1]))
         if (gaps >= (1 << self.bits)).any():
             q = int(np.argmax(gaps >= (1 << self.bits)))
@@ -256,7 +274,7 @@ class Delta(LevelType):
 
 
 def pack_bits(gaps: np.ndarray, bits: int) -> np.ndarray:
-    """Entry k at bits ``(k * b) % 32`` of word ``k * b // 32`` (little-endian within the word)."""
+    """Entry k at bit ``(k % per) * b`` of word ``k // per``, ``per = 32 // b`` (low bits first)."""
     per = 32 // bits
     words = np.zeros(-(-len(gaps) // per), dtype=np.uint32)
     for s in range(per):  # one strided pass per slot of the word: no temporary larger than the words
@@ -347,6 +365,10 @@ def _narrowest_fit(gap: np.ndarray, top: int, vbytes: int, budget: int, packed: 
                 lo = mid + 1
         return Delta(bits=hi), counts[hi]
     return None
+
+
+def _narrowest_unsigned(bits: int) -> np.dtype:
+    return np.dtype(np.uint8 if bits <= 8 else np.uint16 if bits <= 16 else np.uint32)
 
 
 def _human(nbytes: int) -> str:
