@@ -11,8 +11,8 @@ stencil before):
 * **COO** (canonical, row-major): the run borders of the sorted rows are the offsets
   (``kernels.sorted_pos``); columns and values as for DCSR.
 * **BSR(r, c)** (block columns ordered and unique where the level promises it; else checked in
-  one parallel pass, and where a row's are out of order, as SciPy's ``tobsr`` leaves them, each
-  block row's positions are sorted by column first, in parallel) and **DIA** (DIAI: values indexed by
+  one parallel pass, and where a row's are out of order, as SciPy's ``tobsr`` leaves them, the
+  fill puts each block row in column order in a chunk-local list, no permutation buffer) and **DIA** (DIAI: values indexed by
   row, DIAJ: by column; offsets checked ascending): a parallel pass
   counts every output row's nonzeros (explicit zeros of a block or a diagonal are not stored in
   CSR), a parallel prefix places the rows, a parallel pass writes each row at its offset. Block
@@ -41,7 +41,7 @@ import numpy as np
 
 from ..format.ir import TensorFormat
 from .dtypes import buffer_dtypes
-from .fastpaths import COMPRESSED, _csr_tensor, _fitting, _pos_dtype, coo_like, compiled_dtype, family
+from .fastpaths import COMPRESSED, _csr_tensor, _fitting, _pos_dtype, coo_like, compiled_dtype, family, row_bounds
 
 BLOCKS_PER_THREAD = 4  # prefix blocks per thread (kernels.prefix_in_place)
 
@@ -126,28 +126,46 @@ def to_csr(t, fmt: TensorFormat, share: bool = False):
     counts = np.empty(nrows + 1, dtype=_pos_dtype(len(values)))  # a row's count, then its end
     counts[0] = 0
     if kind == "bsr":
-        pos, crd = b[(1, "pos")], b[(1, "crd")]
-        order = np.empty(0, dtype=np.int64)
-        if t.format.levels[1].type != COMPRESSED and kernels.segments_increasing(pos, crd):
-            order = np.empty(int(pos[-1]), dtype=_pos_dtype(int(pos[-1])))  # SciPy's tobsr leaves block
-            if kernels.block_order(pos, crd, order):                         # columns in first-met order
-                return None  # a block column repeated within its row: the generic path sums them
-        r, c = t._layout.level_shape[2:]
-        args = (pos, crd, order, values, r, c, nrows, ncols)
-        count, fill = kernels.bsr_row_counts, kernels.bsr_row_fill
-    else:
-        pos0 = b[(0, "pos")]
-        offsets = b[(0, "crd")][int(pos0[0]):int(pos0[1])]
-        if len(offsets) > 1 and not bool(np.all(offsets[1:] > offsets[:-1])):
-            return None  # the generic path sorts
-        args = (offsets, values, t._layout.level_shape[1], kind == "diai", nrows, ncols)
-        count, fill = kernels.dia_row_counts, kernels.dia_row_fill
-    count(*args, counts)
+        return _bsr_to_csr(t, fmt, kernels, counts)
+    pos0 = b[(0, "pos")]
+    offsets = b[(0, "crd")][int(pos0[0]):int(pos0[1])]
+    if len(offsets) > 1 and not bool(np.all(offsets[1:] > offsets[:-1])):
+        return None  # the generic path sorts
+    args = (offsets, values, t._layout.level_shape[1], kind == "diai", nrows, ncols)
+    kernels.dia_row_counts(*args, counts)
+    crd_out, values_out = _place_rows(kernels, counts, nrows, ncols, values.dtype)
+    kernels.dia_row_fill(*args, counts, crd_out, values_out)
+    return _csr_tensor(t.shape, t.package, fmt, counts, crd_out, values_out)
+
+
+def _bsr_to_csr(t, fmt: TensorFormat, kernels, counts):
+    """The BSR ``t`` in CSR ``fmt`` (``counts``: nrows + 1 zeroed-at-0 entries, the result's
+    positions): count, prefix, fill. Block columns the level does not promise ordered are checked
+    in one parallel pass; out of order (SciPy's ``tobsr`` leaves them in first-met order), each
+    block row is sorted in a chunk-local list by the fill itself. None when a block column
+    repeats within its block row (the generic path sums them)."""
+    b, values = t._buffers, t._values
+    (nrows, ncols), (r, c) = t.shape, t._layout.level_shape[2:]
+    pos, crd = b[(1, "pos")], b[(1, "crd")]
+    widest = 0
+    if t.format.levels[1].type != COMPRESSED and kernels.segments_increasing(pos, crd):
+        widest = int(np.diff(pos).max())
+    args = (pos, crd, values, r, c, nrows, ncols)
+    kernels.bsr_row_counts(*args, counts)
+    crd_out, values_out = _place_rows(kernels, counts, nrows, ncols, values.dtype)
+    chunks = kernels.threads() * BLOCKS_PER_THREAD
+    bounds = row_bounds(pos, np.arange(chunks + 1, dtype=np.int64) * int(pos[-1]) // chunks)
+    if kernels.bsr_row_fill(*args, bounds, widest, counts, crd_out, values_out):
+        return None
+    return _csr_tensor(t.shape, t.package, fmt, counts, crd_out, values_out)
+
+
+def _place_rows(kernels, counts, nrows: int, ncols: int, dtype):
+    """``counts`` (each row's nonzeros after a leading 0) turned into row offsets in place, in
+    parallel; returns the CSR's column and value buffers of the total's size."""
     nblocks = max(1, min(nrows + 1, kernels.threads() * BLOCKS_PER_THREAD))
     total = int(kernels.prefix_in_place(counts, np.arange(nblocks + 1, dtype=np.int64) * (nrows + 1) // nblocks))
-    crd_out, values_out = np.empty(total, dtype=_fitting(max(ncols - 1, 0))), np.empty(total, dtype=values.dtype)
-    fill(*args, counts, crd_out, values_out)
-    return _csr_tensor(t.shape, t.package, fmt, counts, crd_out, values_out)
+    return np.empty(total, dtype=_fitting(max(ncols - 1, 0))), np.empty(total, dtype=dtype)
 
 
 def from_csr(t, fmt: TensorFormat):

@@ -887,37 +887,16 @@ def dcsr_pos(rows, pos1, n, pos_out):
 
 
 @njit_cached(parallel=True)
-def block_order(pos, crd, order):
-    """``order[pos[b]:pos[b + 1]]`` = the positions of block row ``b`` sorted by block column
-    (insertion sort: a block row holds few blocks); returns how many repeat the column before."""
-    repeats = 0
-    for b in prange(pos.size - 1):
-        start, end = np.intp(pos[U(b)]), np.intp(pos[U(b + 1)])
-        for q in range(start, end):
-            key = crd[U(q)]
-            k = q
-            while k > start and crd[U(order[U(k - 1)])] > key:
-                order[U(k)] = order[U(k - 1)]
-                k -= 1
-            order[U(k)] = q
-        for q in range(start + 1, end):
-            repeats += crd[U(order[U(q)])] == crd[U(order[U(q - 1)])]
-    return repeats
-
-
-@njit_cached(parallel=True)
-def bsr_row_counts(pos, crd, order, values, r, c, nrows, ncols, counts):
+def bsr_row_counts(pos, crd, values, r, c, nrows, ncols, counts):
     """``counts[i + 1]`` = nonzeros of row ``i`` of a BSR(r, c) matrix (blocks of block row ``b``
-    at positions ``[pos[b], pos[b + 1])``, in column order or, when ``order`` is not empty, in the
-    order it gives; block column ``crd[p]``, values row-major per block; the columns of an edge
-    block past ``ncols`` are padding)."""
-    permuted = order.size > 0
+    at positions ``[pos[b], pos[b + 1])``, block column ``crd[p]``, values row-major per block;
+    rows past ``nrows`` and the columns of an edge block past ``ncols`` are padding). A count
+    needs no column order: blocks are read in storage order, whatever it is."""
     for b in prange(pos.size - 1):
         start, end = np.intp(pos[U(b)]), np.intp(pos[U(b + 1)])
         for ii in range(min(r, nrows - b * r)):
             n = 0
-            for q in range(start, end):
-                p = np.intp(order[U(q)]) if permuted else q
+            for p in range(start, end):
                 j0 = np.intp(crd[U(p)]) * c
                 base = (p * r + ii) * c
                 for jj in range(min(c, ncols - j0)):
@@ -925,24 +904,53 @@ def bsr_row_counts(pos, crd, order, values, r, c, nrows, ncols, counts):
             counts[U(b * r + ii + 1)] = n
 
 
+@njit_cached(inline="always")
+def _blocks_by_column(crd, start, end, order):
+    """``order[:end - start]`` = positions ``[start, end)`` sorted by ``crd`` (insertion sort: a
+    block row holds few blocks); returns how many repeat the block column before them."""
+    for q in range(start, end):
+        key = crd[U(q)]
+        k = q - start
+        while k > 0 and crd[U(order[U(k - 1)])] > key:
+            order[U(k)] = order[U(k - 1)]
+            k -= 1
+        order[U(k)] = q
+    repeats = 0
+    for k in range(1, end - start):
+        repeats += crd[U(order[U(k)])] == crd[U(order[U(k - 1)])]
+    return repeats
+
+
 @njit_cached(parallel=True)
-def bsr_row_fill(pos, crd, order, values, r, c, nrows, ncols, pos_out, crd_out, values_out):
-    """Each nonzero of row ``i`` of the BSR(r, c) matrix at ``pos_out[i]`` onwards, in column order."""
-    permuted = order.size > 0
-    for b in prange(pos.size - 1):
-        start, end = np.intp(pos[U(b)]), np.intp(pos[U(b + 1)])
-        for ii in range(min(r, nrows - b * r)):
-            o = np.intp(pos_out[U(b * r + ii)])
-            for q in range(start, end):
-                p = np.intp(order[U(q)]) if permuted else q
-                j0 = np.intp(crd[U(p)]) * c
-                base = (p * r + ii) * c
-                for jj in range(min(c, ncols - j0)):
-                    v = values[U(base + jj)]
-                    if v != 0:
-                        crd_out[U(o)] = j0 + jj
-                        values_out[U(o)] = v
-                        o += 1
+def bsr_row_fill(pos, crd, values, r, c, nrows, ncols, bounds, widest, pos_out, crd_out, values_out):
+    """Each nonzero of row ``i`` of the BSR(r, c) matrix (:func:`bsr_row_counts`) at ``pos_out[i]``
+    onwards, in column order; chunk ``t`` takes block rows ``[bounds[t], bounds[t + 1])``. With
+    ``widest`` > 0 (the most blocks a block row holds) the block columns need not be ordered:
+    each block row is put in column order in a chunk-local list of that size first (no
+    full-size permutation buffer). Returns how many block columns repeat within their block
+    row (then the output is not a CSR: the caller drops it)."""
+    repeats = 0
+    for t in prange(bounds.size - 1):
+        order = np.empty(widest, dtype=np.intp)
+        found = 0
+        for b in range(bounds[t], bounds[t + 1]):
+            start, end = np.intp(pos[U(b)]), np.intp(pos[U(b + 1)])
+            if widest > 0:
+                found += _blocks_by_column(crd, start, end, order)
+            for ii in range(min(r, nrows - b * r)):
+                o = np.intp(pos_out[U(b * r + ii)])
+                for q in range(start, end):
+                    p = order[U(q - start)] if widest > 0 else q
+                    j0 = np.intp(crd[U(p)]) * c
+                    base = (p * r + ii) * c
+                    for jj in range(min(c, ncols - j0)):
+                        v = values[U(base + jj)]
+                        if v != 0:
+                            crd_out[U(o)] = j0 + jj
+                            values_out[U(o)] = v
+                            o += 1
+        repeats += found
+    return repeats
 
 
 DIA_COUNT_ROWS = 2048  # rows per block of dia_row_counts (the block's counts stay in L1)
