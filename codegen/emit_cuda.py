@@ -23,6 +23,11 @@ Folds other than ``+`` (semirings): registers and plain stores fold as on the CP
 stores use ``cuda.atomic.min`` / ``max`` — the schedules only spread a loop over
 conflicting stores when the fold has an atomic (``cuda_schedule.ATOMIC``). User
 functions are bound at import as device functions (``numba.cuda.jit(device=True)``).
+
+bfloat16 (``codegen.cuda_bfloat16``): the launch wrapper views bfloat16 arrays as their
+``uint16`` bits; a widened load shifts them into a float32's upper half and a rounded
+store keeps the float32's upper half rounded to nearest, ties to even, by integer
+arithmetic. The two bit casts are libdevice's on a GPU and NumPy views in the simulator.
 """
 
 from __future__ import annotations
@@ -32,9 +37,10 @@ import dataclasses
 from ustc.errors import UnsupportedOperation
 
 from . import loopir as ir
+from .cuda_bfloat16 import ROUND, WIDEN, bfloat16_arrays
 from .cuda_schedule import (ATOMIC, SCALAR_ROLES, WARP, Mapping, Schedule, choose_schedule, planned, substitute,
                             writes_chunks)
-from .emit_cpu import RESOLVE, CpuEmitter, extern_lines, renames
+from .emit_cpu import ATOM, RESOLVE, CpuEmitter, extern_lines, renames
 from .names import FreshNames
 from .roles import LEVEL_BUFFERS, Kind
 
@@ -43,6 +49,20 @@ FULL_MASK = "0xFFFFFFFF"
 MERGE_NAMES = ("tid", "grid", "first", "rows", "base", "entries", "items", "share", "d0", "d1", "r0", "r1",
                "k0", "k1", "row", "lo", "hi", "mid")
 ARITHMETIC = ("+", "-", "*", "//", "%", "&", ">>", "<<")
+#: the bit casts bfloat16 kernels use (``codegen.cuda_bfloat16``): libdevice's on a GPU (one
+#: move each), NumPy's views in the simulator, which runs kernels as Python
+BIT_CASTS = ("if config.ENABLE_CUDASIM:  # the simulator runs kernels as Python: NumPy reinterprets the bits",
+             "    def int_as_float(word):",
+             '        """The float32 whose bits are the 32-bit integer `word`."""',
+             "        return np.int64(word).astype(np.uint32).view(np.float32)",
+             "",
+             "    def float_as_int(value):",
+             '        """The bits of the float32 `value`, as an int32."""',
+             "        return np.float32(value).view(np.int32)",
+             "else:",
+             "    from numba.cuda.libdevice import float_as_int, int_as_float",
+             "")
+FLOAT32_EXPONENT = 0x7F800000   # a float32's bits above this (sign cleared) are a NaN
 
 
 # -- the emitter ---------------------------------------------------------------------------
@@ -54,7 +74,8 @@ class CudaEmitter(CpuEmitter):
     #: module-level names (imports, helpers) and the fixed names of the launch wrappers (their
     #: ``stream`` keyword, the grid size, the returned count): a user name spelled like one is
     #: renamed; the kernels' own variables (``lane``, ``mp_tid``, ...) are fresh names instead
-    GLOBALS = frozenset({"np", "config", "cuda", "blocks_for", "bounds", RESOLVE, "stream", "blocks", "result"})
+    GLOBALS = frozenset({"np", "config", "cuda", "blocks_for", "bounds", RESOLVE, "stream", "blocks", "result",
+                         "int_as_float", "float_as_int"})
 
     def __init__(self, unsigned_index: bool = True):
         super().__init__(unsigned_index)
@@ -70,6 +91,8 @@ class CudaEmitter(CpuEmitter):
                   '    """cuda.jit launch bounds: at most `threads` a block, registers left for `blocks` blocks',
                   "    a multiprocessor (none in the CUDA simulator, whose cuda.jit takes none).\"\"\"",
                   '    return {} if config.ENABLE_CUDASIM else {"launch_bounds": (threads, blocks)}', ""]
+        if any(bfloat16_arrays(fn) for fn in module.functions):
+            lines += ["", *BIT_CASTS]
         lines += extern_lines(module, "cuda")
         reserved = self.module_names(module)
         for fn in module.functions:
@@ -242,6 +265,8 @@ class CudaEmitter(CpuEmitter):
             if atomic is None:  # pragma: no cover - cuda_schedule spreads only loops whose folds have atomics
                 raise UnsupportedOperation(f"no CUDA atomic folds with {s.op!r} into {s.array}")
             return [f"{pad}cuda.atomic.{atomic}({s.array}, {index}, {self.expr(s.value)})"]
+        if isinstance(s, ir.Store) and isinstance(s.value, ir.Call) and s.value.fn == ROUND:
+            return self.round_store(s, pad)
         if isinstance(s, ir.Return):
             return [f"{pad}result[0] = {self.expr(s.value)}"]
         if isinstance(s, ir.For) and s.parallel:  # threads come from the grid, not from prange
@@ -252,7 +277,21 @@ class CudaEmitter(CpuEmitter):
             raise UnsupportedOperation("the CUDA target allocates no kernel-local arrays (workspaces are CPU-only)")
         return super().stmt(s, depth)
 
+    def round_store(self, s: ir.Store, pad: str) -> list[str]:
+        """A bfloat16 store (``codegen.cuda_bfloat16``): the float32 value's bits, then the upper
+        half rounded to nearest, ties to even (a NaN keeps its sign and becomes quiet)."""
+        bits = self.fresh("bfloat16_bits", "bits")
+        value = f"np.int64(float_as_int(np.float32({self.expr(s.value.args[0])}))) & 0xFFFFFFFF"
+        nan = f"({bits} >> 16) | 0x40 if {bits} & 0x7FFFFFFF > 0x{FLOAT32_EXPONENT:08X}"
+        nearest = f"({bits} + 0x7FFF + (({bits} >> 16) & 1)) >> 16"
+        return [f"{pad}{bits} = {value}",
+                f"{pad}{s.array}[{self.subscript(s.index)}] = {nan} else {nearest}"]
+
     def _expr(self, e: ir.Expr) -> tuple[str, int]:
+        if isinstance(e, ir.Call) and e.fn == WIDEN:
+            return f"int_as_float(np.int32({self.expr(e.args[0])}) << 16)", ATOM
+        if isinstance(e, ir.Call) and e.fn == ROUND:  # pragma: no cover - cuda_bfloat16 rounds at stores only
+            raise UnsupportedOperation("internal: a bfloat16 rounding outside a store")
         if isinstance(e, ir.Bin) and e.op in ARITHMETIC:
             # index words in arithmetic (delta gaps, packed words) as signed 64-bit: free on the
             # GPU, and the simulator's NumPy scalars would otherwise overflow uint8 / uint32
@@ -274,6 +313,7 @@ class CudaEmitter(CpuEmitter):
         args = names + (["result"] if _returns(fn) else [])
         out = [f"def launch_{fn.name}({', '.join(names + ['stream=0'])}):",
                f'    """Launch {fn.name} on `stream` ({schedule.kind})."""']
+        out += [f"    {a} = {a}.view(np.uint16)  # bfloat16 as its bits" for a in names if a in bfloat16_arrays(fn)]
         if m.loop is None:
             config = "1, 1"
         else:

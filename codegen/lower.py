@@ -761,7 +761,7 @@ def _is_bool(v: ir.Expr) -> bool:
 
 def _zero(dtype: np.dtype):
     kind = np.dtype(dtype).kind
-    return 0j if kind == "c" else 0.0 if kind == "f" else 0
+    return 0j if kind == "c" else 0.0 if kind == "f" or np.dtype(dtype).name in NARROW_FLOATS else 0
 
 
 def _intersection(lattice: lat.Lattice, cursors: list[Cursor]) -> bool:

@@ -47,6 +47,9 @@ BINARY = {ast.Add: np.add, ast.Sub: np.subtract, ast.Mult: np.multiply, ast.Div:
 COMPARE = {ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt, ast.GtE: operator.ge,
            ast.Eq: operator.eq, ast.NotEq: operator.ne}
 FULL = 0xFFFFFFFF
+#: libdevice's bit casts (bfloat16 kernels, ``codegen.cuda_bfloat16``), per thread
+BIT_CASTS = {"int_as_float": lambda w: np.asarray(w).astype(np.int64).astype(np.uint32).view(np.float32),
+             "float_as_int": lambda v: np.asarray(v).astype(np.float32).view(np.int32)}
 
 
 @dataclass
@@ -457,6 +460,8 @@ class _Launch:
             if not isinstance(args[0], wl.Memory):
                 raise ModelError(f"line {e.lineno}: len() of a non-array")
             return args[0].array.shape[0]
+        if getattr(fn, "__module__", "") == "numba.cuda.libdevice" and fn.__name__ in BIT_CASTS:
+            return BIT_CASTS[fn.__name__](args[0])
         if isinstance(fn, np.ufunc) or getattr(fn, "__module__", "") in ("math", "numpy"):
             return getattr(np, fn.__name__)(*args)                       # math.sqrt -> np.sqrt, per thread
         if hasattr(fn, "py_func"):                                      # a device function: thread by thread

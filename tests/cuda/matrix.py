@@ -19,16 +19,19 @@ import functools
 import sys
 import warnings
 
+import ml_dtypes
 import numpy as np
 import scipy.sparse as sp
 
 import ustc
 from _cases import report
+from ustc import ust
 from ustc.codegen import notation as nt
 from ustc.ops import library, runtime
 
 F = ustc.formats
 RNG = np.random.default_rng(7)
+BFLOAT16 = ml_dtypes.bfloat16
 M, N, K = 10, 12, 3
 
 
@@ -184,44 +187,90 @@ def cases():
     return out
 
 
-def half(fmt, m=M, n=N, density=0.35, seed=0):
-    """A float16 matrix with small integer values (every sum below is exact in float32)."""
-    return ustc.Tensor.from_dense(D(sparse(m, n, density, seed=seed)).astype(np.float16), fmt)
+def half(fmt, m=M, n=N, density=0.35, seed=0, dtype=np.float16):
+    """A float16 (or ``dtype``) matrix with small integer values (every sum below is exact in float32)."""
+    return ustc.Tensor.from_dense(D(sparse(m, n, density, seed=seed)).astype(dtype), fmt)
 
 
 def narrow_cases():
-    """float16 operands: values read as float32 and summed in float32, stored as the output's
-    dtype (``codegen.lower.NARROW_FLOATS``); outputs without an atomic fold keep the schedules
-    that need none."""
+    """float16 and bfloat16 operands: values read as float32 and summed in float32, stored as
+    the output's dtype (``codegen.lower.NARROW_FLOATS``; bfloat16 as 16-bit patterns,
+    ``codegen.cuda_bfloat16``); outputs without an atomic fold keep the schedules that need none."""
     out = []
-    x16 = lambda n=N: dense(n).astype(np.float16)
-    for fmt_name, fmt in (("csr", F.CSR), ("csc", F.CSC), ("coo", F.COO(2)), ("diai", F.DIAI),
-                          ("bsr22", F.BSR(2, 2)), ("delta4_packed", F.DELTA(4, True))):
-        out.append((f"spmv_{fmt_name}_float16", program(SPMV),
-                    lambda fmt=fmt: {"A": half(fmt), "x": x16(), "y": np.zeros(M, np.float16)}, "y",
-                    lambda b: D(b["A"]).astype(np.float32) @ b["x"].astype(np.float32), None))
-    out.append(("spmv_structured24_float16", program(SPMV),
-                lambda: {"A": ustc.Tensor.from_dense(two_four().astype(np.float16), F.Structured(2, 4)),
-                         "x": x16(), "y": np.zeros(M, np.float16)}, "y",
-                lambda b: D(b["A"]).astype(np.float32) @ b["x"].astype(np.float32), None))
+    for dtype in (np.float16, BFLOAT16):
+        out += _narrow(np.dtype(dtype))
     # 1.46875^2 = 2.1572265625 is exact in float32; rounded in float16 it is off by 4.5e-4 relative
     fine = np.float16(1.46875)
     out.append(("spmv_csr_float16_products_in_float32", program(SPMV),
                 lambda: {"A": ustc.Tensor.from_dense(np.full((M, N), fine), F.CSR), "x": np.full(N, fine),
                          "y": np.zeros(M, np.float32)}, "y",
                 lambda b: np.full(M, N * float(fine) ** 2), "warp_per_row:4"))
-    out.append(("spmm_csr_float16", program("C[i,k] = A[i,j] * B[j,k]"),
-                lambda: {"A": half(F.CSR), "B": dense(N, K).astype(np.float16), "C": np.zeros((M, K), np.float16)},
-                "C", lambda b: D(b["A"]).astype(np.float32) @ b["B"].astype(np.float32), None))
-    out.append(("sddmm_csr_float16", program("C[i,j] = A[i,j] * B[i,k] * E[k,j]"),
-                lambda: {"A": half(F.CSR), "B": dense(M, K).astype(np.float16),
-                         "E": dense(K, N).astype(np.float16), "C": F.CSR}, "C",
-                lambda b: D(b["A"]).astype(np.float32) * (b["B"].astype(np.float32) @ b["E"].astype(np.float32)),
-                None))
-    out.append(("add_csr_coo_float16", program("C[i,j] = A[i,j] + B[i,j]"),
-                lambda: {"A": half(F.CSR, seed=1), "B": half(F.COO(2), seed=2), "C": F.CSR}, "C",
-                lambda b: D(b["A"]).astype(np.float32) + D(b["B"]).astype(np.float32), None))
+    # (1 + 2^-7)^2 = 1 + 2^-6 + 2^-14 is exact in float32; a bfloat16 product drops the 2^-14
+    # (6e-5 relative, over the float32 result's tolerance)
+    fine = BFLOAT16(1 + 2 ** -7)
+    out.append(("spmv_csr_bfloat16_products_in_float32", program(SPMV),
+                lambda: {"A": ustc.Tensor.from_dense(np.full((M, N), fine), F.CSR), "x": np.full(N, fine),
+                         "y": np.zeros(M, np.float32)}, "y", lambda b: np.full(M, N * float(fine) ** 2), None))
+    # every bfloat16 bit pattern widened; float32 patterns of every class rounded (ties, NaNs
+    # whose payload is only in the dropped bits, overflow to infinity, subnormals)
+    out.append(("copy_bfloat16_to_float32_every_pattern", program("y[i] = a[i]"),
+                lambda: {"a": np.arange(1 << 16, dtype=np.uint16).view(BFLOAT16), "y": np.zeros(1 << 16, np.float32)},
+                "y", lambda b: b["a"].astype(np.float32), None))
+    out.append(("copy_float32_to_bfloat16_rounded", program("y[i] = a[i]"),
+                lambda: {"a": float32_patterns(), "y": np.zeros(len(float32_patterns()), BFLOAT16)}, "y",
+                lambda b: b["a"].astype(BFLOAT16), None))
     return out
+
+
+def float32_patterns() -> np.ndarray:
+    """float32 numbers of every class: random bit patterns and the edges of rounding to bfloat16."""
+    edges = [0x3F808000, 0x3F818000, 0xBF808000, 0x3F808001, 0x3F807FFF, 0x7F7FFFFF, 0xFF7FFFFF, 0x7F7F8000,
+             0x7F800000, 0xFF800000, 0x7F800001, 0x7FFFFFFF, 0xFFFFFFFF, 0x7FC00000, 0x00000000,
+             0x00000001, 0x00008000, 0x00018000, 0x007FFFFF, 0x80008000]
+    bits = np.random.default_rng(3).integers(0, 1 << 32, 2000, dtype=np.uint64).astype(np.uint32)
+    return np.concatenate([np.array(edges, np.uint32), bits]).view(np.float32)
+
+
+def _narrow(dtype):
+    """The narrow correctness cases of one dtype (float16 or bfloat16), named ``*_<dtype>``."""
+    out, tag = [], dtype.name
+    vec = lambda n=N: dense(n).astype(dtype)
+    wide = lambda t: D(t).astype(np.float32)
+    for fmt_name, fmt in (("csr", F.CSR), ("csc", F.CSC), ("coo", F.COO(2)), ("diai", F.DIAI),
+                          ("bsr22", F.BSR(2, 2)), ("delta4_packed", F.DELTA(4, True))):
+        out.append((f"spmv_{fmt_name}_{tag}", program(SPMV),
+                    lambda fmt=fmt: {"A": half(fmt, dtype=dtype), "x": vec(), "y": np.zeros(M, dtype)}, "y",
+                    lambda b: wide(b["A"]) @ wide(b["x"]), None))
+    out.append((f"spmv_structured24_{tag}", program(SPMV),
+                lambda: {"A": ustc.Tensor.from_dense(two_four().astype(dtype), F.Structured(2, 4)),
+                         "x": vec(), "y": np.zeros(M, dtype)}, "y",
+                lambda b: wide(b["A"]) @ wide(b["x"]), None))
+    out.append((f"spmm_csr_{tag}", program("C[i,k] = A[i,j] * B[j,k]"),
+                lambda: {"A": half(F.CSR, dtype=dtype), "B": dense(N, K).astype(dtype),
+                         "C": np.zeros((M, K), dtype)},
+                "C", lambda b: wide(b["A"]) @ wide(b["B"]), None))
+    out.append((f"sddmm_csr_{tag}", program("C[i,j] = A[i,j] * B[i,k] * E[k,j]"),
+                lambda: {"A": half(F.CSR, dtype=dtype), "B": dense(M, K).astype(dtype),
+                         "E": dense(K, N).astype(dtype), "C": F.CSR}, "C",
+                lambda b: wide(b["A"]) * (wide(b["B"]) @ wide(b["E"])), None))
+    out.append((f"add_csr_coo_{tag}", program("C[i,j] = A[i,j] + B[i,j]"),
+                lambda: {"A": half(F.CSR, seed=1, dtype=dtype), "B": half(F.COO(2), seed=2, dtype=dtype),
+                         "C": F.CSR}, "C",
+                lambda b: wide(b["A"]) + wide(b["B"]), None))
+    return out
+
+
+def close(got, expected) -> bool:
+    """``got`` matches the oracle: bit for bit where the oracle is bfloat16 (it rounded itself);
+    within one bfloat16 rounding (2^-8 relative) of a float32 oracle for a bfloat16 result;
+    NumPy's default tolerance otherwise."""
+    got = np.asarray(got)
+    if np.asarray(expected).dtype == BFLOAT16:   # the oracle rounded: the same bits, NaNs as NaNs
+        got, expected = got.astype(np.float32), np.asarray(expected).astype(np.float32)
+        return bool(np.array_equal(got, expected, equal_nan=True))
+    if got.dtype == BFLOAT16:
+        return bool(np.allclose(got.astype(np.float32), expected, rtol=2 ** -8, atol=0))
+    return bool(np.allclose(got, expected, equal_nan=True))
 
 
 def scaled_cases():
@@ -247,11 +296,16 @@ def run_sim(case) -> dict:
     expected = oracle(bindings)
     result = runtime.execute(prog, bindings, target="cuda", schedule=schedule)[output]
     got = D(result)
-    ok = bool(np.allclose(got, expected))
+    ok = close(got, expected)
     text = runtime.source(prog, bindings, target="cuda", schedule=schedule)
     schedules = [line.split(": ", 1)[1] for line in text.splitlines() if line.startswith("# schedule: ")]
-    return {"ok": ok, "schedules": schedules, **({} if ok else {"got": np.asarray(got).tolist(),
-                                                                "expected": np.asarray(expected).tolist()})}
+    return {"ok": ok, "schedules": schedules, **({} if ok else {"got": _listed(got), "expected": _listed(expected)})}
+
+
+def _listed(a) -> list:
+    """An array as JSON numbers (bfloat16 through float32)."""
+    a = np.asarray(a)
+    return (a.astype(np.float32) if a.dtype == BFLOAT16 else a).tolist()
 
 
 def run_ptx(case) -> dict:
@@ -307,7 +361,40 @@ def matmul_cases():
         wide = 2 * D(A).astype(np.float32) @ x.astype(np.float32)
         return [got, np.asarray(got).dtype == np.float16], [wide.astype(np.float16), True], mm.plan_info
 
+    def bfloat16(fmt, k=None):
+        """A planned bfloat16 product on the generated CUDA kernels (no float32 twins): alpha, c
+        updated in place and returned, a second execute accumulating again."""
+        A = half(fmt, dtype=BFLOAT16)
+        b = (dense(N) if k is None else dense(N, k)).astype(BFLOAT16)
+        c = np.ones((M,) if k is None else (M, k), BFLOAT16)
+        mm = ustc.Matmul(A, b, c, alpha=2.0, options={"target": "cuda"}).plan()
+        product = 2 * D(A).astype(np.float32) @ b.astype(np.float32)
+        first = mm.execute()
+        once = first.copy()
+        again = mm.execute()
+        wide = lambda v: np.asarray(v).astype(np.float32)
+        kernel_dtypes = [line for line in mm._route._run.header() if line.startswith(("A ", "B ", "C "))]
+        checks = [first is c and again is c and c.dtype == BFLOAT16,
+                  all(line.endswith("[bfloat16]") for line in kernel_dtypes)]   # the kernel reads bfloat16
+        return [wide(once), wide(again), checks], [product + 1, 2 * product + 1, [True, True]], mm.plan_info
+
+    def compat_bfloat16(fmt):
+        """nvmath-python's Matmul (``ustc.ust``) on bfloat16 with ExecutionCUDA: the same kernels."""
+        A, x = half(fmt, dtype=BFLOAT16), dense(N).astype(BFLOAT16)
+        c = np.zeros(M, BFLOAT16)
+        with ust.Matmul(ust.Tensor.from_package(A), x, c, alpha=0.5, execution=ust.ExecutionCUDA()) as mm:
+            mm.plan()
+            got = mm.execute()
+            info = mm._mm.plan_info
+            read = [line for line in mm._mm._route._run.header() if line.startswith(("A ", "B "))]
+        checks = [got is c, all(line.endswith("[bfloat16]") for line in read)]
+        return [np.asarray(got).astype(np.float32), checks], [0.5 * D(A).astype(np.float32) @ x.astype(np.float32),
+                                                              [True, True]], info
+
     return [("matmul_spmv_delta_float16_planned", lambda: spmv_half(F.DELTA(4, True))),
+            ("matmul_spmv_delta_bfloat16_planned", lambda: bfloat16(F.DELTA(4, True))),
+            ("matmul_spmm_csr_bfloat16_planned", lambda: bfloat16(F.CSR, K)),
+            ("matmul_ust_spmv_bsr_bfloat16", lambda: compat_bfloat16(F.BSR(2, 2))),
             ("matmul_spmv_csr_planned", lambda: spmv_twice(F.CSR)),
             ("matmul_spmv_coo_planned", lambda: spmv_twice(F.COO(2))),
             ("matmul_spmm_bsr_one_shot", lambda: spmm_one_shot(F.BSR(2, 2)))]
@@ -315,7 +402,7 @@ def matmul_cases():
 
 def run_matmul(case) -> dict:
     got, expected, info = case[1]()
-    ok = all(np.allclose(g, e) for g, e in zip(got, expected))
+    ok = all(np.allclose(g, e, rtol=2 ** -7) for g, e in zip(got, expected))
     return {"ok": ok and (info == "one-shot" or info.startswith("generated: cuda")), "plan_info": info}
 
 

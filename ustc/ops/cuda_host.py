@@ -143,13 +143,14 @@ def _level(text: str):
 
 def generate(run, operands: dict, header: tuple) -> str:
     """The CUDA module's source: kernels, launch wrappers, ``PLAN`` and ``SCHEDULES``."""
-    from ..codegen import optimize
+    from ..codegen import cuda_bfloat16, optimize
     from ..codegen.compile import compile_program
     from ..codegen.cuda_schedule import choose_schedule
     from ..codegen.emit_cuda import CudaEmitter
     from ..codegen.plans import plans_text
 
     module = compile_program(run.program, operands, header, optimize.CUDA)
+    module = cuda_bfloat16.explicit(module, frozenset(n for n, o in operands.items() if o.dtype == "bfloat16"))
     f = run.fields
     widths = {_level(k): w for k, w in f["widths"].items()}
     lanes = {_level(k): w for k, w in f["lanes"].items()}

@@ -42,7 +42,7 @@ def matmul(a, b, c=None, alpha=1, beta=None, *, transpose_a: bool = False, trans
         repeat = _REPEATS.get(id(a._layout))
         if repeat is not None and (y := repeat(a, b)) is not None:
             return y
-    wide = narrow.bfloat16_product(a, b, c, out)
+    wide = narrow.bfloat16_product(a, b, c, out, (options or {}).get("target"))
     if wide is not None:  # bfloat16 has no NumPy dtype: float32 twins, the result rounded back (ops.narrow)
         a32, b32, c32, out32 = wide.operands
         return wide.finish(matmul(a32, b32, c32, alpha, beta, transpose_a=transpose_a, transpose_b=transpose_b,

@@ -202,11 +202,13 @@ class TwinnedProduct:
         return result if self.result is None else _converted(result, self.result)
 
 
-def bfloat16_product(a, b, c=None, out=None) -> TwinnedProduct | None:
+def bfloat16_product(a, b, c=None, out=None, target: str | None = None) -> TwinnedProduct | None:
     """When any of the operands is a CPU bfloat16 one: float32 twins of the bfloat16 operands,
-    the result rounded back to bfloat16 where the operands promote to it (module docstring)."""
+    the result rounded back to bfloat16 where the operands promote to it (module docstring).
+    None for the ``"cuda"`` target, whose generated kernels read and store bfloat16 themselves
+    (``codegen.cuda_bfloat16``)."""
     kinds = [bfloat16_kind(x) for x in (a, b, c, out)]
-    if not any(kinds):
+    if not any(kinds) or target == "cuda":
         return None
     narrow = all(_promotes_to_bfloat16(x) for x in (a, b, c))
     kind = next(k for k in kinds if k is not None)

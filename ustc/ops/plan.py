@@ -145,7 +145,8 @@ def bind(a, b, c, alpha, beta, transpose_a: bool, transpose_b: bool, options: di
                           target, result_dtype.name)
     dense = [s for s in (sa, sb) if not s.sparse]
     package = dense[0].package if dense else sa.package
-    return Bound(a1, b1, c1 if read_c else None, dtype.type(alpha), dtype.type(beta), problem, shape, dtype,
+    scalar = np.float32 if dtype.name == "bfloat16" else dtype.type   # a bfloat16 kernel computes in float32
+    return Bound(a1, b1, c1 if read_c else None, scalar(alpha), scalar(beta), problem, shape, dtype,
                  package, out_format, inplace, c if inplace is not None else None, result_dtype, refresh,
                  swapped=swapped)
 
@@ -164,7 +165,10 @@ _WEAK = {"complex": 1j, "float": 1.0, "int": 1, "bool": True}
 def _result_type(names: tuple[str, ...], scalars: str) -> np.dtype:
     """The operands' result dtype; a scalar changes only its kind (NumPy's weak Python scalars:
     float32 stays float32 under a float alpha, int64 becomes float64, real becomes complex)."""
-    return np.result_type(np.result_type(*[np.dtype(d) for d in names]), _WEAK[scalars])
+    base = np.result_type(*[np.dtype(d) for d in names])
+    if base.name == "bfloat16" and scalars != "complex":   # ml_dtypes' type: no weak-scalar rule of its own
+        return base
+    return np.result_type(base, _WEAK[scalars])
 
 
 def _inplace_dtype(dtype: np.dtype, c) -> np.dtype:
@@ -191,7 +195,8 @@ class Matmul:
         self._raw = (a, b, c, alpha, beta)
         self._dtype_error: UstcError | None = None
         self._bf16 = _bfloat16_kinds(a, b, c)
-        self._wide = narrow.bfloat16_product(a, b, c)   # bfloat16: float32 twins (None otherwise)
+        # bfloat16 on the CPU: float32 twins (None otherwise: CUDA kernels read bfloat16)
+        self._wide = narrow.bfloat16_product(a, b, c, target=self.options.get("target"))
         a, b, c = self._wide.operands[:3] if self._wide is not None else (a, b, c)
         try:
             self._bound: Bound | None = bind(a, b, c, alpha, beta, *self._transposes, self.options)
@@ -326,12 +331,14 @@ class Matmul:
                            "dtype, device or scalar kind; plan a new Matmul for them")
         if _bfloat16_kinds(*raw[:3]) != self._bf16:
             raise differ
-        wide = narrow.bfloat16_product(*raw[:3])   # new twins of the new operands
+        wide = narrow.bfloat16_product(*raw[:3], target=self.options.get("target"))   # new twins
         operands = wide.operands[:3] if wide is not None else raw[:3]
         new = bind(*operands, *raw[3:], *self._transposes, self.options, semiring=self._fusion.semiring)
         if new.problem != self.problem:
             raise differ
         self._raw, self._bound, self._wide = raw, new, wide
+        if self._route is not None:
+            self._route.unbind()   # what a route kept of the old operands (copies of their structure) goes
         return self
 
     def _adopt(self, raw: tuple, bound: Bound) -> None:

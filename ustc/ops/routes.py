@@ -721,7 +721,8 @@ def _library(p: Problem, a, b, op, out_format, default: bool) -> Route | None:
             return ScipyRoute(out_format, " x ".join(kinds) + (f" -> {_fmt_name_text(out_format)}"
                                                                if out_format is not None else ""))
         return None
-    if op in ("spmv", "spmm") and kinds[0] in ("csr", "csc", "coo") and p.device == "cuda":
+    narrow = {str(p.a.dtype), str(p.b.dtype)} & {"float16", "bfloat16"}   # CuPy's sparse matrices hold neither
+    if op in ("spmv", "spmm") and kinds[0] in ("csr", "csc", "coo") and p.device == "cuda" and not narrow:
         return CupyRoute(op, kinds[0].upper(), "/".join(p.a.index))
     return None
 

@@ -239,13 +239,13 @@ class Matmul:
         self._c = c
         self._raw = (a, b, c)
         self._compute = self._compute_type(a, b, c)
+        self._target = _target(execution)
         a_op, b_op, c_op = self._operands(a, b, c)
         ustc_options = {}
         if self.options.codegen:
             ustc_options["route"] = "generated"
-        target = _target(execution)
-        if target is not None:
-            ustc_options["target"] = target
+        if self._target is not None:
+            ustc_options["target"] = self._target
         self._mm = _UstcMatmul(a_op, b_op, c_op, 1 if alpha is None else alpha, beta,
                                transpose_a=self._transposes[0], transpose_b=self._transposes[1],
                                options=ustc_options)
@@ -271,12 +271,13 @@ class Matmul:
 
     def _operands(self, a, b, c) -> tuple:
         """What ustc multiplies for ``a``, ``b``, ``c``: dense USTs as their arrays, bfloat16
-        operands as float32 twins, all of them in the compute type where a wider one was asked for
+        operands as float32 twins on the CPU (CUDA kernels read bfloat16 themselves), all of them in the compute type where a wider one was asked for
         (:mod:`ustc.ops.narrow`), conjugated complex ones as conjugated copies; all refreshed
         before every execute."""
         ops = [_operand(x) for x in (a, b, c)]
         wider = self._compute != _compute_dtype(*ops)
-        self._wide = narrow.computed_in(*ops, None, self._compute) if wider else narrow.bfloat16_product(*ops)
+        self._wide = narrow.computed_in(*ops, None, self._compute) if wider else \
+            narrow.bfloat16_product(*ops, target=self._target)
         if self._wide is not None:
             ops = list(self._wide.operands[:3])
         self._refresh = {}
