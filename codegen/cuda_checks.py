@@ -15,7 +15,8 @@ the result to that promise (:func:`problems`):
 * registers within the budget, and the launch bounds reached the PTX (``.maxntid``,
   ``.minnctapersm``);
 * warp shuffles exactly where the schedule shuffles, atomics (``atom`` / ``red``)
-  exactly where it updates atomically.
+  exactly where it updates atomically, read-only loads (``ld.global.nc``) exactly where
+  it reads operands it never writes (``codegen.cuda_loads``).
 
 Occupancy (:func:`codegen.cuda_machine.occupancy`) is reported, not checked.
 """
@@ -31,7 +32,8 @@ from .plans import plans_of
 
 ARCH = (9, 0)
 PROMISE = re.compile(r"^# promises: at most (\d+) registers a thread \((\d+) blocks of (\d+) threads a "
-                     r"multiprocessor\), (no )?warp shuffles, (no )?atomics\n(?:#[^\n]*\n)*@cuda\.jit[^\n]*\n"
+                     r"multiprocessor\), (no )?warp shuffles, (no )?atomics(?:, (no )?(read-only) loads)?\n"
+                     r"(?:#[^\n]*\n)*@cuda\.jit[^\n]*\n"
                      r"def (\w+)\(", re.M)
 
 
@@ -44,11 +46,13 @@ class Promise:
     threads: int
     shuffles: bool
     atomics: bool
+    readonly: bool = False    # loads operands it never writes through ld.global.nc
 
 
 def declared(source: str) -> dict[str, Promise]:
     """``{kernel name: Promise}`` from a generated CUDA module's ``# promises:`` lines."""
-    return {m.group(6): Promise(int(m.group(1)), int(m.group(2)), int(m.group(3)), not m.group(4), not m.group(5))
+    return {m.group(8): Promise(int(m.group(1)), int(m.group(2)), int(m.group(3)), not m.group(4), not m.group(5),
+                                bool(m.group(7)) and not m.group(6))
             for m in PROMISE.finditer(source)}
 
 
@@ -69,6 +73,9 @@ def problems(promise: Promise, res: Resources, ins: Instructions) -> tuple[str, 
         out.append(f"{ins.shuffles} shfl.sync, the schedule {'shuffles' if promise.shuffles else 'has no shuffles'}")
     if bool(ins.atomics) != promise.atomics:
         out.append(f"{ins.atomics} atomics, the schedule {'updates atomically' if promise.atomics else 'has none'}")
+    if bool(ins.readonly_loads) != promise.readonly:
+        out.append(f"{ins.readonly_loads} ld.global.nc, the kernel "
+                   f"{'reads operands through the read-only path' if promise.readonly else 'has no read-only loads'}")
     return tuple(out)
 
 
@@ -110,6 +117,7 @@ class Report:
                 "threads": self.promise.threads, "occupancy": round(self.occupancy.fraction, 4),
                 "occupancy_limit": self.occupancy.limit, "shuffles": i.shuffles, "atomics": i.atomics,
                 "local_ops": i.local_loads + i.local_stores, "vector_loads": i.vector_loads,
+                "readonly_loads": i.readonly_loads,
                 "problems": list(self.problems)}
 
 

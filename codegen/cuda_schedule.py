@@ -47,6 +47,11 @@ WARP = 32
 #: 32-bit registers of one sm_90 multiprocessor; ptxas allocates them to a thread in units of 8
 REGISTERS_PER_SM = 65536
 SCALAR_ROLES = SCALARS  # parameters the host passes as numbers (a launch may read them)
+#: the load intrinsics generated kernels import (``codegen.cuda_loads``): read-only scalar and vector loads
+LOADS = ("ldg", "ldg2", "ldg4", "ldg8")
+LOADS_MODULE = "ustc.codegen.cuda_loads"
+#: parameters a kernel only reads: its operands' level buffers and values, dense operands
+READ_KINDS = frozenset({Kind.POS, Kind.CRD, Kind.VALS, Kind.ARRAY})
 
 
 @dataclass(frozen=True)
@@ -60,6 +65,7 @@ class Schedule:
     loop: str = ""           # block_tile: the variable of the loop lanes share ("": the innermost one)
     reason: str = field(default="", compare=False)
     min_blocks: int = 2      # blocks of `threads` each multiprocessor must hold at once (launch bounds)
+    readonly_loads: bool = True  # arrays the kernel never writes are read through ld.global.nc (readonly_arrays)
 
     def __post_init__(self):
         if self.kind not in SCHEDULES:
@@ -367,6 +373,20 @@ def reduced_level(fn: ir.Function, m: Mapping):
         if role is not None and role.kind is Kind.POS:
             return role.tensor, role.level
     return None
+
+
+def readonly_arrays(fn: ir.Function) -> frozenset[str]:
+    """Operand parameters ``fn`` loads and never writes (no store, atomic update or sort names
+    them): no thread changes them while the kernel runs, so their loads may take the read-only
+    data path (``ld.global.nc``, :mod:`codegen.cuda_loads`). The host passes each parameter
+    its own buffer (an output is never also an operand under another name)."""
+    written, loaded = set(), set()
+    for s in ir.walk(fn.body):
+        if isinstance(s, (ir.Store, ir.Sort)):
+            written.add(s.array)
+        loaded.update(e.array for c in ir.children(s) for e in ir.nodes(c) if isinstance(e, ir.Load))
+    operands = {p.name for p in fn.params if p.role.kind in READ_KINDS}
+    return frozenset((loaded & operands) - written)
 
 
 # -- the heuristic ---------------------------------------------------------------------------

@@ -40,6 +40,7 @@ from . import loopir as ir
 from .cuda_bfloat16 import ROUND, WIDEN, bfloat16_arrays
 from .cuda_schedule import (ATOMIC, SCALAR_ROLES, WARP, Mapping, Schedule, choose_schedule, planned, substitute,
                             writes_chunks)
+from .cuda_schedule import LOADS, LOADS_MODULE, readonly_arrays
 from .emit_cpu import ATOM, RESOLVE, CpuEmitter, extern_lines, renames
 from .names import FreshNames
 from .roles import LEVEL_BUFFERS, Kind
@@ -77,13 +78,16 @@ class CudaEmitter(CpuEmitter):
     GLOBALS = frozenset({"np", "config", "cuda", "blocks_for", "bounds", RESOLVE, "stream", "blocks", "result",
                          "int_as_float", "float_as_int"})
 
+    GLOBALS = GLOBALS | frozenset(LOADS)  # the load intrinsics (codegen.cuda_loads)
+
     def __init__(self, unsigned_index: bool = True):
         super().__init__(unsigned_index)
         self._atomic = False
 
     def emit(self, module: ir.Module, schedules: dict | None = None) -> str:
         lines = [f"# {line}" if line else "#" for line in module.header]
-        lines += ["", "import numpy as np", "from numba import config, cuda", "", "",
+        lines += ["", "import numpy as np", "from numba import config, cuda",
+                  f"from {LOADS_MODULE} import {', '.join(LOADS)}", "", "",
                   "def blocks_for(work, threads, limit):",
                   '    """Blocks for `work` grid-stride iterations: at least 1, at most `limit`."""',
                   "    return max(1, min(limit, (work + threads - 1) // threads))", "", "",
@@ -119,11 +123,12 @@ class CudaEmitter(CpuEmitter):
     def kernel(self, fn: ir.Function, schedule: Schedule) -> list[str]:
         self.width = schedule.width
         self._index_arrays = {p.name for p in fn.params if p.role.kind in LEVEL_BUFFERS}
+        self._readonly = readonly_arrays(fn) if schedule.readonly_loads else frozenset()
         self._names = FreshNames(ir.names_in(fn) | self.GLOBALS)
         m = planned(fn, schedule)
         params = [p.name for p in fn.params] + (["result"] if _returns(fn) else [])
         out = [f"# schedule: {schedule.describe()}",
-               f"# promises: {promises(m, schedule)}",
+               f"# promises: {promises(m, schedule, bool(self._readonly))}",
                f"@cuda.jit(cache=True, **bounds({schedule.threads}, {schedule.min_blocks}))",
                f"def {fn.name}({', '.join(params)}):"]
         if fn.doc:
@@ -288,6 +293,9 @@ class CudaEmitter(CpuEmitter):
                 f"{pad}{s.array}[{self.subscript(s.index)}] = {nan} else {nearest}"]
 
     def _expr(self, e: ir.Expr) -> tuple[str, int]:
+        if isinstance(e, ir.Load) and e.array in self._readonly:  # never written here: ld.global.nc
+            index = self.subscript(e.index)
+            return f"ldg({e.array}, {index if len(e.index) == 1 else f'({index})'})", ATOM
         if isinstance(e, ir.Call) and e.fn == WIDEN:
             return f"int_as_float(np.int32({self.expr(e.args[0])}) << 16)", ATOM
         if isinstance(e, ir.Call) and e.fn == ROUND:  # pragma: no cover - cuda_bfloat16 rounds at stores only
@@ -304,6 +312,7 @@ class CudaEmitter(CpuEmitter):
         return e
 
     _index_arrays: set = frozenset()
+    _readonly: frozenset = frozenset()
 
     # -- host wrapper ----------------------------------------------------------------------------
     def launcher(self, fn: ir.Function, schedule: Schedule) -> list[str]:
@@ -340,15 +349,16 @@ class CudaEmitter(CpuEmitter):
     width = WARP
 
 
-def promises(m: Mapping, schedule: Schedule) -> str:
+def promises(m: Mapping, schedule: Schedule, readonly: bool = False) -> str:
     """The kernel's ``# promises:`` comment, what :mod:`codegen.cuda_checks` holds its machine
     code to: the register budget its launch bounds give ptxas, and whether it shuffles
-    (warp_per_row) and updates memory atomically (conflicting iterations, merge path)."""
+    (warp_per_row), updates memory atomically (conflicting iterations, merge path) and reads
+    operands it never writes through the read-only path (``readonly``: ``ld.global.nc``)."""
     shuffles = m.warp is not None and schedule.kind == "warp_per_row"
     atomics = m.atomic or (m.warp is not None and schedule.kind == "merge_path")
     return (f"at most {schedule.max_registers} registers a thread ({schedule.min_blocks} blocks of "
             f"{schedule.threads} threads a multiprocessor), {'' if shuffles else 'no '}warp shuffles, "
-            f"{'' if atomics else 'no '}atomics")
+            f"{'' if atomics else 'no '}atomics, {'' if readonly else 'no '}read-only loads")
 
 
 def _search(n: dict, diagonal: str, into: str, stop: ir.Expr, var: str) -> list[ir.Stmt]:

@@ -275,6 +275,9 @@ class _Launch:
             else:   # threads outside the mask keep their value (zero where they had none yet)
                 old = self.env.get(target.id)
                 self.env[target.id] = np.where(mask, value, np.zeros((), np.asarray(value).dtype) if old is None else old)
+        elif isinstance(target, ast.Tuple) and isinstance(value, tuple) and len(value) == len(target.elts):
+            for t, v in zip(target.elts, value):  # a, b = ldg2(...): one value per name
+                self.assign(t, v, mask)
         elif isinstance(target, ast.Subscript):
             memory = self._memory(target.value)
             memory.store(self._index(target.slice, mask), value, mask)
@@ -442,6 +445,9 @@ class _Launch:
         return self._call(fn, args, mask, e)
 
     def _call(self, fn, args, mask, e):
+        lanes = getattr(fn, "lanes", None)
+        if lanes is not None:  # a load intrinsic (codegen.cuda_loads) on the model's checked memory
+            return lanes(mask, *args)
         if isinstance(fn, type) and issubclass(fn, np.generic):          # np.intp(x), np.float64(x): wraps
             cast = np.asarray(args[0]).astype(fn)
             return cast if cast.ndim else cast[()]

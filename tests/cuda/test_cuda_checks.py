@@ -88,7 +88,7 @@ def kernel_0(y, x):
 
 
 # schedule: serial, one thread — no loop runs in parallel
-# promises: at most 255 registers a thread (2 blocks of 32 threads a multiprocessor), no warp shuffles, atomics
+# promises: at most 255 registers a thread (2 blocks of 32 threads a multiprocessor), no warp shuffles, atomics, read-only loads
 @cuda.jit(cache=True, **bounds(32, 2))
 def kernel_1(y, x):
     pass
@@ -98,17 +98,18 @@ def kernel_1(y, x):
 def test_declared_promises():
     found = cuda_checks.declared(SOURCE)
     assert found == {"kernel_0": cuda_checks.Promise(128, 2, 256, True, False),
-                     "kernel_1": cuda_checks.Promise(255, 2, 32, False, True)}
+                     "kernel_1": cuda_checks.Promise(255, 2, 32, False, True, True)}
 
 
 def test_the_emitter_states_what_the_mapping_does():
     assert promises(Mapping(None), Schedule("serial", threads=32, max_blocks=1)).endswith(
-        "(2 blocks of 32 threads a multiprocessor), no warp shuffles, no atomics")
-    assert promises(Mapping(None, atomic=True), Schedule()).endswith("no warp shuffles, atomics")
+        "(2 blocks of 32 threads a multiprocessor), no warp shuffles, no atomics, no read-only loads")
+    assert promises(Mapping(None, atomic=True), Schedule(), readonly=True).endswith(
+        "no warp shuffles, atomics, read-only loads")
 
 
 def test_problems_name_each_broken_promise():
-    promise = cuda_checks.Promise(32, 2, 256, shuffles=False, atomics=False)
+    promise = cuda_checks.Promise(32, 2, 256, shuffles=False, atomics=False, readonly=True)
     found = cuda_checks.problems(promise, cuda_machine.resources(LOG), cuda_machine.instructions(PTX))
     text = "\n".join(found)
     assert "spills: 8 bytes stored, 4 bytes loaded" in text and "40 registers, budget 32" in text
@@ -123,8 +124,11 @@ def test_a_kept_promise_has_no_problems():
     log = LOG.replace("16 bytes stack frame, 8 bytes spill stores, 4 bytes spill loads",
                       "0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads").replace(
         "16 stack", "0 stack").replace("24 bytes lmem", "0 bytes lmem")
-    promise = cuda_checks.Promise(128, 2, 256, shuffles=True, atomics=False)
+    promise = cuda_checks.Promise(128, 2, 256, shuffles=True, atomics=False, readonly=True)
     assert cuda_checks.problems(promise, cuda_machine.resources(log), cuda_machine.instructions(clean)) == ()
-    wrong_bounds = cuda_checks.Promise(128, 4, 128, shuffles=True, atomics=False)
+    plain = cuda_checks.Promise(128, 2, 256, shuffles=True, atomics=False, readonly=False)
+    assert cuda_checks.problems(plain, cuda_machine.resources(log), cuda_machine.instructions(clean)) == (
+        "1 ld.global.nc, the kernel has no read-only loads",)
+    wrong_bounds = cuda_checks.Promise(128, 4, 128, shuffles=True, atomics=False, readonly=True)
     assert cuda_checks.problems(wrong_bounds, cuda_machine.resources(log), cuda_machine.instructions(clean)) == (
         "launch bounds in the PTX: .maxntid 256, .minnctapersm 2; declared 128, 4",)

@@ -2,6 +2,7 @@
 
 import numpy as np
 from numba import config, cuda
+from ustc.codegen.cuda_loads import ldg, ldg2, ldg4, ldg8
 
 
 def blocks_for(work, threads, limit):
@@ -16,19 +17,19 @@ def bounds(threads, blocks):
 
 
 # schedule: thread_per_row, 256 threads/block — the writer's chunks carry insertion state: a thread per chunk
-# promises: at most 128 registers a thread (2 blocks of 256 threads a multiprocessor), no warp shuffles, no atomics
+# promises: at most 128 registers a thread (2 blocks of 256 threads a multiprocessor), no warp shuffles, no atomics, read-only loads
 @cuda.jit(cache=True, **bounds(256, 2))
 def kernel_0(emit, B_lvl0_crd, B_lvl1_pos, B_lvl1_crd, B_vals, B_counts, A_lvl0_pos, A_lvl0_crd, A_lvl1_crd, A_vals):
     """B[i0, i1] = A[i0, i1]"""
-    B_first = np.intp(A_lvl0_pos[0])
-    B_span = max(np.intp(A_lvl0_pos[1]) - B_first, 0)
+    B_first = np.intp(ldg(A_lvl0_pos, 0))
+    B_span = max(np.intp(ldg(A_lvl0_pos, 1)) - B_first, 0)
     B_chunks = min(B_span, len(B_counts))
     for B_chunk in range(cuda.grid(1), B_chunks, cuda.gridsize(1)):
         B_lo = B_first + B_span * B_chunk // B_chunks
-        while B_lo > B_first and B_lo < B_first + B_span and np.intp(A_lvl0_crd[np.uintp(B_lo)]) == np.intp(A_lvl0_crd[np.uintp(B_lo - 1)]):
+        while B_lo > B_first and B_lo < B_first + B_span and np.intp(ldg(A_lvl0_crd, np.uintp(B_lo))) == np.intp(ldg(A_lvl0_crd, np.uintp(B_lo - 1))):
             B_lo += 1
         B_hi = B_first + B_span * (B_chunk + 1) // B_chunks
-        while B_hi > B_first and B_hi < B_first + B_span and np.intp(A_lvl0_crd[np.uintp(B_hi)]) == np.intp(A_lvl0_crd[np.uintp(B_hi - 1)]):
+        while B_hi > B_first and B_hi < B_first + B_span and np.intp(ldg(A_lvl0_crd, np.uintp(B_hi))) == np.intp(ldg(A_lvl0_crd, np.uintp(B_hi - 1))):
             B_hi += 1
         B_n0 = B_counts[np.uintp(B_chunk), 0] if emit else 0
         B_last_p0 = -1
@@ -39,14 +40,14 @@ def kernel_0(emit, B_lvl0_crd, B_lvl1_pos, B_lvl1_crd, B_vals, B_counts, A_lvl0_
         A_p0 = B_lo
         A_p0_end = B_hi
         while A_p0 < A_p0_end:
-            A_c0 = np.intp(A_lvl0_crd[np.uintp(A_p0)])
+            A_c0 = np.intp(ldg(A_lvl0_crd, np.uintp(A_p0)))
             i0 = A_c0
             A_r0 = A_p0 + 1
-            while A_r0 < A_p0_end and np.intp(A_lvl0_crd[np.uintp(A_r0)]) == A_c0:
+            while A_r0 < A_p0_end and np.intp(ldg(A_lvl0_crd, np.uintp(A_r0))) == A_c0:
                 A_r0 += 1
             for A_p1 in range(A_p0, A_r0):
-                i1 = np.intp(A_lvl1_crd[np.uintp(A_p1)])
-                B_v = A_vals[np.uintp(A_p1)]
+                i1 = np.intp(ldg(A_lvl1_crd, np.uintp(A_p1)))
+                B_v = ldg(A_vals, np.uintp(A_p1))
                 if B_v != 0:
                     if B_last_p0 != 0 or B_last_c0 != i0:
                         if emit:

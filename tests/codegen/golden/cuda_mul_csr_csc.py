@@ -2,6 +2,7 @@
 
 import numpy as np
 from numba import config, cuda
+from ustc.codegen.cuda_loads import ldg, ldg2, ldg4, ldg8
 
 
 def blocks_for(work, threads, limit):
@@ -16,7 +17,7 @@ def bounds(threads, blocks):
 
 
 # schedule: thread_per_row, 256 threads/block — the writer's chunks carry insertion state: a thread per chunk
-# promises: at most 128 registers a thread (2 blocks of 256 threads a multiprocessor), no warp shuffles, no atomics
+# promises: at most 128 registers a thread (2 blocks of 256 threads a multiprocessor), no warp shuffles, no atomics, read-only loads
 @cuda.jit(cache=True, **bounds(256, 2))
 def kernel_0(emit, C_lvl1_pos, C_lvl1_crd, C_vals, C_counts, A_lvl1_pos, A_lvl1_crd, A_vals, B_lvl1_pos, B_lvl1_crd, B_vals, n_i):
     """C[i, j] = A[i, j] * B[i, j]"""
@@ -30,25 +31,25 @@ def kernel_0(emit, C_lvl1_pos, C_lvl1_crd, C_vals, C_counts, A_lvl1_pos, A_lvl1_
         C_last_p1 = -1
         C_last_c1 = 0
         for i in range(C_lo, C_hi):
-            A_p1 = np.intp(A_lvl1_pos[np.uintp(i)])
-            A_p1_end = np.intp(A_lvl1_pos[np.uintp(i + 1)])
-            B_p1 = np.intp(B_lvl1_pos[np.uintp(i)])
-            B_p1_end = np.intp(B_lvl1_pos[np.uintp(i + 1)])
+            A_p1 = np.intp(ldg(A_lvl1_pos, np.uintp(i)))
+            A_p1_end = np.intp(ldg(A_lvl1_pos, np.uintp(i + 1)))
+            B_p1 = np.intp(ldg(B_lvl1_pos, np.uintp(i)))
+            B_p1_end = np.intp(ldg(B_lvl1_pos, np.uintp(i + 1)))
             while A_p1 < A_p1_end and B_p1 < B_p1_end:
-                A_c1 = np.intp(A_lvl1_crd[np.uintp(A_p1)])
-                B_c1 = np.intp(B_lvl1_crd[np.uintp(B_p1)])
+                A_c1 = np.intp(ldg(A_lvl1_crd, np.uintp(A_p1)))
+                B_c1 = np.intp(ldg(B_lvl1_crd, np.uintp(B_p1)))
                 if A_c1 < B_c1:
                     A_p1_lo = A_p1 + 1
                     A_p1_hi = A_p1_lo
                     A_p1_step = 1
-                    while A_p1_hi < A_p1_end and np.intp(A_lvl1_crd[np.uintp(A_p1_hi)]) < B_c1:
+                    while A_p1_hi < A_p1_end and np.intp(ldg(A_lvl1_crd, np.uintp(A_p1_hi))) < B_c1:
                         A_p1_lo = A_p1_hi + 1
                         A_p1_hi += A_p1_step
                         A_p1_step *= 2
                     A_p1_hi = min(A_p1_hi, A_p1_end)
                     while A_p1_lo < A_p1_hi:
                         A_p1_mid = A_p1_lo + A_p1_hi >> 1
-                        if np.intp(A_lvl1_crd[np.uintp(A_p1_mid)]) < B_c1:
+                        if np.intp(ldg(A_lvl1_crd, np.uintp(A_p1_mid))) < B_c1:
                             A_p1_lo = A_p1_mid + 1
                         else:
                             A_p1_hi = A_p1_mid
@@ -57,21 +58,21 @@ def kernel_0(emit, C_lvl1_pos, C_lvl1_crd, C_vals, C_counts, A_lvl1_pos, A_lvl1_
                     B_p1_lo = B_p1 + 1
                     B_p1_hi = B_p1_lo
                     B_p1_step = 1
-                    while B_p1_hi < B_p1_end and np.intp(B_lvl1_crd[np.uintp(B_p1_hi)]) < A_c1:
+                    while B_p1_hi < B_p1_end and np.intp(ldg(B_lvl1_crd, np.uintp(B_p1_hi))) < A_c1:
                         B_p1_lo = B_p1_hi + 1
                         B_p1_hi += B_p1_step
                         B_p1_step *= 2
                     B_p1_hi = min(B_p1_hi, B_p1_end)
                     while B_p1_lo < B_p1_hi:
                         B_p1_mid = B_p1_lo + B_p1_hi >> 1
-                        if np.intp(B_lvl1_crd[np.uintp(B_p1_mid)]) < A_c1:
+                        if np.intp(ldg(B_lvl1_crd, np.uintp(B_p1_mid))) < A_c1:
                             B_p1_lo = B_p1_mid + 1
                         else:
                             B_p1_hi = B_p1_mid
                     B_p1 = B_p1_lo
                 else:
                     j = A_c1
-                    C_v = A_vals[np.uintp(A_p1)] * B_vals[np.uintp(B_p1)]
+                    C_v = ldg(A_vals, np.uintp(A_p1)) * ldg(B_vals, np.uintp(B_p1))
                     if C_v != 0:
                         if C_last_p1 != i or C_last_c1 != j:
                             if emit:

@@ -2,6 +2,7 @@
 
 import numpy as np
 from numba import config, cuda
+from ustc.codegen.cuda_loads import ldg, ldg2, ldg4, ldg8
 
 
 def blocks_for(work, threads, limit):
@@ -16,7 +17,7 @@ def bounds(threads, blocks):
 
 
 # schedule: block_tile(width=2, loop=v_i_mod2), 256 threads/block — requested
-# promises: at most 128 registers a thread (2 blocks of 256 threads a multiprocessor), no warp shuffles, no atomics
+# promises: at most 128 registers a thread (2 blocks of 256 threads a multiprocessor), no warp shuffles, no atomics, read-only loads
 @cuda.jit(cache=True, **bounds(256, 2))
 def kernel_0(y, A_lvl0_size, A_lvl1_pos, A_lvl1_crd, A_lvl2_size, A_lvl3_size, A_vals, x, n_i, n_j):
     """y[i] += A[i, j] * x[j]"""
@@ -25,8 +26,8 @@ def kernel_0(y, A_lvl0_size, A_lvl1_pos, A_lvl1_crd, A_lvl2_size, A_lvl3_size, A
     for v_i_div2_base in range(cuda.grid(1) // 32 * 16, A_lvl0_size, cuda.gridsize(1) // 32 * 16):
         v_i_div2 = v_i_div2_base + group
         if v_i_div2 < A_lvl0_size:
-            for A_p1 in range(np.intp(A_lvl1_pos[np.uintp(v_i_div2)]), np.intp(A_lvl1_pos[np.uintp(v_i_div2 + 1)])):
-                v_j_div2 = np.intp(A_lvl1_crd[np.uintp(A_p1)])
+            for A_p1 in range(np.intp(ldg(A_lvl1_pos, np.uintp(v_i_div2))), np.intp(ldg(A_lvl1_pos, np.uintp(v_i_div2 + 1)))):
+                v_j_div2 = np.intp(ldg(A_lvl1_crd, np.uintp(A_p1)))
                 for v_i_mod2 in range(max(0, -(2 * v_i_div2)) + lane, min(A_lvl2_size, n_i - 2 * v_i_div2), 2):
                     i = 2 * v_i_div2 + v_i_mod2
                     A_p2 = A_p1 * A_lvl2_size + v_i_mod2
@@ -34,7 +35,7 @@ def kernel_0(y, A_lvl0_size, A_lvl1_pos, A_lvl1_crd, A_lvl2_size, A_lvl3_size, A
                     for v_j_mod2 in range(max(0, -(2 * v_j_div2)), min(A_lvl3_size, n_j - 2 * v_j_div2)):
                         j = 2 * v_j_div2 + v_j_mod2
                         A_p3 = A_p2 * A_lvl3_size + v_j_mod2
-                        acc += A_vals[np.uintp(A_p3)] * x[np.uintp(j)]
+                        acc += ldg(A_vals, np.uintp(A_p3)) * ldg(x, np.uintp(j))
                     y[np.uintp(i)] += acc
 
 

@@ -2,6 +2,7 @@
 
 import numpy as np
 from numba import config, cuda
+from ustc.codegen.cuda_loads import ldg, ldg2, ldg4, ldg8
 
 
 def blocks_for(work, threads, limit):
@@ -16,25 +17,25 @@ def bounds(threads, blocks):
 
 
 # schedule: thread_per_row, 256 threads/block — no shared row reduction
-# promises: at most 128 registers a thread (2 blocks of 256 threads a multiprocessor), no warp shuffles, no atomics
+# promises: at most 128 registers a thread (2 blocks of 256 threads a multiprocessor), no warp shuffles, no atomics, read-only loads
 @cuda.jit(cache=True, **bounds(256, 2))
 def kernel_0(y, A_lvl0_pos, A_lvl0_crd, A_lvl1_crd, A_vals, x):
     """y[i] += A[i, j] * x[j]"""
-    A_p0_lo = np.intp(A_lvl0_pos[0])
-    A_p0_hi = np.intp(A_lvl0_pos[1])
+    A_p0_lo = np.intp(ldg(A_lvl0_pos, 0))
+    A_p0_hi = np.intp(ldg(A_lvl0_pos, 1))
     for A_chunk0 in range(cuda.grid(1), (A_p0_hi - A_p0_lo + 31) // 32, cuda.gridsize(1)):
         A_p0_a = min(A_p0_lo + A_chunk0 * 32, A_p0_hi)
-        while A_p0_a > A_p0_lo and A_p0_a < A_p0_hi and np.intp(A_lvl0_crd[np.uintp(A_p0_a)]) == np.intp(A_lvl0_crd[np.uintp(A_p0_a - 1)]):
+        while A_p0_a > A_p0_lo and A_p0_a < A_p0_hi and np.intp(ldg(A_lvl0_crd, np.uintp(A_p0_a))) == np.intp(ldg(A_lvl0_crd, np.uintp(A_p0_a - 1))):
             A_p0_a += 1
         A_p0_b = min(A_p0_lo + (A_chunk0 + 1) * 32, A_p0_hi)
-        while A_p0_b > A_p0_lo and A_p0_b < A_p0_hi and np.intp(A_lvl0_crd[np.uintp(A_p0_b)]) == np.intp(A_lvl0_crd[np.uintp(A_p0_b - 1)]):
+        while A_p0_b > A_p0_lo and A_p0_b < A_p0_hi and np.intp(ldg(A_lvl0_crd, np.uintp(A_p0_b))) == np.intp(ldg(A_lvl0_crd, np.uintp(A_p0_b - 1))):
             A_p0_b += 1
         for A_p0 in range(A_p0_a, A_p0_b):
-            i = np.intp(A_lvl0_crd[np.uintp(A_p0)])
+            i = np.intp(ldg(A_lvl0_crd, np.uintp(A_p0)))
             acc = 0.0
             A_p1 = A_p0
-            j = np.intp(A_lvl1_crd[np.uintp(A_p1)])
-            acc += A_vals[np.uintp(A_p1)] * x[np.uintp(j)]
+            j = np.intp(ldg(A_lvl1_crd, np.uintp(A_p1)))
+            acc += ldg(A_vals, np.uintp(A_p1)) * ldg(x, np.uintp(j))
             y[np.uintp(i)] += acc
 
 

@@ -2,6 +2,7 @@
 
 import numpy as np
 from numba import config, cuda
+from ustc.codegen.cuda_loads import ldg, ldg2, ldg4, ldg8
 
 
 def blocks_for(work, threads, limit):
@@ -16,15 +17,15 @@ def bounds(threads, blocks):
 
 
 # schedule: thread_per_row, 256 threads/block — no shared row reduction, atomic updates
-# promises: at most 128 registers a thread (2 blocks of 256 threads a multiprocessor), no warp shuffles, atomics
+# promises: at most 128 registers a thread (2 blocks of 256 threads a multiprocessor), no warp shuffles, atomics, read-only loads
 @cuda.jit(cache=True, **bounds(256, 2))
 def kernel_0(y, A_lvl1_pos, A_lvl1_crd, A_vals, x, n_j):
     """y[i] += A[i, j] * x[j]"""
     # iterations may update the same output elements: atomic adds
     for j in range(cuda.grid(1), n_j, cuda.gridsize(1)):
-        for A_p1 in range(np.intp(A_lvl1_pos[np.uintp(j)]), np.intp(A_lvl1_pos[np.uintp(j + 1)])):
-            i = np.intp(A_lvl1_crd[np.uintp(A_p1)])
-            cuda.atomic.add(y, np.uintp(i), A_vals[np.uintp(A_p1)] * x[np.uintp(j)])
+        for A_p1 in range(np.intp(ldg(A_lvl1_pos, np.uintp(j))), np.intp(ldg(A_lvl1_pos, np.uintp(j + 1)))):
+            i = np.intp(ldg(A_lvl1_crd, np.uintp(A_p1)))
+            cuda.atomic.add(y, np.uintp(i), ldg(A_vals, np.uintp(A_p1)) * ldg(x, np.uintp(j)))
 
 
 def launch_kernel_0(y, A_lvl1_pos, A_lvl1_crd, A_vals, x, n_j, stream=0):

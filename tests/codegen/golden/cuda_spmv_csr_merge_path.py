@@ -2,6 +2,7 @@
 
 import numpy as np
 from numba import config, cuda
+from ustc.codegen.cuda_loads import ldg, ldg2, ldg4, ldg8
 
 
 def blocks_for(work, threads, limit):
@@ -16,7 +17,7 @@ def bounds(threads, blocks):
 
 
 # schedule: merge_path, 256 threads/block — requested
-# promises: at most 128 registers a thread (2 blocks of 256 threads a multiprocessor), no warp shuffles, atomics
+# promises: at most 128 registers a thread (2 blocks of 256 threads a multiprocessor), no warp shuffles, atomics, read-only loads
 @cuda.jit(cache=True, **bounds(256, 2))
 def kernel_0(y, A_lvl1_pos, A_lvl1_crd, A_vals, x, n_i):
     """y[i] += A[i, j] * x[j]"""
@@ -26,8 +27,8 @@ def kernel_0(y, A_lvl1_pos, A_lvl1_crd, A_vals, x, n_i):
     mp_first = 0
     mp_rows = n_i
     if mp_rows > 0:
-        mp_base = np.intp(A_lvl1_pos[np.uintp(mp_first)])
-        mp_entries = np.intp(A_lvl1_pos[np.uintp(mp_first + mp_rows - 1 + 1)]) - mp_base
+        mp_base = np.intp(ldg(A_lvl1_pos, np.uintp(mp_first)))
+        mp_entries = np.intp(ldg(A_lvl1_pos, np.uintp(mp_first + mp_rows - 1 + 1))) - mp_base
         mp_items = mp_rows + mp_entries
         mp_share = (mp_items + (mp_grid - 1)) // mp_grid
         mp_d0 = min(mp_tid * mp_share, mp_items)
@@ -37,7 +38,7 @@ def kernel_0(y, A_lvl1_pos, A_lvl1_crd, A_vals, x, n_i):
             mp_hi = min(mp_d0, mp_rows)
             while mp_lo < mp_hi:
                 mp_mid = (mp_lo + mp_hi) // 2
-                if np.intp(A_lvl1_pos[np.uintp(mp_first + mp_mid + 1)]) - mp_base <= mp_d0 - mp_mid - 1:
+                if np.intp(ldg(A_lvl1_pos, np.uintp(mp_first + mp_mid + 1))) - mp_base <= mp_d0 - mp_mid - 1:
                     mp_lo = mp_mid + 1
                 else:
                     mp_hi = mp_mid
@@ -46,7 +47,7 @@ def kernel_0(y, A_lvl1_pos, A_lvl1_crd, A_vals, x, n_i):
             mp_hi = min(mp_d1, mp_rows)
             while mp_lo < mp_hi:
                 mp_mid = (mp_lo + mp_hi) // 2
-                if np.intp(A_lvl1_pos[np.uintp(mp_first + mp_mid + 1)]) - mp_base <= mp_d1 - mp_mid - 1:
+                if np.intp(ldg(A_lvl1_pos, np.uintp(mp_first + mp_mid + 1))) - mp_base <= mp_d1 - mp_mid - 1:
                     mp_lo = mp_mid + 1
                 else:
                     mp_hi = mp_mid
@@ -56,11 +57,11 @@ def kernel_0(y, A_lvl1_pos, A_lvl1_crd, A_vals, x, n_i):
             for mp_row in range(mp_r0, min(mp_r1 + 1, mp_rows)):
                 i = mp_first + mp_row
                 acc = 0.0
-                mp_lo = max(np.intp(A_lvl1_pos[np.uintp(i)]), mp_k0)
-                mp_hi = min(np.intp(A_lvl1_pos[np.uintp(i + 1)]), mp_k1)
+                mp_lo = max(np.intp(ldg(A_lvl1_pos, np.uintp(i))), mp_k0)
+                mp_hi = min(np.intp(ldg(A_lvl1_pos, np.uintp(i + 1))), mp_k1)
                 for A_p1 in range(mp_lo, mp_hi):
-                    j = np.intp(A_lvl1_crd[np.uintp(A_p1)])
-                    acc += A_vals[np.uintp(A_p1)] * x[np.uintp(j)]
+                    j = np.intp(ldg(A_lvl1_crd, np.uintp(A_p1)))
+                    acc += ldg(A_vals, np.uintp(A_p1)) * ldg(x, np.uintp(j))
                 if mp_lo < mp_hi:  # an empty piece adds nothing
                     if mp_row == mp_r0 or mp_row == mp_r1:  # a row the neighbouring threads may share
                         cuda.atomic.add(y, np.uintp(i), acc)

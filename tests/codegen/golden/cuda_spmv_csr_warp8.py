@@ -2,6 +2,7 @@
 
 import numpy as np
 from numba import config, cuda
+from ustc.codegen.cuda_loads import ldg, ldg2, ldg4, ldg8
 
 
 def blocks_for(work, threads, limit):
@@ -16,7 +17,7 @@ def bounds(threads, blocks):
 
 
 # schedule: warp_per_row(width=8), 256 threads/block — requested
-# promises: at most 128 registers a thread (2 blocks of 256 threads a multiprocessor), warp shuffles, no atomics
+# promises: at most 128 registers a thread (2 blocks of 256 threads a multiprocessor), warp shuffles, no atomics, read-only loads
 @cuda.jit(cache=True, **bounds(256, 2))
 def kernel_0(y, A_lvl1_pos, A_lvl1_crd, A_vals, x, n_i):
     """y[i] += A[i, j] * x[j]"""
@@ -26,9 +27,9 @@ def kernel_0(y, A_lvl1_pos, A_lvl1_crd, A_vals, x, n_i):
         i = i_base + group
         acc = 0.0
         if i < n_i:
-            for A_p1 in range(np.intp(A_lvl1_pos[np.uintp(i)]) + lane, np.intp(A_lvl1_pos[np.uintp(i + 1)]), 8):
-                j = np.intp(A_lvl1_crd[np.uintp(A_p1)])
-                acc += A_vals[np.uintp(A_p1)] * x[np.uintp(j)]
+            for A_p1 in range(np.intp(ldg(A_lvl1_pos, np.uintp(i))) + lane, np.intp(ldg(A_lvl1_pos, np.uintp(i + 1))), 8):
+                j = np.intp(ldg(A_lvl1_crd, np.uintp(A_p1)))
+                acc += ldg(A_vals, np.uintp(A_p1)) * ldg(x, np.uintp(j))
         acc += cuda.shfl_down_sync(0xFFFFFFFF, acc, 4)
         acc += cuda.shfl_down_sync(0xFFFFFFFF, acc, 2)
         acc += cuda.shfl_down_sync(0xFFFFFFFF, acc, 1)
