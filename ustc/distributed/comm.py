@@ -13,7 +13,9 @@ any transport:
   lower ranks' part first, so every rank branches the same way).
 
 :class:`ActorCommunicator` is the default transport: peer-to-peer calls between
-Dask actors (one RPC per message, no scheduler involvement).
+Dask actors (one RPC per message, no scheduler involvement);
+:class:`ustc.distributed.sockets.SocketCommunicator` (the block actors' default) connects
+them directly, one TCP connection per pair opened once through Dask.
 :class:`MPICommunicator` wraps an mpi4py communicator for runs under
 ``mpiexec``; it needs the ``mpi`` extra (mpi4py and an MPI library).
 
@@ -30,12 +32,24 @@ import numpy as np
 from ..errors import DistributedError, MissingDependencyError
 
 
-def _nbytes(data) -> int:
+def payload_bytes(data) -> int:
+    """The bytes a message counts: its arrays' sizes, 8 for any other value."""
     if isinstance(data, np.ndarray):
         return int(data.nbytes)
     if isinstance(data, (tuple, list)):
-        return sum(_nbytes(d) for d in data)
+        return sum(payload_bytes(d) for d in data)
     return 8
+
+
+def run_inline(coro):
+    """Run a coroutine that never suspends (a synchronous communicator's) to its end in this
+    thread and return its value."""
+    try:
+        coro.send(None)
+    except StopIteration as stop:
+        return stop.value
+    coro.close()
+    raise RuntimeError("a synchronous communicator's coroutine suspended")
 
 
 class Communicator:
@@ -43,6 +57,9 @@ class Communicator:
 
     rank: int
     size: int
+    #: True when ``send`` / ``recv`` never suspend (they block the calling thread instead): SPMD
+    #: code then runs them inline (:func:`run_inline`) rather than on an event loop
+    synchronous = False
 
     def __init__(self, rank: int, size: int):
         self.rank, self.size = int(rank), int(size)
@@ -58,6 +75,14 @@ class Communicator:
 
     def reset_counters(self) -> None:
         self.messages = self.bytes = self.syncs = 0
+
+    async def gather(self, *aws) -> list:
+        """Await ``aws`` (sends and receives of one step) and return their results in order:
+        concurrently on an event loop, one after the other on a synchronous transport (whose
+        sends complete without the peer's help)."""
+        if self.synchronous:
+            return [await a for a in aws]
+        return list(await asyncio.gather(*aws))
 
     async def send(self, dst: int, tag, data) -> None:  # pragma: no cover - interface
         raise NotImplementedError
@@ -87,7 +112,7 @@ class Communicator:
         mask = 1
         while mask < p2:
             partner = rank ^ mask
-            got = (await asyncio.gather(self.send(partner, tag, total), self.recv(partner, tag)))[1]
+            got = (await self.gather(self.send(partner, tag, total), self.recv(partner, tag)))[1]
             total = total + got if rank < partner else got + total
             mask <<= 1
         if rank + p2 < size:
@@ -100,8 +125,8 @@ class Communicator:
             return [data]
         tag = self.next_tag("allgather")
         others = [r for r in range(self.size) if r != self.rank]
-        got = await asyncio.gather(*(self.send(dst, tag, data) for dst in others),
-                                   *(self.recv(src, tag) for src in others))
+        got = await self.gather(*(self.send(dst, tag, data) for dst in others),
+                                *(self.recv(src, tag) for src in others))
         parts = dict(zip(others, got[len(others):]))
         parts[self.rank] = data
         return [parts[r] for r in range(self.size)]
@@ -113,8 +138,8 @@ class Communicator:
             return np.array(parts[0], copy=True)
         tag = self.next_tag("reduce_scatter")
         others = [r for r in range(self.size) if r != self.rank]
-        got = await asyncio.gather(*(self.send(dst, tag, parts[dst]) for dst in others),
-                                   *(self.recv(src, tag) for src in others))
+        got = await self.gather(*(self.send(dst, tag, parts[dst]) for dst in others),
+                                *(self.recv(src, tag) for src in others))
         mine = dict(zip(others, got[len(others):]))
         mine[self.rank] = parts[self.rank]
         total = np.array(mine[0], copy=True)
@@ -137,6 +162,13 @@ class SubCommunicator(Communicator):
     def next_tag(self, kind: str):
         self._seq += 1
         return (self.name, kind, self._seq)
+
+    @property
+    def synchronous(self):
+        return self.parent.synchronous
+
+    async def gather(self, *aws) -> list:
+        return await self.parent.gather(*aws)
 
     async def send(self, dst: int, tag, data) -> None:
         await self.parent.send(self.ranks[dst], tag, data)
@@ -181,7 +213,7 @@ class ActorCommunicator(Communicator):
         if self._aborted:
             raise DistributedError(self._aborted)
         self.messages += 1
-        self.bytes += _nbytes(data)
+        self.bytes += payload_bytes(data)
         try:
             await self.peers[dst].put(tag, self.rank, data)
         except DistributedError:
@@ -219,7 +251,10 @@ class MPICommunicator(Communicator):
     """The same interface over an mpi4py communicator (``COMM_WORLD`` by default), for SPMD
     code started with ``mpiexec``. Point-to-point messages use ``isend`` / ``recv`` of
     pickled objects (NumPy arrays travel as buffers), ``allreduce`` uses MPI's own
-    (rank-ordered for identical results: ``gather`` to every rank then a rank-order sum)."""
+    (rank-ordered for identical results: ``gather`` to every rank then a rank-order sum).
+    Synchronous: sends are ``isend``, receives block the calling thread."""
+
+    synchronous = True
 
     def __init__(self, comm=None):
         MPI = mpi()
@@ -242,7 +277,7 @@ class MPICommunicator(Communicator):
 
     async def send(self, dst: int, tag, data) -> None:
         self.messages += 1
-        self.bytes += _nbytes(data)
+        self.bytes += payload_bytes(data)
         self._pending.append(self.comm.isend(data, dest=dst, tag=self._mpi_tag(tag)))
 
     async def recv(self, src: int, tag):

@@ -10,7 +10,6 @@ column order, so the result does not depend on message timing).
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -163,8 +162,8 @@ class GridBlocks:
         comm = self.comm
         mine = [data for dst, data in sends if dst == self.rank]
         others = [src for src in srcs if src != self.rank]
-        got = await asyncio.gather(*(comm.send(dst, tag, data) for dst, data in sends if dst != self.rank),
-                                   *(comm.recv(src, tag) for src in others))
+        got = await comm.gather(*(comm.send(dst, tag, data) for dst, data in sends if dst != self.rank),
+                                *(comm.recv(src, tag) for src in others))
         out = dict(zip(others, got[len(got) - len(others):]))
         if mine:
             out[self.rank] = mine[0]

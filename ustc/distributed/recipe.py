@@ -66,7 +66,7 @@ def repair(group) -> None:
         where = workers[r % len(workers)]
         fut = rt.place(group.size, r, where)
         group.actors[r], group.futures[r], group.workers[r] = fut.result(), fut, where
-    group.call("connect", [(group.actors,)] * group.size)
+    group.connect()
     group.lost = ()
     group.generation += 1
     for member in list(group.members.values()):

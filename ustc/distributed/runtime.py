@@ -6,7 +6,8 @@ per core, one thread each (Numba and OpenMP limited to one thread in the
 workers), no dashboard unless ``dashboard=True``; it is closed at interpreter
 exit or by :func:`shutdown`. ``connect(client_or_address)`` attaches to an
 existing ``distributed.Client`` or scheduler address instead (never closed by
-ustc).
+ustc). ``transport="socket"`` (default) connects the block actors directly
+(TCP, opened once per group through Dask), ``"actor"`` has them call each other.
 
 A runtime keeps one group of block actors per partition size ``P`` (rank ``b``
 on worker ``b mod workers``), connected peer to peer; every distributed matrix
@@ -23,10 +24,14 @@ import os
 import threading
 import weakref
 
-from ..errors import DistributedError, require
+from ..errors import DistributedError, UstcError, require
 
 _LOCK = threading.RLock()
 _RUNTIME = None
+#: how the block actors of a group talk: ``"socket"`` direct TCP connections between them, opened
+#: once through Dask (:class:`~ustc.distributed.sockets.SocketCommunicator`), ``"actor"`` calls
+#: between the Dask actors (:class:`~ustc.distributed.comm.ActorCommunicator`)
+TRANSPORTS = ("socket", "actor")
 WORKER_ENV = {"NUMBA_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
               "MKL_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE"}
 
@@ -34,8 +39,12 @@ WORKER_ENV = {"NUMBA_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_TH
 class Runtime:
     """A Dask client plus the block actors ustc placed on its workers."""
 
-    def __init__(self, client=None, *, address=None, n_workers=None, dashboard=False, timeout=120.0):
+    def __init__(self, client=None, *, address=None, n_workers=None, dashboard=False, timeout=120.0,
+                 transport="socket"):
         require("distributed", "distributed")
+        if transport not in TRANSPORTS:
+            raise UstcError(f"Runtime: transport must be one of {TRANSPORTS}, got {transport!r}")
+        self.transport = transport
         from distributed import Client, LocalCluster
 
         self.cluster = None
@@ -90,7 +99,7 @@ class Runtime:
         futures = [self.place(size, rank, where[rank]) for rank in range(size)]
         actors = [f.result() for f in futures]
         group = _Group(self, size, actors, futures, where)
-        group.call("connect", [(actors,)] * size)
+        group.connect()
         self.groups[size] = group
         return group
 
@@ -99,9 +108,10 @@ class Runtime:
         return self.client.run_on_scheduler(lambda dask_scheduler: dask_scheduler.transition_counter)
 
     def close(self) -> None:
-        """Close the client and, when this runtime started it, the cluster."""
+        """Close the block actors' connections, the client and, when this runtime started it, the
+        cluster."""
         for group in self.groups.values():
-            group.futures.clear()
+            group.close()
         self.groups.clear()
         if self.owns_client:
             try:
@@ -121,6 +131,26 @@ class _Group:
         self.lost = ()
         self.generation = 0
         self.members = weakref.WeakValueDictionary()
+
+    def connect(self) -> None:
+        """Give every rank a fresh communicator to the others (the runtime's transport): for
+        sockets each rank listens, the driver hands the addresses round and every rank connects."""
+        addresses = self.call("listen") if self.runtime.transport == "socket" else None
+        self.call("connect", [(self.actors, addresses)] * self.size)
+
+    def close(self) -> None:
+        """Close the ranks' communicators (connections, reader threads), then drop the actors."""
+        if not self.lost and self.actors:
+            try:
+                self.runtime.client.sync(self._close_all)
+            except Exception:  # noqa: BLE001 - a worker already gone: its threads went with it
+                pass
+        self.futures.clear()
+
+    async def _close_all(self):
+        async def one(actor):
+            await actor.close()
+        await asyncio.wait_for(asyncio.gather(*(one(a) for a in self.actors), return_exceptions=True), 10)
 
     def call(self, method: str, args=None, kwargs=None, ranks=None, poll=None):
         """Call ``method`` on ``ranks`` (all by default; ``args[r]`` a tuple per rank)

@@ -34,9 +34,11 @@ from ..errors import DistributedError, SolveError
 from ..ops import krylov
 from ..ops.vectors import HostVectors
 from .checkpoint import Watch
-from .comm import ActorCommunicator
+from .comm import ActorCommunicator, run_inline
 from .fetch import SpGEMMBlocks
 from .gridblock import GridBlock, GridBlocks
+from .kernels import ghost_product, local_product
+from .sockets import SocketCommunicator
 
 
 def _as_coo(block, nrows: int, ncols: int):
@@ -61,6 +63,39 @@ def _as_coo(block, nrows: int, ncols: int):
 
 def _format_for(fmt, rank, shape):
     return fmt(rank, shape) if callable(fmt) else fmt
+
+
+def _csr_arrays(tensor, dtype):
+    """``(pos, crd, values)`` of a 2-D CSR ``tensor`` on the CPU with values of ``dtype``, else None."""
+    from ..formats import CSR
+    from ..tensor.interop import plain_format
+
+    if getattr(tensor, "device", "cpu") != "cpu" or plain_format(tensor.format) != CSR:
+        return None
+    rows = tensor.pos(1), tensor.crd(1), tensor.values
+    if not all(isinstance(a, np.ndarray) for a in rows) or rows[2].dtype != dtype:
+        return None
+    return rows
+
+
+def _csr_parts(block, dtype):
+    """The arrays of :mod:`ustc.distributed.kernels`' product when both parts of ``block`` are CSR
+    with values of ``dtype`` (``local``: ``(pos, crd, values)`` or None; ``ghost``: ``(rows with
+    entries, pos, crd, values)`` or None; ``square``: the block's rows are its own columns), else
+    None (the planned ``ustc.Matmul`` objects run)."""
+    local = ghost = None
+    if block.local is None and block.ghost is None:
+        return None
+    if block.local is not None:
+        local = _csr_arrays(block.local, dtype)
+        if local is None:
+            return None
+    if block.ghost is not None:
+        parts = _csr_arrays(block.ghost, dtype)
+        if parts is None:
+            return None
+        ghost = (np.flatnonzero(np.diff(parts[0])).astype(np.int64),) + parts
+    return SimpleNamespace(local=local, ghost=ghost, square=tuple(block.rows) == tuple(block.cols))
 
 
 class _Block:
@@ -105,6 +140,7 @@ class BlockVectors(HostVectors):
         self.watch = None          # a checkpoint Watch, told when x changes
 
     def cg_step(self, x, r, z, p, q, dinv, alpha, jacobi: bool):
+        self.worker.fused = None
         rr, rz = super().cg_step(x, r, z, p, q, dinv, alpha, jacobi)
         total = self._step_sum(np.array((rr, rz)), z)
         if self.watch is not None:
@@ -129,7 +165,19 @@ class BlockVectors(HostVectors):
         return self.worker._wait(self.worker.comm.allreduce(np.array(values)))
 
     def dot(self, a, b):
-        return self._sum(super().dot(a, b))[0]
+        """The all-reduced ``a · b``; where ``a`` and ``b`` are the operand and the output of
+        the product just made (CG's ``p · A p``) its share came with the product."""
+        fused, self.worker.fused = self.worker.fused, None
+        local = fused[2] if fused is not None and fused[0] is a and fused[1] is b else super().dot(a, b)
+        return self._sum(local)[0]
+
+    def xpby(self, x, beta, y) -> None:
+        self.worker.fused = None
+        super().xpby(x, beta, y)
+
+    def copy(self, out, src) -> None:
+        self.worker.fused = None
+        super().copy(out, src)
 
     def norm2(self, a) -> float:
         local = float(np.real(self._k(a).dot(a, a))) if a.size else 0.0
@@ -169,7 +217,7 @@ class GridVectors(BlockVectors):
         tag = worker.comm.next_tag("grid-x")
 
         async def both():
-            return await asyncio.gather(worker._x_exchange(self.block, z, tag), worker.comm.allreduce(values))
+            return await worker.comm.gather(worker._x_exchange(self.block, z, tag), worker.comm.allreduce(values))
         got, total = worker._wait(both())
         self._sent = (z, got)
         return total
@@ -245,22 +293,58 @@ class BlockWorker(SpGEMMBlocks, GridBlocks):
         self._needs: dict = {}
         self.comm = None
         self.loop = None
+        self.fused = None          # (operand, output, local share of operand . output) of the last product
+        self._listening = None     # the SocketCommunicator of a connect in progress
         self._pool = ThreadPoolExecutor(1, thread_name_prefix=f"ustc-block-{rank}")
 
     # -- plumbing -------------------------------------------------------------------------
-    async def connect(self, peers) -> int:
-        """Learn the peer actors (one per rank, this one included) with a fresh communicator;
-        returns the process id. Waits first for this block's thread to finish what it runs (after
-        a repair: an aborted call), so nothing uses the old communicator afterwards."""
+    async def listen(self):
+        """First step of a socket connect: a listening :class:`SocketCommunicator` on this
+        worker's host; returns its ``(host, port)``."""
+        from distributed import get_worker
+        from distributed.comm import get_address_host
+
+        if self._listening is not None:
+            self._listening.close()
+        try:
+            host = get_address_host(get_worker().address)
+        except Exception:  # noqa: BLE001 - a transport without a host (inproc): this machine
+            host = "127.0.0.1"
+        self._listening = SocketCommunicator(self.rank, self.size, host, self.timeout)
+        return self._listening.address
+
+    async def connect(self, peers, addresses=None) -> int:
+        """A fresh communicator to the peers (one actor per rank, this one included): with
+        ``addresses`` (every rank's :meth:`listen` answer) direct TCP connections, else calls
+        between the actors. Returns the process id. Waits first for this block's thread to finish
+        what it runs (after a repair: an aborted call); the old communicator is then closed."""
         from distributed import get_worker
 
         self.loop = asyncio.get_running_loop()
         await self._run(lambda: None)
-        worker = get_worker()
-        for peer in peers:          # bound here: the block thread's calls run outside the worker's context
-            peer._worker = worker
-        self.comm = ActorCommunicator(self.rank, peers, self.timeout)
+        self._close_comm()
+        if addresses is not None:
+            comm, self._listening = self._listening, None
+            await self._run(comm.connect, addresses, self.timeout)
+        else:
+            worker = get_worker()
+            for peer in peers:      # bound here: the block thread's calls run outside the worker's context
+                peer._worker = worker
+            comm = ActorCommunicator(self.rank, peers, self.timeout)
+        self.comm = comm
         return os.getpid()
+
+    def _close_comm(self) -> None:
+        if self.comm is not None and hasattr(self.comm, "close"):
+            self.comm.close()
+
+    async def close(self) -> None:
+        """Close the communicator (its connections and reader threads) and the block's thread."""
+        if self._listening is not None:
+            self._listening.close()
+            self._listening = None
+        self._close_comm()
+        self._pool.shutdown(wait=False)
 
     async def put(self, tag, src, data) -> None:
         self.comm.deliver(tag, src, data)
@@ -275,8 +359,19 @@ class BlockWorker(SpGEMMBlocks, GridBlocks):
         return await self.loop.run_in_executor(self._pool, fn, *args)
 
     def _wait(self, coro):
-        """Run ``coro`` on the event loop from the block's thread and wait for it."""
+        """Run ``coro`` (communication) from the block's thread and wait for it: in this thread on
+        a synchronous communicator, else on the event loop."""
+        if self.comm.synchronous:
+            return run_inline(coro)
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+
+    def _post(self, coro):
+        """Start ``coro`` (sends); :meth:`_wait`'s counterpart that does not wait on the event
+        loop: ``.result()`` of what it returns waits (None: already done, inline)."""
+        if self.comm.synchronous:
+            run_inline(coro)
+            return None
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)
 
     async def memory(self) -> dict:
         return {"blocks": sum(b.nbytes() for b in self.blocks.values()),
@@ -381,7 +476,11 @@ class BlockWorker(SpGEMMBlocks, GridBlocks):
             mm_ghost = Matmul(block.ghost, gbuf, ybuf, beta=1)
             mm_ghost.plan()
             info.append(f"ghost: {mm_ghost.plan_info}")
-        prod = SimpleNamespace(xbuf=xbuf, gbuf=gbuf, ybuf=ybuf, local=mm_local, ghost=mm_ghost,
+        fast = _csr_parts(block, dtype) if not tail else None
+        if fast is not None:
+            info = ["CSR local and ghost parts: one compiled pass each, the operand's dot product "
+                    "taken on the way"]
+        prod = SimpleNamespace(xbuf=xbuf, gbuf=gbuf, ybuf=ybuf, local=mm_local, ghost=mm_ghost, fast=fast,
                                info="; ".join(info) or "empty block")
         block.products[key] = prod
         return prod
@@ -393,38 +492,60 @@ class BlockWorker(SpGEMMBlocks, GridBlocks):
         block = self.blocks[key]
         return await self._run(self._plan_info, block, np.dtype(dtype), tuple(tail))
 
-    async def _halo(self, sends, recv, tag, gbuf):
+    async def _send_all(self, sends, tag) -> None:
         comm = self.comm
+        await comm.gather(*(comm.send(dst, tag, data) for dst, data in sends))
 
-        async def take(src, lo, hi):
-            gbuf[lo:hi] = await comm.recv(src, tag)
-
-        await asyncio.gather(*(comm.send(dst, tag, data) for dst, data in sends),
-                             *(take(src, lo, hi) for src, (lo, hi) in recv.items()))
+    async def _take_all(self, recv, tag, gbuf) -> None:
+        comm = self.comm
+        got = await comm.gather(*(comm.recv(src, tag) for src in recv))
+        for (lo, hi), data in zip(recv.values(), got):
+            gbuf[lo:hi] = data
 
     async def _exchange(self, sends, srcs, tag) -> dict:
         """Send ``(dst, data)`` pairs and receive from ``srcs`` under ``tag``: ``{src: data}``."""
         comm = self.comm
-        got = await asyncio.gather(*(comm.send(dst, tag, data) for dst, data in sends),
-                                   *(comm.recv(src, tag) for src in srcs))
+        got = await comm.gather(*(comm.send(dst, tag, data) for dst, data in sends),
+                                *(comm.recv(src, tag) for src in srcs))
         return dict(zip(srcs, got[len(sends):]))
 
     def _apply(self, block, x, out) -> None:
         """``out = (A x)[this rank's rows]`` from this rank's slice ``x``: the halo values go out
-        first, the local product runs while they travel, the ghost product adds the received."""
+        first, the local product runs while they travel, the ghost product adds the received.
+        CSR parts run :mod:`ustc.distributed.kernels` on ``x`` and ``out`` themselves and leave
+        ``x · out`` in :attr:`fused` (a square block) for the solver's next dot product."""
+        self.fused = None
         prod = self._product(block, out.dtype, x.shape[1:])
         comm = self.comm
         tag = comm.next_tag("halo")
         comm.syncs += 1
         sends = [(dst, np.ascontiguousarray(x[idx])) for dst, idx in block.send.items()]
-        pending = asyncio.run_coroutine_threadsafe(self._halo(sends, block.recv, tag, prod.gbuf), self.loop)
+        pending = self._post(self._send_all(sends, tag))
+        fast = prod.fast
+        if fast is not None and x.dtype == out.dtype and x.flags.c_contiguous and out.flags.c_contiguous:
+            zero = out.dtype.type(0)
+            if fast.local is not None:
+                dot = local_product(*fast.local, x, out, fast.square, zero)
+            else:
+                out.fill(0)
+                dot = zero
+            if pending is not None:
+                pending.result()
+            self._wait(self._take_all(block.recv, tag, prod.gbuf))
+            if fast.ghost is not None:
+                dot += ghost_product(*fast.ghost, prod.gbuf, out, x, fast.square, zero)
+            if fast.square:
+                self.fused = (x, out, dot)
+            return
         if prod.local is not None:
             if x is not prod.xbuf:
                 prod.xbuf[...] = x
             prod.local.execute(out=prod.ybuf)
         else:
             prod.ybuf.fill(0)
-        pending.result()
+        if pending is not None:
+            pending.result()
+        self._wait(self._take_all(block.recv, tag, prod.gbuf))
         if prod.ghost is not None:
             prod.ghost.execute()
         if out is not prod.ybuf:
