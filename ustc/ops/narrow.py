@@ -29,6 +29,7 @@ import sys
 
 import numpy as np
 
+from ..errors import UnsupportedOperation
 from ..tensor import packages
 from ..tensor.tensor import Tensor
 
@@ -85,6 +86,15 @@ def bfloat16_kind(x) -> str | None:
     if ml is None or not (isinstance(x, np.ndarray) or (isinstance(x, Tensor) and x.device == "cpu")):
         return None
     return "ml_dtypes" if x.dtype == ml.bfloat16 else None
+
+
+def require_bfloat16() -> None:
+    """Make NumPy know the ``"bfloat16"`` dtype (ml_dtypes'); UnsupportedOperation without ml_dtypes."""
+    try:
+        import ml_dtypes  # noqa: F401 - registers the dtype name
+    except ImportError:
+        raise UnsupportedOperation("bfloat16 operands that are not CPU torch tensors need the ml_dtypes package "
+                                   "(pip install ml_dtypes): ustc names their dtype through it") from None
 
 
 def bits_to_float32(bits: np.ndarray, out: np.ndarray) -> np.ndarray:
@@ -205,10 +215,11 @@ class TwinnedProduct:
 def bfloat16_product(a, b, c=None, out=None, target: str | None = None) -> TwinnedProduct | None:
     """When any of the operands is a CPU bfloat16 one: float32 twins of the bfloat16 operands,
     the result rounded back to bfloat16 where the operands promote to it (module docstring).
-    None for the ``"cuda"`` target, whose generated kernels read and store bfloat16 themselves
-    (``codegen.cuda_bfloat16``)."""
+    None for the ``"cuda"`` target when the bfloat16 operands are ml_dtypes ones: its generated
+    kernels read and store bfloat16 themselves (``codegen.cuda_bfloat16``); CPU torch.bfloat16
+    tensors, which ustc reads only through twins, keep them there."""
     kinds = [bfloat16_kind(x) for x in (a, b, c, out)]
-    if not any(kinds) or target == "cuda":
+    if not any(kinds) or (target == "cuda" and "torch" not in kinds):
         return None
     narrow = all(_promotes_to_bfloat16(x) for x in (a, b, c))
     kind = next(k for k in kinds if k is not None)

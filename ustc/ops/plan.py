@@ -120,6 +120,8 @@ def bind(a, b, c, alpha, beta, transpose_a: bool, transpose_b: bool, options: di
         raise ShapeError(f"matmul: c has shape {sc.shape}, the product has shape {shape}")
     alpha_kind, beta_kind = ops.scalar_kind(alpha, 1), ops.scalar_kind(beta, 0)
     read_c = sc is not None and beta_kind != "zero"
+    if any(ops.dtype_name(s.dtype) == "bfloat16" for s in (sa, sb, sc) if s is not None):
+        narrow.require_bfloat16()   # read by CUDA kernels as it is (CPU ones come as float32 twins)
     dtype = _result_type(tuple(ops.dtype_name(s.dtype) for s in (sa, sb) + ((sc,) if read_c else ())),
                          _scalar_class(alpha, beta))
     if semiring is not None and semiring.logical:
