@@ -230,8 +230,14 @@ def on_stream(launch, stream, *args):
     that wrote them; across streams the caller orders, as CuPy and torch expect."""
     from numba import cuda
 
-    views = [cuda.as_cuda_array(a, sync=False) if _device_array(a) else a for a in args]
+    views = [cuda.as_cuda_array(_bits(a), sync=False) if _device_array(a) else a for a in args]
     return launch(*views, stream=stream)
+
+
+def _bits(a):
+    """A bfloat16 device array as its uint16 bits (what the kernels read, ``codegen.cuda_bfloat16``;
+    Numba has no bfloat16 array type to view it with)."""
+    return a.view(np.uint16) if str(a.dtype) == "bfloat16" else a
 
 
 def _device_array(a) -> bool:
