@@ -32,7 +32,7 @@ from .plans import plans_of
 
 ARCH = (9, 0)
 PROMISE = re.compile(r"^# promises: at most (\d+) registers a thread \((\d+) blocks of (\d+) threads a "
-                     r"multiprocessor\), (no )?warp shuffles, (no )?atomics(?:, (no )?(read-only) loads)?\n"
+                     r"multiprocessor\), (no )?warp shuffles, (no )?atomics(?:, (no )?(read-only) loads)?(, vector loads)?\n"
                      r"(?:#[^\n]*\n)*@cuda\.jit[^\n]*\n"
                      r"def (\w+)\(", re.M)
 
@@ -47,12 +47,13 @@ class Promise:
     shuffles: bool
     atomics: bool
     readonly: bool = False    # loads operands it never writes through ld.global.nc
+    vectors: bool = False     # reads a row's values in vector loads (ld.global.nc.v2 / .v4)
 
 
 def declared(source: str) -> dict[str, Promise]:
     """``{kernel name: Promise}`` from a generated CUDA module's ``# promises:`` lines."""
-    return {m.group(8): Promise(int(m.group(1)), int(m.group(2)), int(m.group(3)), not m.group(4), not m.group(5),
-                                bool(m.group(7)) and not m.group(6))
+    return {m.group(9): Promise(int(m.group(1)), int(m.group(2)), int(m.group(3)), not m.group(4), not m.group(5),
+                                bool(m.group(7)) and not m.group(6), bool(m.group(8)))
             for m in PROMISE.finditer(source)}
 
 
@@ -73,6 +74,8 @@ def problems(promise: Promise, res: Resources, ins: Instructions) -> tuple[str, 
         out.append(f"{ins.shuffles} shfl.sync, the schedule {'shuffles' if promise.shuffles else 'has no shuffles'}")
     if bool(ins.atomics) != promise.atomics:
         out.append(f"{ins.atomics} atomics, the schedule {'updates atomically' if promise.atomics else 'has none'}")
+    if promise.vectors and not ins.vector_loads:
+        out.append("no vector loads, the schedule reads the row's values in vector loads")
     if bool(ins.readonly_loads) != promise.readonly:
         out.append(f"{ins.readonly_loads} ld.global.nc, the kernel "
                    f"{'reads operands through the read-only path' if promise.readonly else 'has no read-only loads'}")

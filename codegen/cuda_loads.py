@@ -29,6 +29,7 @@ from numba import config
 
 from ustc.errors import KernelError
 
+from .cuda_schedule import vector_size  # noqa: F401  (re-exported: the loads' sizes)
 from .warp_lanes import ModelError, lanes_of
 
 #: the vector loads: name -> elements a load
@@ -36,12 +37,6 @@ VECTOR = {"ldg2": 2, "ldg4": 4, "ldg8": 8}
 #: bytes a vector load may move (64- and 128-bit loads)
 VECTOR_BYTES = (8, 16)
 NAMES = ("ldg", *VECTOR, "element_address")
-
-
-def vector_size(itemsize: int, bytes_: int = 16) -> int:
-    """Elements of ``itemsize`` bytes one load of ``bytes_`` moves (0: not one of ldg2/4/8)."""
-    n = bytes_ // itemsize if itemsize and bytes_ % itemsize == 0 else 0
-    return n if n in VECTOR.values() and bytes_ in VECTOR_BYTES else 0
 
 
 def aligned(array, n: int) -> bool:

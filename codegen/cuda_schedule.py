@@ -48,7 +48,7 @@ WARP = 32
 REGISTERS_PER_SM = 65536
 SCALAR_ROLES = SCALARS  # parameters the host passes as numbers (a launch may read them)
 #: the load intrinsics generated kernels import (``codegen.cuda_loads``): read-only scalar and vector loads
-LOADS = ("ldg", "ldg2", "ldg4", "ldg8")
+LOADS = ("ldg", "ldg2", "ldg4", "ldg8", "element_address")
 LOADS_MODULE = "ustc.codegen.cuda_loads"
 #: parameters a kernel only reads: its operands' level buffers and values, dense operands
 READ_KINDS = frozenset({Kind.POS, Kind.CRD, Kind.VALS, Kind.ARRAY})
@@ -66,6 +66,7 @@ class Schedule:
     reason: str = field(default="", compare=False)
     min_blocks: int = 2      # blocks of `threads` each multiprocessor must hold at once (launch bounds)
     readonly_loads: bool = True  # arrays the kernel never writes are read through ld.global.nc (readonly_arrays)
+    vector: int = 0          # thread_per_row: the row loop reads its values this many a load (vector_row)
 
     def __post_init__(self):
         if self.kind not in SCHEDULES:
@@ -74,6 +75,8 @@ class Schedule:
             raise ValueError(f"bad schedule {self}: width in 2..32 (a power of two), threads a multiple of 32")
         if self.min_blocks < 1 or self.threads * self.min_blocks > 2048:
             raise ValueError(f"bad schedule {self}: min_blocks >= 1 and at most 2048 threads per multiprocessor")
+        if self.vector not in (0, 2, 4, 8) or (self.vector and self.kind != "thread_per_row"):
+            raise ValueError(f"bad schedule {self}: vector loads of 2, 4 or 8 values, thread_per_row only")
 
     @property
     def max_registers(self) -> int:
@@ -128,6 +131,7 @@ class Mapping:
     warp: ir.For | None = None    # the row reduction loop (warp_per_row, merge_path)
     acc: str = ""                 # its register sum
     tile: ir.For | None = None    # the dense loop lanes share (block_tile)
+    vector: tuple | None = None   # (row loop, values array) read a vector at a time (Schedule.vector)
 
 
 def mapping(fn: ir.Function, warp: bool = False) -> Mapping:
@@ -389,15 +393,69 @@ def readonly_arrays(fn: ir.Function) -> frozenset[str]:
     return frozenset((loaded & operands) - written)
 
 
+def vector_size(itemsize: int, nbytes: int = 16) -> int:
+    """Elements of ``itemsize`` bytes one load of ``nbytes`` (8 or 16) moves: 2, 4 or 8 (0: none)."""
+    n = nbytes // itemsize if itemsize and nbytes % itemsize == 0 and nbytes in (8, 16) else 0
+    return n if n in (2, 4, 8) else 0
+
+
+def vector_row(fn: ir.Function, m: Mapping):
+    """``(row loop, values array)`` when the spread loop of ``m`` walks one serial row loop
+    (step 1, straight-line body: no nested loops) that loads an operand's values at its loop
+    variable and never writes them: the loads vector loads can serve, in order."""
+    if m.loop is None or m.warp is not None or m.tile is not None:
+        return None
+    rows = [s for s in m.loop.body if isinstance(s, ir.For)]
+    if len(rows) != 1:
+        return None
+    row = rows[0]
+    stmts = list(ir.walk(row.body))
+    if row.step != 1 or row.parallel or any(isinstance(s, (ir.For, ir.While, ir.Return, ir.Sort, ir.Alloc))
+                                            for s in stmts):
+        return None
+    if row.var in _assigned(row.body):
+        return None
+    values = {p.name for p in fn.params if p.role.kind is Kind.VALS} & readonly_arrays(fn)
+    for s in stmts:
+        for c in ir.children(s):
+            for e in ir.nodes(c):
+                if isinstance(e, ir.Load) and e.array in values and \
+                        e.index in ((ir.Index(ir.Var(row.var)),), (ir.Var(row.var),)):
+                    return row, e.array
+    return None
+
+
+def _vectored(fn: ir.Function, schedule: Schedule, dtypes: dict | None) -> Schedule:
+    """``schedule`` with 128-bit vector loads of the row loop's values where it has one whose
+    operand's dtype (``dtypes``: tensor -> dtype name) makes 2, 4 or 8 values 16 bytes."""
+    if schedule.kind != "thread_per_row" or not dtypes:
+        return schedule
+    found = vector_row(fn, mapping(fn))
+    if found is None:
+        return schedule
+    tensor = {p.name: p.role.tensor for p in fn.params if p.role.kind is Kind.VALS}[found[1]]
+    n = vector_size(ITEMSIZE.get(str(dtypes.get(tensor)), 0))
+    if not n:
+        return schedule
+    why = f"{n} values of {found[1]} a 128-bit load"
+    return dataclasses.replace(schedule, vector=n, reason=f"{schedule.reason}; {why}" if schedule.reason else why)
+
+
+#: bytes a value of each dtype the kernels read takes (bfloat16 travels as uint16 bits)
+ITEMSIZE = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4, "complex64": 8,
+            "complex128": 16, "int16": 2, "int8": 1, "uint8": 1, "bool": 1}
+
+
 # -- the heuristic ---------------------------------------------------------------------------
 
 def choose_schedule(fn: ir.Function, widths: dict | None = None, override=None, simulator: bool = False,
-                    lanes: dict | None = None, skew: frozenset = frozenset()) -> Schedule:
+                    lanes: dict | None = None, skew: frozenset = frozenset(), dtypes: dict | None = None) -> Schedule:
     """The schedule for ``fn``: ``override`` (a :class:`Schedule`, a kind, or ``"warp_per_row:8"``)
     where it applies; else merge_path when the reduced level is in ``skew``; else warp_per_row
     when its ``widths[(tensor, level)]`` (:func:`vector_width`) is non-zero; else block_tile
     when a shareable dense loop gets at least 2 ``lanes``; else thread_per_row (serial when
-    nothing is parallel)."""
+    nothing is parallel), whose row loop reads its values in 128-bit vector loads where
+    ``dtypes`` (tensor -> dtype name) make them whole (:func:`vector_row`)."""
     base = {"threads": WARP, "max_blocks": 2} if simulator else {}
     request = _parse(override, base)
     m = mapping(fn, warp=True)
@@ -407,7 +465,7 @@ def choose_schedule(fn: ir.Function, widths: dict | None = None, override=None, 
         why = "" if request is None else f"{request.kind} requested, but "
         return Schedule(**base, reason=why + "the writer's chunks carry insertion state: a thread per chunk")
     if request is not None:
-        return _requested(fn, m, request, base)
+        return _vectored(fn, _requested(fn, m, request, base), dtypes)
     level = reduced_level(fn, m)
     if level in skew and merge_rows(fn, m):
         return Schedule("merge_path", **base, reason=f"rows of {level[0]} level {level[1]} are skewed: "
@@ -422,7 +480,7 @@ def choose_schedule(fn: ir.Function, widths: dict | None = None, override=None, 
             return Schedule("block_tile", width, loop=loop.var, **base,
                             reason=f"{width} lanes share the dense loop over {loop.var}")
     reason = "no shared row reduction" if m.warp is None else "short rows"
-    return Schedule(**base, reason=reason + (", atomic updates" if m.atomic else ""))
+    return _vectored(fn, Schedule(**base, reason=reason + (", atomic updates" if m.atomic else "")), dtypes)
 
 
 def writes_chunks(fn: ir.Function) -> bool:
@@ -467,4 +525,7 @@ def planned(fn: ir.Function, schedule: Schedule) -> Mapping:
         return Mapping(m.loop, m.atomic, tile=loops[-1]) if loops else Mapping(m.loop, m.atomic)
     if schedule.kind == "merge_path" and not merge_rows(fn, m):
         return Mapping(m.loop, m.atomic)
-    return m if m.warp is None or schedule.kind != "thread_per_row" else Mapping(m.loop, m.atomic)
+    if schedule.kind == "thread_per_row":
+        plain = Mapping(m.loop, m.atomic)
+        return dataclasses.replace(plain, vector=vector_row(fn, plain)) if schedule.vector else plain
+    return m

@@ -41,6 +41,7 @@ from .cuda_bfloat16 import ROUND, WIDEN, bfloat16_arrays
 from .cuda_schedule import (ATOMIC, SCALAR_ROLES, WARP, Mapping, Schedule, choose_schedule, planned, substitute,
                             writes_chunks)
 from .cuda_schedule import LOADS, LOADS_MODULE, readonly_arrays
+from .cuda_vector import vectorised
 from .emit_cpu import ATOM, RESOLVE, CpuEmitter, extern_lines, renames
 from .names import FreshNames
 from .roles import LEVEL_BUFFERS, Kind
@@ -152,6 +153,8 @@ class CudaEmitter(CpuEmitter):
             return self.warp_loop(s, m)
         if m.tile is not None:
             return self.tile_loop(s, m)
+        if m.vector is not None:  # the row loop's values a vector at a time (codegen.cuda_vector)
+            s = vectorised(s, *m.vector, schedule.vector, self.fresh)
         return self.grid_loop(s, m.atomic and not s.parallel)
 
     def grid_loop(self, s: ir.For, atomic: bool) -> list[str]:
@@ -353,12 +356,14 @@ def promises(m: Mapping, schedule: Schedule, readonly: bool = False) -> str:
     """The kernel's ``# promises:`` comment, what :mod:`codegen.cuda_checks` holds its machine
     code to: the register budget its launch bounds give ptxas, and whether it shuffles
     (warp_per_row), updates memory atomically (conflicting iterations, merge path) and reads
-    operands it never writes through the read-only path (``readonly``: ``ld.global.nc``)."""
+    operands it never writes through the read-only path (``readonly``: ``ld.global.nc``) and
+    a row's values in vector loads (``m.vector``: ``ld.global.nc.v2`` / ``.v4``)."""
     shuffles = m.warp is not None and schedule.kind == "warp_per_row"
     atomics = m.atomic or (m.warp is not None and schedule.kind == "merge_path")
     return (f"at most {schedule.max_registers} registers a thread ({schedule.min_blocks} blocks of "
             f"{schedule.threads} threads a multiprocessor), {'' if shuffles else 'no '}warp shuffles, "
-            f"{'' if atomics else 'no '}atomics, {'' if readonly else 'no '}read-only loads")
+            f"{'' if atomics else 'no '}atomics, {'' if readonly else 'no '}read-only loads"
+            + (", vector loads" if m.vector else ""))
 
 
 def _search(n: dict, diagonal: str, into: str, stop: ir.Expr, var: str) -> list[ir.Stmt]:

@@ -269,7 +269,10 @@ class _Launch:
         return mask
 
     def assign(self, target, value, mask: np.ndarray) -> None:
-        if isinstance(target, ast.Name):
+        if isinstance(target, ast.Name) and isinstance(value, tuple):  # a vector load: one array a value
+            old = self.env.get(target.id) or (None,) * len(value)
+            self.env[target.id] = tuple(np.where(mask, v, 0 if o is None else o) for v, o in zip(value, old))
+        elif isinstance(target, ast.Name):
             if mask.all():
                 self.env[target.id] = value
             else:   # threads outside the mask keep their value (zero where they had none yet)

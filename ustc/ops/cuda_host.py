@@ -156,8 +156,9 @@ def generate(run, operands: dict, header: tuple) -> str:
     lanes = {_level(k): w for k, w in f["lanes"].items()}
     skew = frozenset(_level(k) for k in f["skew"])
     sim = f["cc"] == "simulator"
-    schedules = {fn.name: choose_schedule(fn, widths, run.schedule, simulator=sim, lanes=lanes, skew=skew)
-                 for fn in module.functions}
+    dtypes = {name: o.dtype for name, o in operands.items()}  # vector loads take whole 16 bytes of values
+    schedules = {fn.name: choose_schedule(fn, widths, run.schedule, simulator=sim, lanes=lanes, skew=skew,
+                                          dtypes=dtypes) for fn in module.functions}
     text = CudaEmitter().emit(module, schedules)
     described = {name: s.describe() for name, s in schedules.items()}
     return text + f"\n\n{plans_text(module.meta['plan'])}\nSCHEDULES = {described!r}\n"

@@ -2,7 +2,7 @@
 
 import numpy as np
 from numba import config, cuda
-from ustc.codegen.cuda_loads import ldg, ldg2, ldg4, ldg8
+from ustc.codegen.cuda_loads import ldg, ldg2, ldg4, ldg8, element_address
 
 
 def blocks_for(work, threads, limit):
