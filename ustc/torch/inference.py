@@ -37,7 +37,11 @@ _MAX_SHAPES = 8  # input shapes kept per weight
 
 
 class _Plan:
-    """A planned ``W @ B`` over fixed buffers; ``lock`` guards fill, execute and read-back."""
+    """A planned ``W @ B`` over fixed buffers; ``lock`` guards fill, execute and read-back.
+
+    ``B`` is ``(rows,)`` at batch 1, else ``(rows, batch)``; ``b_in`` is the view of it that takes
+    ``x`` as it comes (``(1, rows)`` at batch 1, ``Bᵀ`` otherwise), so a call copies without reshaping.
+    """
 
     def __init__(self, weight: TorchUST, rows: int, batch: int, dtype: torch.dtype):
         ust = weight.ust
@@ -50,20 +54,24 @@ class _Plan:
             a = operand(weight)
         compute = np.float32 if dtype == torch.bfloat16 else host(torch.empty(0, dtype=dtype)).dtype
         self.b = np.zeros((rows,) if batch == 1 else (rows, batch), dtype=compute)
-        self.b_torch = torch.from_numpy(self.b)
+        b_torch = torch.from_numpy(self.b)
+        self.b_in = b_torch.view(1, rows) if batch == 1 else b_torch.t()
         self.mm = Matmul(a, self.b)
         self.mm.plan()
         self.lock = threading.Lock()
         self.batch = batch
-        self.out = (None, None)  # (the Matmul's result array, its torch view)
+        self.out = (None, None, None)  # (the Matmul's result array, its torch views: as computed, as one row)
 
-    def run(self, x2d, dtype: torch.dtype, bias):
-        """``(W @ x2dᵀ)`` as a new tensor of ``dtype`` plus ``bias``: ``(out,)`` at batch 1, else ``(out, batch)``."""
+    def run(self, x2d, dtype: torch.dtype, bias, row: bool = False):
+        """``(W @ x2dᵀ)`` as a new tensor of ``dtype`` plus ``bias``: ``(out,)`` at batch 1 (``(1, out)``
+        with ``row``), else ``(out, batch)``. ``x2d``: ``(batch, rows)``; at batch 1 also ``(rows,)``."""
         with self.lock:
             if self.wide is not None:
                 self.wide[0].copy_(self.wide[1])
-            self.b_torch.copy_(x2d.reshape(-1) if self.batch == 1 else x2d.t())
-            out = self._torch_out(self.mm.execute())  # the Matmul's own buffer: copied out below, under the lock
+            self.b_in.copy_(x2d)
+            array = self.mm.execute()  # the Matmul's own buffer: copied out below, under the lock
+            views = self.out if array is self.out[0] else self._views(array)
+            out = views[2] if row else views[1]
             if bias is not None and self.batch != 1:
                 bias = bias[:, None]
             if out.dtype != dtype:
@@ -71,11 +79,11 @@ class _Plan:
                 return out if bias is None else out.add_(bias)
             return out.clone() if bias is None else torch.add(out, bias)
 
-    def _torch_out(self, array):
-        """The torch view of the Matmul's result buffer (the same array every call: its view is kept)."""
-        if array is not self.out[0]:
-            self.out = (array, to_torch(array))
-        return self.out[1]
+    def _views(self, array) -> tuple:
+        """The torch views of the Matmul's result buffer (the same array every call: they are kept)."""
+        out = to_torch(array)
+        self.out = (array, out, out.view(1, -1) if self.batch == 1 else None)
+        return self.out
 
 
 def linear(x, weight: TorchUST, bias):
@@ -106,14 +114,16 @@ def planned_linear(x, weight: TorchUST, bias, *, contiguous: bool = False):
         weight._last = (ust, shape, x.dtype, dtype, plan)
     if x.dtype != dtype:
         x = x.to(dtype)
-    batch = plan.batch
-    out = plan.run(x if batch == 1 else x.reshape(batch, shape[-1]), dtype, bias)
-    if batch == 1:  # (out_features,)
-        return out if len(shape) == 1 else out.view(*shape[:-1], ust.shape[0])
+    dims = len(shape)
+    if plan.batch == 1:  # (out_features,), or (1, out_features) for a 2-D x
+        if dims <= 2:
+            return plan.run(x, dtype, bias, row=dims == 2)
+        return plan.run(x.reshape(-1), dtype, bias).view(*shape[:-1], ust.shape[0])
+    out = plan.run(x if dims == 2 else x.reshape(-1, shape[-1]), dtype, bias)
     out = out.t()  # (out_features, batch): the batch-major result, transposed (a view)
     if contiguous:
         out = out.contiguous()
-    return out if len(shape) == 2 else out.reshape(*shape[:-1], ust.shape[0])
+    return out if dims == 2 else out.reshape(*shape[:-1], ust.shape[0])
 
 
 def _plan_for(x, weight: TorchUST):

@@ -25,6 +25,8 @@ import torch
 import torch.nn.functional as F
 from torch import fx, nn
 
+from .linear import plain_forward
+
 LINEAR, UNARY, BINARY, BOUNDARY = "linear", "unary", "binary", "boundary"
 
 _UNARY_MODULES = (nn.ReLU, nn.ReLU6, nn.GELU, nn.SiLU, nn.Tanh, nn.Sigmoid, nn.LeakyReLU, nn.ELU, nn.CELU,
@@ -100,7 +102,7 @@ def classify(node: fx.Node, modules: dict, shapes: dict, dtypes: dict) -> Op:
 def _module(node: fx.Node, module: nn.Module, features: list) -> Op:
     if len(node.args) != 1 or node.kwargs or len(features) != 1:
         return Op(BOUNDARY)
-    if type(module).forward is nn.Linear.forward:
+    if plain_forward(module):
         return Op(LINEAR, (features[0],))
     if isinstance(module, _UNARY_MODULES):
         return Op(UNARY, (features[0],))

@@ -25,6 +25,7 @@ from ..errors import ShapeError
 from ..formats import CSR, Structured
 from ..format.ir import TensorFormat
 from ..tensor.tensor import Tensor
+from .linear import adopt
 from .pruning import fold_torch_pruning
 from .subclass import TorchUST, format_label, to_torch, with_values
 
@@ -172,7 +173,10 @@ def reformat_model(model: nn.Module, func: Callable | None = None) -> ReformatSu
       than ``nn.Linear`` also holds (an ``nn.Embedding`` tied to an output
       layer) stays dense, since that module could not use a TorchUST;
     * weights already stored as TorchUST are passed to ``func`` too;
-      :func:`default_reformat` leaves them, so a second call changes nothing.
+      :func:`default_reformat` leaves them, so a second call changes nothing;
+    * each exact ``nn.Linear`` left with a TorchUST weight becomes a
+      :class:`~ustc.torch.linear.SparseLinear` (an ``nn.Linear`` subclass whose
+      eager inference calls go straight to the weight's planned product).
 
     The summary has one row per ``nn.Linear``; a row whose weight is tied to an
     earlier row's names it in ``tied_to`` and is not counted again in the totals.
@@ -206,6 +210,9 @@ def reformat_model(model: nn.Module, func: Callable | None = None) -> ReformatSu
                 setattr(holder, attr, weight)
             done[id(weight)] = (weight, name, before)
         summary.layers.append(_row(name, module.weight, before))
+    for module in model.modules():
+        if isinstance(module, nn.Linear) and isinstance(module.weight, TorchUST):
+            adopt(module)
     return summary
 
 

@@ -1,0 +1,65 @@
+"""``SparseLinear``: the ``nn.Linear`` that ``reformat_model`` leaves where it stored the weight as a TorchUST.
+
+A plain ``nn.Linear`` with a TorchUST weight reaches ustc through
+``F.linear``'s ``__torch_function__`` dispatch of the tensor subclass, which
+costs about as much as a small product (docs/torch.md, *Inference at batch
+1*). ``reformat_model`` therefore changes the class of each exact
+``nn.Linear`` whose weight it made a TorchUST to :class:`SparseLinear`: same
+parameters, state_dict, hooks and ``isinstance(m, nn.Linear)``, and a forward
+that hands a call with nothing to record and no mode active straight to
+:func:`ustc.torch.inference.linear` (the weight's planned Matmul). Every other
+call (autograd recording, autocast, torch.compile / export, fake tensors,
+torch-function or dispatch modes, ``torch.jit`` tracing or scripting, a dense
+weight assigned later) runs ``F.linear`` exactly as ``nn.Linear`` does.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from . import inference
+from .subclass import TorchUST
+
+_FAKE = torch._C._TorchDispatchModeKey.FAKE
+
+
+class SparseLinear(nn.Linear):
+    """``nn.Linear`` whose eager inference calls skip the tensor-subclass dispatch (module docstring)."""
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        if not torch.jit.is_scripting():
+            params = self._parameters  # not self.weight: Module.__getattr__ costs ~0.4 µs a name
+            out = eager(input, params.get("weight"), params.get("bias"))
+            if out is not None:
+                return out
+        return F.linear(input, self.weight, self.bias)
+
+
+def eager(x, weight, bias):
+    """``F.linear(x, weight, bias)`` by the planned Matmul where nothing but ustc would see the call,
+    else None (the caller runs ``F.linear``)."""
+    if type(weight) is not TorchUST or torch.compiler.is_compiling() or _intercepted():
+        return None
+    return inference.linear(x, weight, bias)
+
+
+def _intercepted() -> bool:
+    """Whether something besides ustc must see ``F.linear``: autocast, a torch-function or dispatch
+    mode (fake tensors included), or a ``torch.jit.trace`` (which refuses TorchUST products)."""
+    C = torch._C
+    return C._is_any_autocast_enabled() or C._is_torch_function_mode_enabled() or \
+        C._len_torch_dispatch_stack() > 0 or C._get_dispatch_mode(_FAKE) is not None or \
+        C._get_tracing_state() is not None
+
+
+def plain_forward(module: nn.Module) -> bool:
+    """Whether ``module`` computes ``F.linear(x, weight, bias)`` (``nn.Linear``'s forward or this one)."""
+    return type(module).forward in (nn.Linear.forward, SparseLinear.forward)
+
+
+def adopt(module: nn.Module) -> None:
+    """Make an exact ``nn.Linear`` a :class:`SparseLinear` (subclasses and other modules are left alone)."""
+    if type(module) is nn.Linear:
+        module.__class__ = SparseLinear
