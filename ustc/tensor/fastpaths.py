@@ -331,7 +331,8 @@ _STAGE = TensorFormat.parse("(i, j) -> (i : dense, j : compressed)")
 
 def from_dense(x: np.ndarray, fmt: TensorFormat, package: str, mode: int = NONZERO, mask=None, **options):
     """``x``'s selected entries in ``fmt``: CSR-like formats directly from the row counts, CSC
-    from the column counts, COO from the counts expanded; every other matrix format converted
+    from the column counts, COO from the counts expanded, DIAI / DIAJ from the diagonals holding
+    an entry (``fastpaths_rows.dia_from_dense``: no selection in between); every other matrix format converted
     from the selection held as a CSR (``Tensor.convert``: the generated writer where it writes
     ``fmt``, as ``Tensor.from_package(x).convert(fmt)`` does, else the pack hooks; ``prune``
     passed on), tensors of other ranks through the generic assembly of the selected coordinates."""
@@ -340,6 +341,12 @@ def from_dense(x: np.ndarray, fmt: TensorFormat, package: str, mode: int = NONZE
     fam = family(fmt)
     if fam is not None and fam.kind == "csr" and fam.major == 1 and compiled_dtype(x.dtype):
         return _csr_tensor(x.shape, package, fmt, *select_columns(x, mode, mask))
+    if x.ndim == 2 and not options.get("prune", False):
+        from .fastpaths_rows import dia_from_dense  # DIA straight from the array's diagonals
+
+        dia = dia_from_dense(x, fmt, package, mode, mask)
+        if dia is not None:
+            return dia
     if csr_like(fmt):  # coordinates straight in the format's dtype (a crdWidth = 16 CSR: uint16)
         crd_dtype = buffer_dtypes(fmt, fmt.level_shape(x.shape), (0,) * fmt.nlevels, 0)[(fmt.nlevels - 1, "crd")]
         pos, crd, values = select(x, mode, mask, crd_dtype)

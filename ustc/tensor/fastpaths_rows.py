@@ -39,7 +39,9 @@ from dataclasses import replace
 
 import numpy as np
 
+from ..errors import StorageError
 from ..format.ir import TensorFormat
+from ..memory import BUDGET_VARIABLE, memory_budget
 from .dtypes import buffer_dtypes
 from .fastpaths import COMPRESSED, _csr_tensor, _fitting, _pos_dtype, coo_like, compiled_dtype, family, row_bounds
 
@@ -262,6 +264,50 @@ def dia_product(a, b, fmt: TensorFormat):
     buffers = narrow(fmt, {(0, "pos"): np.array([0, len(c_off)], dtype=np.int64), (0, "crd"): c_off},
                      layout.level_shape, layout.origins)
     return Tensor(fmt, (m, n), buffers, c_val)
+
+
+def dia_target(fmt: TensorFormat) -> bool:
+    """Whether ``fmt`` is DIAI or DIAJ (index widths aside): :func:`dia_from_dense` writes it."""
+    return source_kind(fmt, ()) in ("diai", "diaj")
+
+
+def dia_from_dense(x: np.ndarray, fmt: TensorFormat, package, mode: int, mask):
+    """The 2-D array ``x``'s selected entries (``fastpaths.select``'s ``mode`` and ``mask``) as a
+    DIA tensor in ``fmt`` (DIAI or DIAJ), or None where this does not apply (another format,
+    values Numba does not compile). One parallel read of ``x`` sets a bit per diagonal holding an
+    entry (a bit set of rows + columns bits per chunk), then only those diagonals are read into
+    zeroed values: no CSR of the selection in between, so the extra memory is the output plus
+    the bit sets. StorageError, before allocating, when the values would not fit the memory budget."""
+    if x.ndim != 2 or not dia_target(fmt) or not compiled_dtype(x.dtype):
+        return None
+    from . import kernels
+    from .dtypes import narrow
+    from .storage import Layout
+    from .tensor import Tensor
+
+    rows, cols = x.shape
+    diagonals = max(0, rows + cols - 1)
+    chunks = _chunks(kernels, x.size)
+    mask2 = np.zeros((1, 1), dtype=np.bool_) if mask is None else np.asarray(mask, dtype=np.bool_).reshape(x.shape)
+    flags = np.zeros((chunks, -(-diagonals // 64)), dtype=np.uint64)
+    kernels.diagonal_flags(x, mode, mask2, np.arange(chunks + 1, dtype=np.int64) * rows // chunks, flags)
+    held = np.unpackbits(np.bitwise_or.reduce(flags, axis=0).view(np.uint8), bitorder="little")[:diagonals]
+    del flags
+    offsets = np.flatnonzero(held) - (rows - 1)
+    del held
+    layout = Layout.of(fmt, x.shape)
+    length = layout.level_shape[1]
+    need = len(offsets) * length * x.dtype.itemsize
+    budget = memory_budget()
+    if need > budget:
+        raise StorageError(f"{fmt} of the {rows} x {cols} array would store {len(offsets):,} diagonals of "
+                           f"{length:,} values ({need:,} bytes), more than the memory budget of {budget:,} "
+                           f"bytes ({BUDGET_VARIABLE} sets it)")
+    values = np.zeros(len(offsets) * length, dtype=x.dtype)
+    kernels.dense_dia_fill(x, mode, mask2, offsets, source_kind(fmt, ()) == "diai", length, values)
+    buffers = narrow(fmt, {(0, "pos"): np.array([0, len(offsets)], dtype=np.int64), (0, "crd"): offsets},
+                     layout.level_shape, layout.origins)
+    return Tensor(fmt, x.shape, buffers, values, package=package)
 
 
 def _chunks(kernels, n: int) -> int:

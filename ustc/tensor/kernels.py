@@ -995,6 +995,40 @@ def dia_row_fill(offsets, values, length, by_row, nrows, ncols, pos_out, crd_out
 
 
 @njit_cached(parallel=True)
+def diagonal_flags(x2, mode, mask, bounds, flags):
+    """Bit ``j - i + rows - 1`` of ``flags[t]`` set for every selected entry ``(i, j)`` of rows
+    ``[bounds[t], bounds[t + 1])`` of ``x2``: the diagonals holding one, a bit set per chunk
+    (rows + columns bits, no per-diagonal table). One read of ``x2``."""
+    rows, cols = x2.shape
+    for t in prange(bounds.size - 1):
+        for i in range(bounds[t], bounds[t + 1]):
+            for j in range(cols):
+                if _selected(mode, x2[i, j], mask, i, j):
+                    d = j - i + rows - 1
+                    flags[t, U(d >> 6)] |= np.uint64(1) << np.uint64(d & 63)
+
+
+DENSE_DIA_ROWS = 256  # rows per chunk of dense_dia_fill (their lines of every diagonal stay in cache)
+
+
+@njit_cached(parallel=True)
+def dense_dia_fill(x2, mode, mask, offsets, by_row, length, values):
+    """``values[d * length + k]`` = ``x2[i, i + offsets[d]]`` where selected, ``k`` the row
+    (``by_row``: DIAI) or the column (DIAJ); ``values`` zeroed. Chunks of
+    :data:`DENSE_DIA_ROWS` rows in parallel, only the stored diagonals read."""
+    rows, cols = x2.shape
+    nd = offsets.size
+    for blk in prange((rows + DENSE_DIA_ROWS - 1) // DENSE_DIA_ROWS):
+        lo, hi = blk * DENSE_DIA_ROWS, min(rows, (blk + 1) * DENSE_DIA_ROWS)
+        for d in range(nd):
+            off = np.intp(offsets[d])
+            for i in range(max(lo, -off), min(hi, cols - off)):
+                v = x2[i, i + off]
+                if _selected(mode, v, mask, i, i + off):
+                    values[U(d * length + (i if by_row else i + off))] = v
+
+
+@njit_cached(parallel=True)
 def dia_product(a_off, a_val, a_rows, b_off, b_val, b_rows, pair, c_val, c_rows, m, k, n, bounds):
     """``C = A @ B`` of two DIA matrices (``m x k`` and ``k x n``) into the DIA values ``c_val``
     (zeroed): diagonal ``pair[da * len(b_off) + db]`` of C (-1: outside C) gathers the products

@@ -19,7 +19,7 @@ import numpy as np
 
 from ..errors import DeviceError, FormatError, StorageError
 from ..format.ir import TensorFormat
-from . import batch, fastpaths, packages, safety, storage
+from . import batch, fastpaths, fastpaths_rows, packages, safety, storage
 from .dtypes import narrow
 from .storage import Layout
 
@@ -275,7 +275,8 @@ class Tensor:
         fast = fastpaths.convert(self, fmt)
         if fast is not None:
             return fast
-        if self.format.all_dense and (fastpaths.coo_like(fmt) or fastpaths.family(fmt) is not None):
+        if self.format.all_dense and (fastpaths.coo_like(fmt) or fastpaths.family(fmt) is not None
+                                      or (self.ndim == 2 and not prune and fastpaths_rows.dia_target(fmt))):
             return Tensor.from_dense(self.to_dense(), fmt)  # the parallel count and fill kernels
         from ..ops.convert import staged_rows, worth_compiling, written
 
