@@ -384,13 +384,14 @@ def readonly_arrays(fn: ir.Function) -> frozenset[str]:
     them): no thread changes them while the kernel runs, so their loads may take the read-only
     data path (``ld.global.nc``, :mod:`codegen.cuda_loads`). The host passes each parameter
     its own buffer (an output is never also an operand under another name)."""
-    written, loaded = set(), set()
+    written, loaded, scalar = set(), set(), set()
     for s in ir.walk(fn.body):
         if isinstance(s, (ir.Store, ir.Sort)):
             written.add(s.array)
-        loaded.update(e.array for c in ir.children(s) for e in ir.nodes(c) if isinstance(e, ir.Load))
+        for e in (e for c in ir.children(s) for e in ir.nodes(c) if isinstance(e, ir.Load)):
+            (loaded if e.index else scalar).add(e.array)   # a 0-d array keeps its plain load
     operands = {p.name for p in fn.params if p.role.kind in READ_KINDS}
-    return frozenset((loaded & operands) - written)
+    return frozenset((loaded & operands) - written - scalar)
 
 
 def vector_size(itemsize: int, nbytes: int = 16) -> int:

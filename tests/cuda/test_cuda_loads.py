@@ -265,3 +265,13 @@ def test_a_user_name_spelled_like_a_load_is_renamed():
     module = functions("y[i] = A[i,j] * ldg[j]", {"A": F.CSR})
     text = CudaEmitter().emit(module)
     assert "ldg(ldg_2, np.uintp(j))" in text  # the user's array, renamed, read through the intrinsic
+
+
+def test_a_0d_operand_keeps_its_plain_load():
+    from ustc.codegen import loopir as ir
+    from ustc.codegen.roles import Kind, Role
+
+    params = (ir.Param("y", Role(Kind.ARRAY, "y")), ir.Param("s", Role(Kind.ARRAY, "s")),
+              ir.Param("x", Role(Kind.ARRAY, "x")))
+    body = (ir.Store("y", (ir.Const(0),), ir.Bin("*", ir.Load("s", ()), ir.Load("x", (ir.Const(1),)))),)
+    assert readonly_arrays(ir.Function("k", params, body)) == {"x"}   # ldg takes an index

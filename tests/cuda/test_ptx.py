@@ -46,3 +46,7 @@ def test_correctness_matrix_compiles_to_cubins_that_keep_their_promises(tmp_path
     assert by_case["spmv_csr_merge_path"][0]["atomics"] > 0
     assert by_case["spmv_dcsr"][0]["atomics"] == 0 == by_case["spmv_dcsr"][0]["shuffles"]
     assert all(0 < k["occupancy"] <= 1 for k in kernels)
+    # operands come through the read-only path; thread-per-row delta rows read values in vector loads
+    assert by_case["spmv_csr"][0]["readonly_loads"] > 0
+    for case in ("spmv_delta4_packed", "spmv_delta4_packed_float16", "spmv_delta2"):
+        assert by_case[case][0]["vector_loads"] > 0, case
