@@ -88,7 +88,8 @@ def model(monkeypatch, tmp_path):
 
 
 @pytest.mark.parametrize("fmt, dtype", [(F.CSR, np.float64), (F.CSR, np.float32),
-                                        (F.DELTA(4, True), np.float16), (F.DELTA(2), np.float32)])
+                                        (F.DELTA(4, True), np.float16), (F.DELTA(2), np.float32),
+                                        (F.DELTA(3, True), np.float32), (F.DELTA(5, True), np.float64)])
 def test_every_alignment_of_the_values_in_the_warp_model(model, monkeypatch, fmt, dtype):
     """The values buffer pretends to start 0 .. n-1 elements past a 16-byte boundary (the model
     and the vector loads' alignment check both see the shifted address): every shift gives
