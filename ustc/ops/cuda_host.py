@@ -238,7 +238,7 @@ def on_stream(launch, stream, *args):
 def _bits(a):
     """A bfloat16 device array as its uint16 bits (what the kernels read, ``codegen.cuda_bfloat16``;
     Numba has no bfloat16 array type to view it with)."""
-    return a.view(np.uint16) if str(a.dtype) == "bfloat16" else a
+    return a.view(np.uint16) if str(getattr(a, "dtype", "")) == "bfloat16" else a
 
 
 def _device_array(a) -> bool:
