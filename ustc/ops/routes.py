@@ -8,7 +8,8 @@
    formats and compiled (``ustc.codegen``), cached on disk.
 
 A planned CSR or BSR SpGEMM executed again on operands of unchanged structure runs only its
-numeric pass over the output structure it kept (:class:`KeptStructureRoute`).
+numeric pass over the output structure it kept (:class:`KeptStructureRoute`); a planned CSR SpMV
+executed again reads a 16-bit copy of its column indices where they fit (:class:`NarrowColumnsRoute`).
 
 A route for a dense result adds ``alpha * a @ b`` into an output that already
 holds ``beta * c``; a route for a sparse result (both operands sparse) returns
@@ -342,6 +343,77 @@ def _keeps_structure(p: Problem, a, b, route: Route | None) -> Route | None:
                    for x in (a, b)) or not np.issubdtype(np.result_type(a.dtype, b.dtype), np.number):
         return route
     return KeptStructureRoute(route)
+
+
+class NarrowColumnsRoute(Route):
+    """CSR SpMV that keeps the operand's column indices in 16 bits once executed twice since it was
+    bound (``kernels._narrow_spmv``: uint16 columns up to 65,536 columns, else int16 offsets from
+    the diagonal where every entry lies within 32,767 of it), and from then on reads that copy
+    instead of the operand's int32 / int64 indices: the side-114 stencil moves 132 MB instead of
+    153 MB with int32 indices. The copy (2 bytes an entry plus a copy of the row pointers) is
+    made again when the operand's index buffers are other arrays, are given again through
+    ``Matmul.reset_operands``, or differ in a sample of rows and entries compared at every
+    execute; where the columns do not fit (a power-law graph), or before the second execute
+    (one-shot calls), ``inner`` (the generated kernel) runs. Values and ``x`` are read as they
+    are at every execute."""
+
+    KEEP_AFTER = 2   # executes since binding before the copy is made (one-shot calls: never)
+
+    def __init__(self, inner: Route, accumulate: bool):
+        self.inner, self.kind, self.info = inner, inner.kind, inner.info
+        self.accumulate = accumulate   # the product has a c: the caller fills beta * c first
+        self._narrow, self._refused, self._runs = None, None, 0
+
+    def prepare(self, a, b, out, alpha) -> None:
+        self.inner.prepare(a, b, out, alpha)
+        self.kind, self.overwrites = self.inner.kind, self.inner.overwrites
+        self.info = (f"{self.inner.info}; executed again: column indices kept in 16 bits where they fit "
+                     f"(absolute up to 65,536 columns, else from the diagonal)")
+
+    def run(self, a, b, out, alpha):
+        import numba
+
+        from ..kernels._narrow_spmv import NarrowColumns
+
+        pos, crd = a._buffers[(1, "pos")], a._buffers[(1, "crd")]
+        threads = numba.get_num_threads()
+        narrow = self._narrow
+        if narrow is not None and isinstance(b, np.ndarray) and isinstance(out, np.ndarray) \
+                and narrow.matches(pos, crd, len(a._values), threads):
+            narrow.spmv(out, a._values, b, alpha, self.accumulate)
+            return out
+        if narrow is not None:   # changed: made again only after KEEP_AFTER executes of what it is now
+            self._narrow, self._runs = None, 0
+        result = self.inner.run(a, b, out, alpha)
+        self._runs += 1
+        source = (id(pos), id(crd), threads)
+        if self._runs >= self.KEEP_AFTER and self._refused != source:
+            self._narrow = NarrowColumns.of(pos, crd, a.shape[1], threads)
+            self._refused = source if self._narrow is None else None
+        return result
+
+    def unbind(self) -> None:
+        self._narrow, self._refused, self._runs = None, None, 0
+        self.inner.unbind()
+
+    def release(self) -> None:
+        self._narrow, self._refused, self._runs = None, None, 0
+        self.inner.release()
+
+
+def _narrow_columns(p: Problem, a, b, route: Route) -> Route:
+    """``route`` wrapped in :class:`NarrowColumnsRoute` for a CSR SpMV on the CPU above
+    ``runtime.SERIAL_WORK`` with int32 / int64 column indices, numeric compiled dtypes and a dense
+    NumPy x; else ``route``."""
+    from ..formats import CSR
+    from ..tensor.interop import plain_format
+
+    if op_name(p) != "spmv" or p.target != "cpu" or a.device != "cpu" or plain_format(a.format) != CSR \
+            or not isinstance(b, np.ndarray) or runtime.input_work((a, b)) < runtime.SERIAL_WORK \
+            or a._buffers[(1, "crd")].dtype.itemsize <= 2 \
+            or not all(fastpaths.compiled_dtype(x.dtype) and np.issubdtype(x.dtype, np.number) for x in (a, b)):
+        return route
+    return NarrowColumnsRoute(route, accumulate=p.c is not None)
 
 
 class DiaProductRoute(Route):
@@ -708,7 +780,8 @@ def choose(p: Problem, a, b, out_format, fused: Fusion = NO_FUSION) -> tuple[Rou
         if route is not None:
             return route, "; ".join(tried + ["converting to CSR costs O(nnz), far less than the product"])
     if forced in (None, "generated"):
-        return GeneratedRoute(p, p.target, out_format), "; ".join(tried) or "forced"
+        route = GeneratedRoute(p, p.target, out_format)
+        return (route if forced else _narrow_columns(p, a, b, route)), "; ".join(tried) or "forced"
     raise UnsupportedOperation(f"matmul: route {forced!r} cannot run this product: {'; '.join(tried)}")
 
 

@@ -1,0 +1,168 @@
+"""CSR SpMV over column indices kept in 16 bits: the index width of a planned product.
+
+A CSR SpMV moves values, column indices, row pointers, ``x`` and ``y``; on a stencil with int32
+indices the indices are a quarter of the bytes. Where every column fits 16 bits relative to a
+base that the kernel knows without reading memory, a planned product keeps a copy of the column
+indices in that width and its kernel reads the copy instead:
+
+* ``scale = 0`` (absolute): ``col = off`` in uint16, for matrices of at most 65,536 columns;
+* ``scale = 1`` (diagonal): ``col = row + off`` in int16, for banded matrices (every entry
+  within 32,767 of the diagonal: the 7-point stencil of side 114 has offsets up to 12,996).
+
+Where no row holds more than 255 entries the rows' lengths are kept in uint8 too, instead of
+row pointers (the stencil: 1.5 MB instead of 5.9 MB). :class:`NarrowColumns` holds the copy
+with the lengths or a copy of the row pointers (so the kernel never reads outside the copy,
+whatever happens to the operand's buffers later), the rows' chunks and a sample of the
+operand's structure that :meth:`NarrowColumns.matches` compares at every execute.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numba import prange
+
+from ..cache._lean import njit_cached
+from ._spgemm import U, chunk_bounds
+
+ABSOLUTE_COLUMNS = 1 << 16   # up to this many columns a uint16 column index is the column itself
+DIAGONAL_REACH = (1 << 15) - 1   # |col - row| up to this fits int16
+SAMPLES = 256                # rows whose pointers and columns are compared at every execute
+MAX_LENGTH = 255             # rows up to this long: uint8 lengths instead of row pointers
+
+
+@njit_cached(nogil=True, parallel=True)
+def narrow_columns(pos, crd, scale, lo, hi, out, bounds):
+    """``out[p] = crd[p] - scale * row(p)`` for every stored entry (row chunks ``bounds`` in
+    parallel); returns whether every such offset lies in ``[lo, hi]`` (``out`` is then exact)."""
+    chunks = len(bounds) - 1
+    bad = np.zeros(max(chunks, 1), dtype=np.bool_)
+    for ch in prange(chunks):
+        for i in range(bounds[ch], bounds[ch + 1]):
+            base = np.int64(scale) * i
+            for p in range(np.int64(pos[U(i)]), np.int64(pos[U(i + 1)])):
+                d = np.int64(crd[U(p)]) - base
+                if d < lo or d > hi:
+                    bad[ch] = True
+                    d = 0
+                out[U(p)] = d
+    return not bad.any()
+
+
+@njit_cached(nogil=True, parallel=True)
+def narrow_spmv(y, pos, off, scale, vals, x, bounds, alpha, accumulate):
+    """``y[i] (+)= alpha * sum_p vals[p] * x[scale * i + off[p]]`` over row ``i``'s entries
+    ``[pos[i], pos[i + 1])``, row chunks ``bounds`` in parallel; ``accumulate`` False stores
+    every ``y[i]`` (empty rows get zero). The caller guarantees ``pos`` and ``off`` are a
+    consistent copy whose columns lie in ``x`` and ``len(vals) >= pos[-1]``."""
+    zero = y.dtype.type(0)
+    for ch in prange(len(bounds) - 1):
+        lo, hi = bounds[ch], bounds[ch + 1]
+        end = np.int64(pos[U(lo)])
+        for i in range(lo, hi):
+            begin = end
+            end = np.int64(pos[U(i + 1)])
+            base = np.int64(scale) * i
+            acc = zero
+            for p in range(begin, end):
+                acc += vals[U(p)] * x[U(base + np.int64(off[U(p)]))]
+            if accumulate:
+                y[U(i)] += alpha * acc
+            else:
+                y[U(i)] = alpha * acc
+
+
+@njit_cached(nogil=True, parallel=True)
+def narrow_spmv_lengths(y, starts, lens, off, scale, vals, x, bounds, alpha, accumulate):
+    """:func:`narrow_spmv` with row ``i``'s entry count ``lens[i]`` (uint8) instead of a row
+    pointer array: chunk ``ch`` starts at entry ``starts[ch]``."""
+    zero = y.dtype.type(0)
+    for ch in prange(len(bounds) - 1):
+        end = np.int64(starts[U(ch)])
+        for i in range(bounds[ch], bounds[ch + 1]):
+            begin = end
+            end = begin + np.int64(lens[U(i)])
+            base = np.int64(scale) * i
+            acc = zero
+            for p in range(begin, end):
+                acc += vals[U(p)] * x[U(base + np.int64(off[U(p)]))]
+            if accumulate:
+                y[U(i)] += alpha * acc
+            else:
+                y[U(i)] = alpha * acc
+
+
+def _identity(*arrays) -> tuple:
+    return tuple((id(a), a.__array_interface__["data"][0], a.shape, a.dtype.str) for a in arrays)
+
+
+@dataclass(frozen=True, eq=False)
+class NarrowColumns:
+    """A CSR operand's column indices in 16 bits (``off``, ``col = scale * row + off``) with its
+    rows' lengths in uint8 where every row holds at most 255 entries (``lens``; ``pos`` None),
+    else a copy of its row pointers (``pos``; ``lens`` None); made from the operand's ``pos`` /
+    ``crd`` buffers named by ``source`` (object ids, addresses, shapes, dtypes). ``bounds`` are
+    the rows' chunks of equal work and ``starts`` their first entries; a sample of the structure
+    is compared at every execute: the pointers ``row_pos`` of rows ``rows`` and the columns
+    ``cols`` of entries ``at``."""
+
+    pos: np.ndarray | None
+    lens: np.ndarray | None
+    off: np.ndarray
+    scale: int
+    bounds: np.ndarray
+    starts: np.ndarray
+    source: tuple
+    rows: np.ndarray
+    row_pos: np.ndarray
+    at: np.ndarray
+    cols: np.ndarray
+
+    @property
+    def nbytes(self) -> int:
+        rows = self.pos if self.pos is not None else self.lens
+        return rows.nbytes + self.off.nbytes + self.bounds.nbytes + self.starts.nbytes
+
+    @classmethod
+    def of(cls, pos: np.ndarray, crd: np.ndarray, n_cols: int, threads: int) -> "NarrowColumns | None":
+        """The 16-bit copy of the CSR structure ``(pos, crd)`` (``n_cols`` columns), or None where
+        no base makes every column fit 16 bits or ``crd`` is 16 bits wide already. Assumes the
+        buffers passed ``tensor.safety`` (columns within ``[0, n_cols)``, ``pos`` increasing)."""
+        n_rows = len(pos) - 1
+        if crd.dtype.itemsize <= 2 or n_rows < 1:
+            return None
+        nnz = int(pos[-1])
+        work = pos.astype(np.int64) + np.arange(n_rows + 1)
+        bounds = chunk_bounds(work, max(1, min(n_rows, threads)))
+        if n_cols <= ABSOLUTE_COLUMNS:
+            scale, dtype, lo, hi = 0, np.uint16, 0, ABSOLUTE_COLUMNS - 1
+        else:
+            scale, dtype, lo, hi = 1, np.int16, -DIAGONAL_REACH - 1, DIAGONAL_REACH
+        off = np.empty(nnz, dtype=dtype)
+        if not narrow_columns(pos, crd, scale, lo, hi, off, bounds):
+            return None
+        lengths = np.diff(pos)
+        short = int(lengths.max()) <= MAX_LENGTH
+        rows = np.unique(np.linspace(0, n_rows, SAMPLES).astype(np.int64))
+        at = np.unique(np.linspace(0, nnz - 1, SAMPLES).astype(np.int64)) if nnz else np.zeros(0, np.int64)
+        return cls(None if short else pos.copy(), lengths.astype(np.uint8) if short else None, off, scale,
+                   bounds, pos[bounds].astype(np.int64), _identity(pos, crd), rows, pos[rows].copy(), at,
+                   crd[at].copy())
+
+    def matches(self, pos: np.ndarray, crd: np.ndarray, n_vals: int, threads: int) -> bool:
+        """Whether these are the buffers the copy was made from (same objects, addresses, shapes,
+        dtypes), for as many threads, with values for every entry, and the sampled row pointers
+        and columns unchanged. An edit in place that the sample misses is not seen: give the
+        operand again with ``Matmul.reset_operands`` after editing its index buffers."""
+        return (len(self.bounds) - 1 == max(1, min(len(pos) - 1, threads))
+                and n_vals >= len(self.off) and _identity(pos, crd) == self.source
+                and np.array_equal(pos[self.rows], self.row_pos) and np.array_equal(crd[self.at], self.cols))
+
+    def spmv(self, y: np.ndarray, vals: np.ndarray, x: np.ndarray, alpha, accumulate: bool) -> None:
+        """``y (+)= alpha * A @ x`` over the copy (call only where :meth:`matches`)."""
+        if self.lens is not None:
+            narrow_spmv_lengths(y, self.starts, self.lens, self.off, self.scale, vals, x, self.bounds, alpha,
+                                accumulate)
+        else:
+            narrow_spmv(y, self.pos, self.off, self.scale, vals, x, self.bounds, alpha, accumulate)
