@@ -16,6 +16,7 @@ import scipy.sparse as sp
 import ustc
 from ustc import ust
 from ustc.errors import DeviceError, UnsupportedOperation
+from ustc.ops import library, runtime
 
 BF16 = ml_dtypes.bfloat16
 CUDA = {"target": "cuda"}
@@ -62,3 +63,16 @@ def test_without_ml_dtypes_a_bfloat16_operand_is_a_clear_error(monkeypatch):
     monkeypatch.setitem(sys.modules, "ml_dtypes", None)              # as if not installed
     with pytest.raises(UnsupportedOperation, match="ml_dtypes"):
         ustc.Matmul(A, x, options=CUDA)
+
+
+
+def test_generated_cpu_kernels_refuse_bfloat16_by_name():
+    A, x, _ = operands()
+    with pytest.raises(UnsupportedOperation, match="tensor '.*' holds bfloat16 values.*cpu target"):
+        ustc.einsum("ij,j->i", A, x)
+    wide = ustc.Tensor.from_dense(A.to_dense().astype(np.float32), "CSR")
+    y = np.zeros(6, BF16)
+    program = library.parse_program(["y[i] = A[i,j] * x[j]"])
+    with pytest.raises(UnsupportedOperation, match="tensor 'y' holds bfloat16"):   # an output too
+        runtime.execute(program, {"A": wide, "x": x.astype(np.float32), "y": y}, target="cpu")
+    assert not y.astype(np.float32).any()

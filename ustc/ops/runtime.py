@@ -98,6 +98,8 @@ def prepare(program: nt.Program, bindings: dict, target: str | None, schedule=No
     scalars = {s: bindings[s] for st in program.statements for s in st.rhs.scalars()}
     extents = _extents(program, tensors)
     _settle_outputs(program, tensors, extents, scalars)
+    if target == "cpu":
+        _no_bfloat16(tensors)
     return Run(program, tensors, scalars, extents, target, schedule, device)
 
 
@@ -123,6 +125,17 @@ def _bind(name: str, value, is_output: bool, target: str = "cpu") -> Bound:
     if is_output and not array.flags.writeable:
         raise KernelError(f"output '{name}' is a read-only array")
     return Bound(name, array, None, array.shape, array.dtype)
+
+
+def _no_bfloat16(tensors: dict) -> None:
+    """UnsupportedOperation naming the first bfloat16 tensor: generated CPU kernels run in Numba,
+    which has no bfloat16 (the cuda target reads it, ``codegen.cuda_bfloat16``)."""
+    for name, b in tensors.items():
+        if b.dtype.name == "bfloat16":
+            raise UnsupportedOperation(f"tensor '{name}' holds bfloat16 values, which kernels generated for the "
+                                       f"cpu target cannot read (Numba has no bfloat16): ustc.matmul / ustc.Matmul "
+                                       f"compute bfloat16 products in float32, or convert '{name}' to float32 "
+                                       f"(the cuda target reads bfloat16)")
 
 
 def _extents(program: nt.Program, tensors: dict) -> dict[str, int]:
