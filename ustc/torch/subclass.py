@@ -408,7 +408,7 @@ def _code_version() -> str:
 
     here = Path(__file__).resolve().parent
     digest = hashlib.blake2b(digest_size=8)
-    for name in ("subclass.py", "compiled.py", "inference.py"):
+    for name in ("subclass.py", "compiled.py", "inference.py", "linear.py"):
         digest.update((here / name).read_bytes())
     return f"{__version__}-{digest.hexdigest()}"
 
