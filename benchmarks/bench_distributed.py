@@ -9,8 +9,10 @@ ghosts + 6 vector slices); SpGEMM ``A @ A`` (distributed, single-process ``ustc.
 SciPy) with the rows and bytes it fetched against its plan; a power-law graph's bytes per
 SpMV with row blocks and with a 2 x 2 ``Grid2D``, and both SpMVs' times; the stencil under
 user labels (bytes per SpMV, CG) and CG on a 1 x 2 ``Grid2D`` (synchronisations per
-iteration); ``map`` over 400
-items of ~10 ms against a serial loop.
+iteration); the same CG over the actor transport (the Dask actors calling each other, the
+default before the direct sockets) and the cost of one synchronisation on both transports (CG
+on a side-16 stencil, where the blocks' arithmetic is negligible); ``map`` over 400 items of
+>= 10 ms against a serial loop.
 
 Usage: ``python benchmarks/bench_distributed.py [--side 114] [--repeat 3] [--power-law 200000] [--write]``;
 ``--write`` replaces the results section of docs/distributed.md.
@@ -207,8 +209,35 @@ def mpi_cg(side: int, repeat: int):
     return out["iterations"], out["ms"]
 
 
+def transports(say, ud, ustc, t, b, repeat):
+    """CG on the side-114 matrix ``t`` over the actor transport (a second runtime), and ms per
+    synchronisation on both transports from CG on a side-16 stencil (3 per iteration)."""
+    small = ustc.Tensor.from_package(stencil(16))
+    ones = np.ones(small.shape[0])
+    per_sync = {}
+    for name, rt in (("socket", ud.runtime()), ("actor", ud.Runtime(n_workers=2, transport="actor"))):
+        if name == "actor":
+            d = ud.DTensor.from_tensor(t, 2, runtime=rt)
+            best, (_, info) = best_of(repeat, lambda: ud.solve(d, b, "cg", rtol=1e-6, return_info=True))
+            say(f"CG distributed over the actor transport: {info.iterations} iterations, min "
+                f"{1e3 * best / info.iterations:.2f} ms per iteration; {load()}")
+            d.free()
+        ds = ud.DTensor.from_tensor(small, 2, runtime=rt)
+        best, (_, info) = best_of(3 * repeat, lambda: ud.solve(ds, ones, "cg", rtol=1e-10, return_info=True))
+        per_sync[name] = 1e3 * best / info.syncs
+        ds.free()
+        if name == "actor":
+            rt.close()
+    say(f"one synchronisation (CG on the side-16 stencil, time / synchronisations): sockets "
+        f"{1e3 * per_sync['socket']:.0f} us, actor calls {1e3 * per_sync['actor']:.0f} us; {load()}")
+
+
+#: entries of the shared operand of :func:`busy`: ~13 ms an item on the project machine
+BUSY_SIZE = 150_000
+
+
 def busy(item, shared):
-    """~10 ms of single-threaded NumPy work on one item."""
+    """>= 10 ms of single-threaded NumPy work on one item."""
     x = shared + item
     for _ in range(10):
         x = np.sin(x)
@@ -321,11 +350,12 @@ def main():
     say("worker RSS (interpreter, NumPy, Numba and Dask included): "
         + ", ".join(f"{v / 2**20:.0f} MiB" for v in rss.values()))
 
+    transports(say, ud, ustc, t, b, args.repeat)
     labels_and_grid_cg(say, ud, ustc, a, b, side, args.repeat)
     spgemm(say, ud, ustc, d, a, t, args.repeat)
     grid_vs_rows(say, ud, ustc, args.power_law, args.repeat)
 
-    shared = np.random.default_rng(0).standard_normal(60_000)
+    shared = np.random.default_rng(0).standard_normal(BUSY_SIZE)
     items = list(range(400))
     t0 = time.perf_counter()
     serial = [busy(i, shared) for i in items]
