@@ -339,9 +339,9 @@ def run_operation(label: str, entries: list[Entry], check: Callable, kind: str, 
     return entries
 
 
-def planned(a, b) -> tuple[Callable, str]:
-    """``ustc.Matmul(a, b)`` planned once: (its execute, the route it chose)."""
-    mm = ustc.Matmul(a, b).plan()
+def planned(a, b, options: dict | None = None) -> tuple[Callable, str]:
+    """``ustc.Matmul(a, b, options=options)`` planned once: (its execute, the route it chose)."""
+    mm = ustc.Matmul(a, b, options=options).plan()
     return mm.execute, re.sub(r", key [0-9a-f]+…", "", mm.plan_info.split(" [why")[0])
 
 
@@ -392,6 +392,10 @@ def spmv_entries(csr, x, peers: Peers, diai: bool, bw_mb: float = 200) -> list[E
         entries.append(Entry("pydata sparse COO", "`A @ x`", status=NOT_INSTALLED))
     entries.append(Entry("ustc CSR", "`Matmul(A, x)` planned, `execute()`", lambda: planned(A, x), ustc=True,
                          bytes=csr_bytes))
+    # context, not judged: the generated kernel on the operand's own indices (route forced), beside
+    # the default route that reads 16-bit column indices where they fit
+    entries.append(Entry("ustc CSR, own indices", "`Matmul(A, x, options={'route': 'generated'})`",
+                         lambda: planned(A, x, {"route": "generated"}), bytes=csr_bytes))
     if diai:
         D = A.convert("DIAI")
         entries.append(Entry("ustc DIAI", "`Matmul(A, x)` planned, `execute()`", lambda: planned(D, x), ustc=True,
