@@ -50,6 +50,21 @@ def narrow_columns(pos, crd, scale, lo, hi, out, bounds):
     return not bad.any()
 
 
+@njit_cached(nogil=True, inline="always")
+def _row(vals, x, off, base, begin, end, zero):
+    """A row's products in two sums (even and odd entries): one chain waits on the add latency
+    (stencil 114^3, two threads: 12.0 vs 13.4 ms minimum, load 4.4)."""
+    acc, acc_1 = zero, zero
+    p = begin
+    while p + 1 < end:
+        acc += vals[U(p)] * x[U(base + np.int64(off[U(p)]))]
+        acc_1 += vals[U(p + 1)] * x[U(base + np.int64(off[U(p + 1)]))]
+        p += 2
+    if p < end:
+        acc += vals[U(p)] * x[U(base + np.int64(off[U(p)]))]
+    return acc, acc_1
+
+
 @njit_cached(nogil=True, parallel=True)
 def narrow_spmv(y, pos, off, scale, vals, x, bounds, alpha, accumulate):
     """``y[i] (+)= alpha * sum_p vals[p] * x[scale * i + off[p]]`` over row ``i``'s entries
@@ -64,9 +79,8 @@ def narrow_spmv(y, pos, off, scale, vals, x, bounds, alpha, accumulate):
             begin = end
             end = np.int64(pos[U(i + 1)])
             base = np.int64(scale) * i
-            acc = zero
-            for p in range(begin, end):
-                acc += vals[U(p)] * x[U(base + np.int64(off[U(p)]))]
+            acc, acc_1 = _row(vals, x, off, base, begin, end, zero)
+            acc += acc_1
             if accumulate:
                 y[U(i)] += alpha * acc
             else:
@@ -84,9 +98,8 @@ def narrow_spmv_lengths(y, starts, lens, off, scale, vals, x, bounds, alpha, acc
             begin = end
             end = begin + np.int64(lens[U(i)])
             base = np.int64(scale) * i
-            acc = zero
-            for p in range(begin, end):
-                acc += vals[U(p)] * x[U(base + np.int64(off[U(p)]))]
+            acc, acc_1 = _row(vals, x, off, base, begin, end, zero)
+            acc += acc_1
             if accumulate:
                 y[U(i)] += alpha * acc
             else:
