@@ -134,3 +134,64 @@ def test_extra_memory_is_the_output():
     got = fresh_peak(setup, "a.convert('DIAJ')", "numba.get_num_threads() * 4096 // 8 + 8192")
     assert got["peak"] <= got["nbytes"] + got["allowed"], got
     assert got["peak"] <= 1.2 * got["nbytes"], got
+
+
+# -- CSR -> DIA (fastpaths_rows.dia_from_csr) ----------------------------------------------
+
+CSR_SOURCES = ["CSR", "(i, j) -> (i : dense, j : compressed), posWidth = 64, crdWidth = 16"]
+
+
+@pytest.mark.parametrize("name", sorted(DIA))
+@pytest.mark.parametrize("src", CSR_SOURCES)
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+def test_csr_equals_the_oracle(name, src, shape, dtype):
+    x = rand_dense(shape, dtype, 0.3, seed=sum(shape) + 1)
+    a = Tensor.from_dense(x, src)
+    snap = {k: b.copy() for k, b in a.buffers.items()}, a.values.copy()
+    got = fastpaths_rows.dia_from_csr(a, DIA[name])
+    assert got is not None
+    assert_same_storage(got, oracle(a, DIA[name]))
+    np.testing.assert_array_equal(got.to_dense(), x)
+    for k, b in snap[0].items():
+        np.testing.assert_array_equal(a.buffers[k], b)
+    np.testing.assert_array_equal(a.values, snap[1])
+
+
+@pytest.mark.parametrize("name", sorted(DIA))
+def test_csr_several_chunks_explicit_zeros_and_the_path(name, monkeypatch):
+    """A SciPy CSR above the parallel threshold with explicit zeros (a diagonal holding only
+    zeros is not stored, zeros on a kept one are), int64 indices; ``Tensor.convert`` takes it."""
+    sp = pytest.importorskip("scipy.sparse")
+    rng = np.random.default_rng(7)
+    n = 40_000
+    m = sp.diags([rng.standard_normal(n - abs(k)) for k in (-300, -1, 0, 1, 77)], [-300, -1, 0, 1, 77],
+                 shape=(n, n), format="coo")
+    rows = np.concatenate([m.row, np.arange(n - 5)])           # diagonal 5: explicit zeros only
+    cols = np.concatenate([m.col, np.arange(5, n)])
+    data = np.concatenate([np.where(np.arange(m.nnz) % 5 == 0, 0.0, m.data), np.zeros(n - 5)])
+    m = sp.csr_array((data, (rows, cols)), shape=(n, n))
+    m.indices, m.indptr = m.indices.astype(np.int64), m.indptr.astype(np.int64)
+    assert m.has_canonical_format and m.nnz == len(data)
+    a = Tensor.from_package(m)
+    want = oracle(a, name)
+    calls = []
+    real = fastpaths_rows.dia_from_csr
+    monkeypatch.setattr(fastpaths_rows, "dia_from_csr", lambda *x: calls.append(x) or real(*x))
+    got = a.convert(name)
+    assert calls and len(got.buffers[(0, "crd")]) == 5
+    assert_same_storage(got, want)
+
+
+def test_csr_not_for_csc_or_other_targets():
+    x = rand_dense((6, 7), np.float64, 0.5, seed=4)
+    assert fastpaths_rows.dia_from_csr(Tensor.from_dense(x, "CSC"), DIA["DIAI"]) is None
+    assert fastpaths_rows.dia_from_csr(Tensor.from_dense(x, "CSR"), as_format("SkewDIAJ")) is None
+    assert fastpaths_rows.dia_from_csr(Tensor.from_dense(x, "CSR"), as_format("COO")) is None
+
+
+def test_csr_over_the_budget_refused_before_allocating(monkeypatch):
+    a = Tensor.from_dense(np.ones((50, 50)), "CSR")
+    monkeypatch.setenv("USTC_MEMORY_BUDGET", "30000")
+    with pytest.raises(StorageError, match=r"50 x 50 matrix would store 99 diagonals"):
+        fastpaths_rows.dia_from_csr(a, DIA["DIAJ"])

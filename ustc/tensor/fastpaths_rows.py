@@ -281,33 +281,76 @@ def dia_from_dense(x: np.ndarray, fmt: TensorFormat, package, mode: int, mask):
     if x.ndim != 2 or not dia_target(fmt) or not compiled_dtype(x.dtype):
         return None
     from . import kernels
+
+    rows = x.shape[0]
+    chunks = _chunks(kernels, x.size)
+    mask2 = np.zeros((1, 1), dtype=np.bool_) if mask is None else np.asarray(mask, dtype=np.bool_).reshape(x.shape)
+
+    def flag(flags):
+        kernels.diagonal_flags(x, mode, mask2, np.arange(chunks + 1, dtype=np.int64) * rows // chunks, flags)
+
+    def fill(offsets, by_row, length, values):
+        kernels.dense_dia_fill(x, mode, mask2, offsets, by_row, length, values)
+
+    return _dia_tensor(fmt, x.shape, x.dtype, chunks, flag, fill, package, "array")
+
+
+def dia_from_csr(t, fmt: TensorFormat):
+    """The CSR ``t`` (rows major, ordered unique columns) as a DIA tensor in ``fmt`` (DIAI or DIAJ),
+    or None where this does not apply: one parallel pass over the columns sets a bit per
+    diagonal holding a nonzero (:func:`dia_from_dense`'s bit sets), then one parallel pass puts
+    each nonzero on its diagonal (found by a binary search in the few stored offsets) in zeroed
+    values. Extra memory: the output and the bit sets. Budget refusal as :func:`dia_from_dense`."""
+    fam = family(t.format)
+    if fam is None or fam.kind != "csr" or fam.major != 0 or t.device != "cpu" or not dia_target(fmt) \
+            or not compiled_dtype(t.dtype):
+        return None
+    from . import kernels
+
+    pos, crd = t._buffers[(1, "pos")], t._buffers[(1, "crd")]
+    values = t._values
+    chunks = _chunks(kernels, int(pos[-1]))
+    bounds = row_bounds(pos, np.arange(chunks + 1, dtype=np.int64) * int(pos[-1]) // chunks)
+
+    def flag(flags):
+        kernels.csr_diagonal_flags(pos, crd, values, bounds, flags)
+
+    def fill(offsets, by_row, length, out):
+        kernels.csr_dia_fill(pos, crd, values, bounds, offsets, by_row, length, out)
+
+    return _dia_tensor(fmt, t.shape, t.dtype, chunks, flag, fill, t.package, "matrix")
+
+
+def _dia_tensor(fmt, shape, dtype, chunks: int, flag, fill, package, what: str):
+    """A DIA tensor in ``fmt`` of ``shape``: ``flag(flags)`` sets a bit per diagonal holding an
+    entry (bit ``col - row + rows - 1`` of a chunk's row of ``flags``), the offsets follow, the
+    zeroed values (refused first when over the memory budget) are ``fill(offsets, by_row,
+    length, values)``'s."""
     from .dtypes import narrow
     from .storage import Layout
     from .tensor import Tensor
 
-    rows, cols = x.shape
+    rows, cols = shape
     diagonals = max(0, rows + cols - 1)
-    chunks = _chunks(kernels, x.size)
-    mask2 = np.zeros((1, 1), dtype=np.bool_) if mask is None else np.asarray(mask, dtype=np.bool_).reshape(x.shape)
     flags = np.zeros((chunks, -(-diagonals // 64)), dtype=np.uint64)
-    kernels.diagonal_flags(x, mode, mask2, np.arange(chunks + 1, dtype=np.int64) * rows // chunks, flags)
+    flag(flags)
     held = np.unpackbits(np.bitwise_or.reduce(flags, axis=0).view(np.uint8), bitorder="little")[:diagonals]
     del flags
     offsets = np.flatnonzero(held) - (rows - 1)
     del held
-    layout = Layout.of(fmt, x.shape)
+    layout = Layout.of(fmt, shape)
     length = layout.level_shape[1]
-    need = len(offsets) * length * x.dtype.itemsize
+    need = len(offsets) * length * dtype.itemsize
     budget = memory_budget()
     if need > budget:
-        raise StorageError(f"{fmt} of the {rows} x {cols} array would store {len(offsets):,} diagonals of "
+        raise StorageError(f"{fmt} of the {rows} x {cols} {what} would store {len(offsets):,} diagonals of "
                            f"{length:,} values ({need:,} bytes), more than the memory budget of {budget:,} "
                            f"bytes ({BUDGET_VARIABLE} sets it)")
-    values = np.zeros(len(offsets) * length, dtype=x.dtype)
-    kernels.dense_dia_fill(x, mode, mask2, offsets, source_kind(fmt, ()) == "diai", length, values)
+    values = np.zeros(len(offsets) * length, dtype=dtype)
+    fill(offsets, source_kind(fmt, ()) == "diai", length, values)
     buffers = narrow(fmt, {(0, "pos"): np.array([0, len(offsets)], dtype=np.int64), (0, "crd"): offsets},
                      layout.level_shape, layout.origins)
-    return Tensor(fmt, x.shape, buffers, values, package=package)
+    return Tensor(fmt, tuple(shape), buffers, values, package=package)
 
 
 def _chunks(kernels, n: int) -> int:

@@ -1008,6 +1008,41 @@ def diagonal_flags(x2, mode, mask, bounds, flags):
                     flags[t, U(d >> 6)] |= np.uint64(1) << np.uint64(d & 63)
 
 
+@njit_cached(parallel=True)
+def csr_diagonal_flags(pos, crd, values, bounds, flags):
+    """:func:`diagonal_flags` for the nonzeros of a CSR's rows ``[bounds[t], bounds[t + 1])``."""
+    rows = pos.size - 1
+    for t in prange(bounds.size - 1):
+        for i in range(bounds[t], bounds[t + 1]):
+            for q in range(pos[U(i)], pos[U(i + 1)]):
+                if values[U(q)] != 0:
+                    d = np.intp(crd[U(q)]) - i + rows - 1
+                    flags[t, U(d >> 6)] |= np.uint64(1) << np.uint64(d & 63)
+
+
+@njit_cached(parallel=True)
+def csr_dia_fill(pos, crd, values, bounds, offsets, by_row, length, out):
+    """Each nonzero ``(i, j)`` of a CSR (unique columns) at ``out[d * length + k]``, ``d`` its
+    diagonal's place in the ascending ``offsets`` (a binary search: they are few) and ``k`` the
+    row (``by_row``, DIAI) or the column (DIAJ); chunk ``t`` takes rows ``[bounds[t], bounds[t + 1])``."""
+    nd = offsets.size
+    for t in prange(bounds.size - 1):
+        for i in range(bounds[t], bounds[t + 1]):
+            for q in range(pos[U(i)], pos[U(i + 1)]):
+                v = values[U(q)]
+                if v != 0:
+                    j = np.intp(crd[U(q)])
+                    off = j - i
+                    lo, hi = 0, nd
+                    while hi - lo > 1:
+                        mid = (lo + hi) >> 1
+                        if offsets[U(mid)] <= off:
+                            lo = mid
+                        else:
+                            hi = mid
+                    out[U(lo * length + (i if by_row else j))] = v
+
+
 DENSE_DIA_ROWS = 256  # rows per chunk of dense_dia_fill (their lines of every diagonal stay in cache)
 
 
