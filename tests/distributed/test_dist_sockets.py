@@ -25,10 +25,10 @@ from ustc.distributed.sockets import SocketCommunicator  # noqa: E402
 
 def _group(size, timeout=30.0):
     comms = [SocketCommunicator(r, size, "127.0.0.1", timeout) for r in range(size)]
-    addresses = [c.address for c in comms]
-    assert all(host == "127.0.0.1" for host, _ in addresses)
+    assert all(host == "127.0.0.1" for host, _ in (c.address for c in comms))
+    endpoints = [c.endpoint for c in comms]
     with ThreadPoolExecutor(size) as pool:
-        list(pool.map(lambda c: c.connect(addresses, 10), comms))
+        list(pool.map(lambda c: c.connect(endpoints, 10), comms))
     return comms
 
 
@@ -189,3 +189,47 @@ def test_fused_csr_product_equals_planned(rt, dtype, partition):
         assert i1.iterations == i2.iterations
     fused.free()
     planned.free()
+
+
+def test_a_connection_without_the_key_is_dropped_unread():
+    """A stranger reaching a rank's port (wrong key, or a rank it does not expect) is closed
+    before anything it sends is unpickled; the real peer still connects and messages flow."""
+    import pickle
+    import socket
+
+    class Boom:
+        def __reduce__(self):
+            return (pytest.fail, ("a stranger's pickle was loaded",))
+
+    comms = [SocketCommunicator(r, 2, "127.0.0.1", 10) for r in range(2)]
+    endpoints = [c.endpoint for c in comms]
+    strangers = []
+    for hello in (b"\0" * 16 + (1).to_bytes(8, "little"), endpoints[0][2] + (7).to_bytes(8, "little")):
+        s = socket.create_connection(endpoints[0][:2], 5)
+        s.sendall(hello + pickle.dumps(Boom()))
+        strangers.append(s)
+    try:
+        with ThreadPoolExecutor(2) as pool:
+            list(pool.map(lambda c: c.connect(endpoints, 10), comms))
+        out = _spmd(comms, lambda c: run_inline(_ping(c)))
+        assert out == [1, 0]
+    finally:
+        for s in strangers:
+            s.close()
+        for c in comms:
+            c.close()
+
+
+async def _ping(comm):
+    await comm.send(1 - comm.rank, "ping", comm.rank)
+    return await comm.recv(1 - comm.rank, "ping")
+
+
+def test_a_peer_that_never_connects_times_out_by_name():
+    comms = [SocketCommunicator(r, 2, "127.0.0.1", 10) for r in range(2)]
+    try:
+        with pytest.raises(TimeoutError, match=r"blocks \[1\] did not connect"):
+            comms[0].connect([c.endpoint for c in comms], 0.3)
+    finally:
+        for c in comms:
+            c.close()

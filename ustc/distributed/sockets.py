@@ -21,7 +21,9 @@ the pickled ``(tag, data)`` (protocol 5, NumPy arrays out of band) and the raw b
 
 from __future__ import annotations
 
+import hmac
 import pickle
+import secrets
 import socket
 import struct
 import threading
@@ -32,6 +34,8 @@ from .comm import Communicator, payload_bytes
 
 _HEAD = struct.Struct("<QI")
 _RANK = struct.Struct("<q")
+#: bytes of the key a connecting rank must present before anything it sends is read (unpickled)
+_KEY = 16
 #: socket buffers asked for (the kernel caps them at net.core.[rw]mem_max): a halo plane fits
 _BUFFER = 4 << 20
 
@@ -86,6 +90,7 @@ class SocketCommunicator(Communicator):
         self._listener.listen(max(size, 1))
         #: ``(host, port)`` the other ranks connect to
         self.address = self._listener.getsockname()[:2]
+        self.key = secrets.token_bytes(_KEY)
         self._socks: dict = {}
         self._locks: dict = {}
         self._threads: list = []
@@ -96,25 +101,53 @@ class SocketCommunicator(Communicator):
         self._closed = False
 
     # -- set-up and shutdown --------------------------------------------------------------
-    def connect(self, addresses, timeout: float = 30.0) -> None:
-        """Open the connections: to every lower rank (sending this rank's number), from every
-        higher one (accepted on the listener, which is then closed). Blocking; every rank calls
-        it at the same time from its own thread."""
+    @property
+    def endpoint(self) -> tuple:
+        """``(host, port, key)``: what another rank needs to connect here; the key is random per
+        communicator and travels only through Dask, so a stranger reaching the port is dropped
+        before anything it sends is unpickled."""
+        return (*self.address, self.key)
+
+    def connect(self, endpoints, timeout: float = 30.0) -> None:
+        """Open the connections: to every lower rank (presenting its key and this rank's
+        number), from every higher one (accepted on the listener, which is then closed; a
+        connection with a wrong key or an unexpected rank is closed unread). Blocking; every
+        rank calls it at the same time from its own thread with every rank's :attr:`endpoint`."""
         for peer in range(self.rank):
-            sock = socket.create_connection(tuple(addresses[peer]), timeout)
+            host, port, key = endpoints[peer]
+            sock = socket.create_connection((host, port), timeout)
             _tune(sock)
-            sock.sendall(_RANK.pack(self.rank))
+            sock.sendall(bytes(key) + _RANK.pack(self.rank))
             self._attach(peer, sock)
-        self._listener.settimeout(timeout)
         try:
-            for _ in range(self.rank + 1, self.size):
-                sock, _ = self._listener.accept()
-                sock.settimeout(None)
-                _tune(sock)
-                peer = _RANK.unpack(_read(sock, _RANK.size))[0]
-                self._attach(peer, sock)
+            self._accept(set(range(self.rank + 1, self.size)), time.monotonic() + timeout)
         finally:
             self._listener.close()
+
+    def _accept(self, expected: set, deadline: float) -> None:
+        """Accept the ``expected`` ranks before ``deadline``; ``TimeoutError`` names the missing."""
+        while expected:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"block {self.rank}: blocks {sorted(expected)} did not connect")
+            self._listener.settimeout(left)
+            try:
+                sock, _ = self._listener.accept()
+            except socket.timeout:
+                continue
+            try:
+                sock.settimeout(max(deadline - time.monotonic(), 0.001))
+                hello = _read(sock, _KEY + _RANK.size)
+            except (OSError, EOFError):
+                sock.close()
+                continue
+            peer = _RANK.unpack(hello[_KEY:])[0]
+            if not hmac.compare_digest(bytes(hello[:_KEY]), self.key) or peer not in expected:
+                sock.close()
+                continue
+            expected.discard(peer)
+            _tune(sock)
+            self._attach(peer, sock)
 
     def _attach(self, peer: int, sock) -> None:
         sock.settimeout(None)

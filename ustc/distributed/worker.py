@@ -300,7 +300,7 @@ class BlockWorker(SpGEMMBlocks, GridBlocks):
     # -- plumbing -------------------------------------------------------------------------
     async def listen(self):
         """First step of a socket connect: a listening :class:`SocketCommunicator` on this
-        worker's host; returns its ``(host, port)``."""
+        worker's host; returns its ``(host, port, key)`` endpoint."""
         from distributed import get_worker
         from distributed.comm import get_address_host
 
@@ -311,7 +311,7 @@ class BlockWorker(SpGEMMBlocks, GridBlocks):
         except Exception:  # noqa: BLE001 - a transport without a host (inproc): this machine
             host = "127.0.0.1"
         self._listening = SocketCommunicator(self.rank, self.size, host, self.timeout)
-        return self._listening.address
+        return self._listening.endpoint
 
     async def connect(self, peers, addresses=None) -> int:
         """A fresh communicator to the peers (one actor per rank, this one included): with
