@@ -32,8 +32,10 @@ def _invariant_load(builder, pointer, align: int):
 
 
 def _check_types(name: str, array, index, vector: bool):
-    if not isinstance(array, types.Array) or not isinstance(array.dtype, (types.Integer, types.Float)):
-        raise NumbaTypeError(f"{name} reads arrays of integers or floats, got {array}")
+    kinds = (types.Integer, types.Float) if vector else (types.Integer, types.Float, types.Boolean)
+    if not isinstance(array, types.Array) or not isinstance(array.dtype, kinds):
+        raise NumbaTypeError(f"{name} reads arrays of integers or floats{'' if vector else ' or booleans'}, "
+                             f"got {array}")
     scalar = isinstance(index, types.Integer)
     if vector and (array.ndim != 1 or not scalar):
         raise NumbaTypeError(f"{name} reads 1-D arrays at an integer index, got {array}[{index}]")
@@ -47,10 +49,12 @@ def _ldg(typingctx, array, index):
     _check_types("ldg", array, index, vector=False)
 
     def codegen(context, builder, sig, args):
-        element = context.get_value_type(sig.args[0].dtype)
+        dtype = sig.args[0].dtype
+        element = context.get_data_type(dtype)  # as stored: a boolean is a byte in memory
         pointer = _element_pointer(context, builder, sig.args[0], sig.args[1], *args)
         pointer = builder.addrspacecast(pointer, ir.PointerType(element, GLOBAL))
-        return _invariant_load(builder, pointer, context.get_abi_sizeof(element))
+        value = _invariant_load(builder, pointer, context.get_abi_sizeof(element))
+        return context.data_model_manager[dtype].from_data(builder, value)
 
     return array.dtype(array, index), codegen
 

@@ -91,6 +91,20 @@ def test_vector_loads_are_one_read_only_vector_instruction(kernel, dtype, want):
     assert counts.vector_loads == counts.readonly_loads == counts.global_loads == 1
 
 
+def flag(y, m):
+    i = cuda.grid(1)
+    if ldg(m, i):
+        y[i] = 1.0
+
+
+def test_a_boolean_array_loads_its_byte_read_only():
+    """An or-and semiring reads boolean operands: one read-only byte load, tested for nonzero."""
+    from numba import types
+
+    ptx = _ptx(flag, (types.float64[:], types.boolean[:]))
+    assert _loads(ptx) == ["ld.global.nc.u8"]
+
+
 def test_scalar_read_only_loads_of_1d_and_2d_arrays():
     from numba import types
 
