@@ -16,7 +16,9 @@ import ustc
 import ustc.distributed as ud
 from ustc.distributed.checkpoint import Checkpoint, Watch
 
-SIDE = 50           # CG needs ~250 iterations at rtol 1e-10: a few seconds, killed after ~20
+SIDE = 50           # CG needs ~250 iterations at rtol 1e-10
+KILL_SIDE = 400     # ~1,900 iterations: seconds over direct sockets (at side 50 the solve ended before the
+#                    first 0.25 s checkpoint pull, so the kill came after it)
 
 
 def _rel(x, y):
@@ -62,8 +64,8 @@ def private():
 
 def test_resume_after_sigkill_mid_cg(private):
     rt = private
-    a = poisson2d(SIDE)
-    b = np.random.default_rng(0).standard_normal(SIDE * SIDE)
+    a = poisson2d(KILL_SIDE)
+    b = np.random.default_rng(0).standard_normal(KILL_SIDE * KILL_SIDE)
     x1, i1 = ustc.solve(ustc.Tensor.from_package(a), b, "cg", rtol=1e-10, return_info=True)
     d = ud.DTensor.from_tensor(ustc.Tensor.from_package(a), 2, runtime=rt)
     err, seen = _solve_killed(rt, d, b, 1, 20, rtol=1e-10, checkpoint_every=5)
