@@ -7,36 +7,22 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
-import warnings
 
 import numpy as np
 import pytest
 
 import ustc
-from ustc.codegen import cuda_loads, optimize, warp_model
-from ustc.codegen.compile import Operand, compile_program
+from ustc.codegen import cuda_loads, warp_model
 from ustc.codegen.cuda_loads import aligned, ldg, ldg2, ldg4, ldg8, vector_size
 from ustc.codegen.cuda_machine import instructions
 from ustc.codegen.cuda_schedule import Schedule, readonly_arrays
 from ustc.codegen.emit_cuda import CudaEmitter
 from ustc.codegen.warp_lanes import Memory, ModelError
 from ustc.errors import KernelError
-from ustc.ops import library
+from _programs import functions
 
 cuda = pytest.importorskip("numba.cuda")
 F = ustc.formats
-
-
-def functions(text: str, formats: dict):
-    program = library.parse_program(text)
-    operands = {}
-    for st in program.statements:
-        for access in [st.lhs, *st.rhs.accesses()]:
-            operands[access.tensor] = Operand(access.tensor, formats.get(access.tensor), len(access.indices),
-                                              "float64")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ustc.ConversionWarning)
-        return compile_program(program, operands, ("test",), optimize.CUDA)
 
 
 # -- PTX ------------------------------------------------------------------------------------------

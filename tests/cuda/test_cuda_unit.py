@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import warnings
 
 import numpy as np
 import pytest
@@ -16,26 +15,15 @@ import scipy.sparse as sp
 import ustc
 from ustc.cli.main import main as cli_main
 from ustc.codegen import optimize
-from ustc.codegen.compile import Operand, compile_program
 from ustc.codegen import loopir as ir
 from ustc.codegen.cuda_schedule import (Schedule, _linear, choose_schedule, lane_bucket, mapping, merge_rows, skewed,
                                          substitute, tile_loops, vector_width)
 from ustc.codegen.emit_cuda import CudaEmitter
 from ustc.ops import cuda_host, library, runtime
 
+from _programs import functions
+
 F = ustc.formats
-
-
-def functions(text: str, formats: dict):
-    program = library.parse_program(text)
-    operands = {}
-    for st in program.statements:
-        for access in [st.lhs, *st.rhs.accesses()]:
-            operands[access.tensor] = Operand(access.tensor, formats.get(access.tensor), len(access.indices),
-                                              "float64")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ustc.ConversionWarning)
-        return compile_program(program, operands, ("test",), optimize.CUDA)
 
 
 def test_vector_width_by_mean_row_length():

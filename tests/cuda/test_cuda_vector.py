@@ -5,56 +5,49 @@ model for every alignment of the values buffer, and link for sm_90 with 128-bit 
 from __future__ import annotations
 
 import functools
-import warnings
 
 import numpy as np
 import pytest
 
 import ustc
-from ustc.codegen import cuda_loads, optimize, warp_model
-from ustc.codegen.compile import Operand, compile_program
+from ustc.codegen import cuda_loads, warp_model
 from ustc.codegen.cuda_schedule import Schedule, choose_schedule, mapping, vector_row
 from ustc.ops import cuda_host, library, runtime
+
+from _programs import functions
 
 cuda = pytest.importorskip("numba.cuda")
 F = ustc.formats
 SPMV = "y[i] = A[i,j] * x[j]"
 
 
-def functions(text: str, formats: dict, dtype="float64"):
-    program = library.parse_program(text)
-    operands = {}
-    for st in program.statements:
-        for access in [st.lhs, *st.rhs.accesses()]:
-            operands[access.tensor] = Operand(access.tensor, formats.get(access.tensor), len(access.indices), dtype)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ustc.ConversionWarning)
-        return compile_program(program, operands, ("test",), optimize.CUDA).functions
+def compiled(text: str, formats: dict, dtype="float64"):
+    return functions(text, formats, dtype).functions
 
 
 def test_the_row_loop_and_its_values_are_found_in_the_loop_ir():
-    fn = functions(SPMV, {"A": F.CSR})[0]
+    fn = compiled(SPMV, {"A": F.CSR})[0]
     row, array = vector_row(fn, mapping(fn))
     assert array == "A_vals" and row.step == 1 and not row.parallel
-    delta = functions(SPMV, {"A": F.DELTA(4, True)})[0]
+    delta = compiled(SPMV, {"A": F.DELTA(4, True)})[0]
     assert vector_row(delta, mapping(delta))[1] == "A_vals"
-    spmm = functions("C[i,k] = A[i,j] * B[j,k]", {"A": F.CSR})[0]
+    spmm = compiled("C[i,k] = A[i,j] * B[j,k]", {"A": F.CSR})[0]
     assert vector_row(spmm, mapping(spmm)) is None          # a loop inside the row loop
-    dia = functions(SPMV, {"A": F.DIAI})[0]
+    dia = compiled(SPMV, {"A": F.DIAI})[0]
     assert vector_row(dia, mapping(dia)) is None
 
 
 @pytest.mark.parametrize("dtype, n", [("float64", 2), ("float32", 4), ("float16", 8), ("bfloat16", 8),
                                       ("complex128", 0)])
 def test_vector_width_follows_the_values_dtype(dtype, n):
-    fn = functions(SPMV, {"A": F.CSR})[0]
+    fn = compiled(SPMV, {"A": F.CSR})[0]
     chosen = choose_schedule(fn, dtypes={"A": dtype, "x": dtype, "y": dtype})
     assert (chosen.kind, chosen.vector) == ("thread_per_row", n)
     assert ("128-bit load" in chosen.reason) == bool(n)
 
 
 def test_vector_loads_only_where_a_thread_walks_the_row():
-    fn = functions(SPMV, {"A": F.CSR})[0]
+    fn = compiled(SPMV, {"A": F.CSR})[0]
     assert choose_schedule(fn).vector == 0                                   # no dtypes: none
     assert choose_schedule(fn, {("A", 1): 8}, dtypes={"A": "float32"}).vector == 0   # a warp per row
     assert choose_schedule(fn, None, "thread_per_row", dtypes={"A": "float32"}).vector == 4
