@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import io
+import pickle
 import subprocess
 import sys
 import textwrap
@@ -17,7 +18,8 @@ from torch import nn
 import ustc
 import ustc.torch
 from ustc import formats
-from ustc.torch import TorchUST
+from ustc.errors import StorageError
+from ustc.torch import TorchUST, checkpoint
 
 from torch_helpers import random_weight, torch_ust
 
@@ -61,6 +63,42 @@ def test_torch_ust_roundtrip_weights_only(fmt):
     for key, buf in T.ust._buffers.items():
         np.testing.assert_array_equal(np.asarray(loaded.ust._buffers[key]), np.asarray(buf))
         assert loaded.ust._buffers[key].dtype == buf.dtype  # narrow index widths are kept
+
+
+def test_plain_pickle_of_a_reformatted_model_keeps_formats_and_outputs():
+    """pickle.dumps(model) (copy, multiprocessing): uint16 columns once failed in torch's legacy storage loader."""
+    model, dense = _sparse_model()
+    wide = TorchUST.from_torch(torch.randn(3, 5, dtype=torch.float64), "CSR")  # int64 index buffers travel as such
+    narrow = {k: b.dtype for i in (0, 2) for k, b in model[i].weight.ust._buffers.items()}
+    assert np.dtype(np.uint16) in narrow.values()  # the case torch's legacy loader cannot read
+    x = torch.randn(5, 16, dtype=torch.float64)
+    for protocol in (2, pickle.HIGHEST_PROTOCOL):
+        loaded, w = pickle.loads(pickle.dumps((model, wide), protocol=protocol))
+        torch.testing.assert_close(loaded(x), model(x), rtol=0, atol=0)  # the same products: equal bits
+        torch.testing.assert_close(w.to_dense(), wide.to_dense(), rtol=0, atol=0)
+        for i in (0, 2):
+            got, want = loaded[i].weight, model[i].weight
+            assert isinstance(got, nn.Parameter) and isinstance(got, TorchUST)
+            assert got.tensor_format == want.tensor_format
+            assert torch.equal(got.pattern_mask(), want.pattern_mask())
+            for key, buf in want.ust._buffers.items():
+                assert got.ust._buffers[key].dtype == buf.dtype
+                np.testing.assert_array_equal(np.asarray(got.ust._buffers[key]), np.asarray(buf))
+    assert {k: b.dtype for i in (0, 2) for k, b in model[i].weight.ust._buffers.items()} == narrow  # untouched
+    torch.testing.assert_close(model(x), dense(x))
+
+
+def test_checkpoints_without_unsigned_views_still_load_and_bad_views_are_refused():
+    model, _ = _sparse_model()
+    T = model[2].weight  # CSR, uint16 columns
+    rebuild, args = checkpoint.reduce_torch_ust(T)
+    buffers, views = args[4], args[-1]
+    assert "uint16" in views
+    unsigned = [checkpoint._unsigned(b, name) for b, name in zip(buffers, views)]
+    old = rebuild(*args[:4], unsigned, *args[5:-1])  # written before views existed: buffers as they were
+    assert old.tensor_format == T.tensor_format and torch.equal(old.to_dense(), T.to_dense())
+    with pytest.raises(StorageError, match="marked"):
+        rebuild(*args[:-1], ["uint32" if name else name for name in views])
 
 
 def test_parameter_and_frozen_mask_that_is_not_the_nonzeros():

@@ -3,7 +3,10 @@
 A TorchUST pickles as its storage only: the format's canonical text, the shape,
 the pos / crd buffers and the values as torch tensors, and the frozen-slot
 mask (``"nonzero"`` when it is the values' nonzeros, as after
-``reformat_model``, else bit-packed). ``torch.save`` writes those tensors as it
+``reformat_model``, else bit-packed). Unsigned 16 / 32 / 64-bit index buffers
+travel as signed views of the same bytes, their dtype named beside them: plain
+``pickle`` (``copy``, multiprocessing) writes a tensor through torch's legacy
+storage format, which cannot read those dtypes back. ``torch.save`` writes those tensors as it
 writes any tensor, so a checkpoint is the storage plus a few hundred bytes, and
 ``torch.load`` rebuilds the TorchUST through :func:`rebuild_torch_ust`. That
 function only builds tensors from tensors and a format text; importing
@@ -58,20 +61,48 @@ def _keep_spec(x: TorchUST):
     return torch.from_numpy(np.packbits(keep))
 
 
+# unsigned dtypes torch's legacy (plain pickle) storage format cannot read back, and their signed twins
+_UNSIGNED = {"uint16": (torch.uint16, torch.int16), "uint32": (torch.uint32, torch.int32),
+             "uint64": (torch.uint64, torch.int64)}
+_SIGNED = {unsigned: (name, signed) for name, (unsigned, signed) in _UNSIGNED.items()}
+
+
+def _signed(b):
+    """``(b as stored, its dtype's name or "")``: an unsigned 16 / 32 / 64-bit ``b`` as a signed view of its bytes."""
+    b = _compact(b)
+    if b.dtype not in _SIGNED:
+        return b, ""
+    name, signed = _SIGNED[b.dtype]
+    return b.view(signed), name
+
+
+def _unsigned(b, name: str):
+    """The inverse of :func:`_signed`."""
+    if not name:
+        return b
+    if name not in _UNSIGNED or b.dtype != _UNSIGNED[name][1]:
+        raise StorageError(f"ustc.torch: a checkpoint buffer of dtype {b.dtype} is marked {name!r}")
+    return b.view(_UNSIGNED[name][0])
+
+
 def reduce_torch_ust(x: TorchUST):
     """``__reduce_ex__`` of a TorchUST: :func:`rebuild_torch_ust` and its storage (see the module docstring)."""
     keys = [[int(level), str(name)] for level, name in x._keys]
-    buffers = [_compact(b) for b in x.buffer_tensors]
-    return (rebuild_torch_ust, (VERSION, x.signature, list(x.shape), keys, buffers, _compact(x.stored_values()),
-                                _keep_spec(x), bool(x.requires_grad), bool(getattr(x, "_is_param", False))))
+    buffers, views = zip(*(_signed(b) for b in x.buffer_tensors)) if x._keys else ((), ())
+    return (rebuild_torch_ust, (VERSION, x.signature, list(x.shape), keys, list(buffers), _compact(x.stored_values()),
+                                _keep_spec(x), bool(x.requires_grad), bool(getattr(x, "_is_param", False)),
+                                list(views)))
 
 
-def rebuild_torch_ust(version, signature, shape, keys, buffers, values, keep, requires_grad, is_param):
-    """A TorchUST (an ``nn.Parameter`` when ``is_param``) from a checkpoint's storage."""
+def rebuild_torch_ust(version, signature, shape, keys, buffers, values, keep, requires_grad, is_param, views=None):
+    """A TorchUST (an ``nn.Parameter`` when ``is_param``) from a checkpoint's storage; ``views`` names the
+    unsigned dtype of each buffer stored as a signed view ("" for the others; checkpoints written before
+    it was added have none)."""
     if version != VERSION:
         raise StorageError(f"ustc.torch: checkpoint version {version} is not supported (this ustc reads {VERSION})")
     fmt = TensorFormat.parse(signature)
     device = "cuda" if values.device.type == "cuda" else "cpu"
+    buffers = [_unsigned(b, name) for b, name in zip(buffers, views or [""] * len(buffers))]
     array = {(int(level), str(name)): host(b) for (level, name), b in zip(keys, buffers)}
     ust = Tensor(fmt, tuple(int(n) for n in shape), array, host(values), device=device, package=packages.TORCH)
     x = TorchUST(ust, dtype=values.dtype)
