@@ -25,7 +25,7 @@ compressed / loose_compressed / singleton level and only singletons follow it;
 ``d mod m`` with ``d floordiv m`` earlier; ``d floordiv c`` comes before ``d mod c``;
 ``d - e`` / ``d + e`` has a later ``range`` level over one of the two dimensions and
 the other dimension is not stored separately; ``delta(b)`` has 1 <= b <= 32,
-``packed`` only for b in ``PACKABLE_BITS`` (1, 2, 3, 4, 5, 8, 16) and no properties; nonunique / nonordered only on
+``packed`` only for b in ``PACKABLE_BITS`` (1, 2, 3, 4, 5, 6, 8, 10, 16) and no properties; nonunique / nonordered only on
 compressed, loose_compressed and singleton, soa only on singleton; widths in
 {0, 8, 16, 32, 64}.
 """

@@ -82,7 +82,8 @@ def model(monkeypatch, tmp_path):
 
 @pytest.mark.parametrize("fmt, dtype", [(F.CSR, np.float64), (F.CSR, np.float32),
                                         (F.DELTA(4, True), np.float16), (F.DELTA(2), np.float32),
-                                        (F.DELTA(3, True), np.float32), (F.DELTA(5, True), np.float64)])
+                                        (F.DELTA(3, True), np.float32), (F.DELTA(5, True), np.float64),
+                                        (F.DELTA(6, True), np.float32), (F.DELTA(10, True), np.float16)])
 def test_every_alignment_of_the_values_in_the_warp_model(model, monkeypatch, fmt, dtype):
     """The values buffer pretends to start 0 .. n-1 elements past a 16-byte boundary (the model
     and the vector loads' alignment check both see the shifted address): every shift gives
@@ -113,6 +114,7 @@ def test_vector_kernels_link_for_sm90_with_128_bit_loads(tmp_path, monkeypatch):
     program = library.parse_program([SPMV])
     for fmt, dtype, vector in ((F.DELTA(4, True), np.float16, "ld.global.nc.v4.u32"),
                                (F.DELTA(4, True), np.float32, "ld.global.nc.v4.f32"),
+                               (F.DELTA(6, True), np.float32, "ld.global.nc.v4.f32"),   # 5 gaps a word
                                (F.CSR, np.float64, "ld.global.nc.v2.f64")):
         A = ustc.Tensor.from_dense(_matrix(8, 12, dtype, seed=2), fmt)
         bindings = {"A": A, "x": np.ones(12, dtype), "y": np.zeros(8, dtype)}

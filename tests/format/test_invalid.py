@@ -134,7 +134,7 @@ INVALID = [
     # --- delta ------------------------------------------------------------------------------------
     ("(i, j) -> (i : dense, j : delta(0))", SEM, 1, 23, 1, "delta(b) needs 1 <= b <= 32, got 0"),
     ("(i, j) -> (i : dense, j : delta(33))", SEM, 1, 23, 1, "delta(b) needs 1 <= b <= 32, got 33"),
-    ("(i, j) -> (i : dense, j : delta(6, packed))", SEM, 1, 23, 1, "delta(6, packed) needs b in {1, 2, 3, 4, 5, 8, 16}"),
+    ("(i, j) -> (i : dense, j : delta(7, packed))", SEM, 1, 23, 1, "delta(7, packed) needs b in {1, 2, 3, 4, 5, 6, 8, 10, 16}"),
     ("(i, j) -> (i : dense, j : delta(4, nonunique))", SEM, 1, 23, 1, "'delta' takes (b) or (b, packed)"),
     ("(i, j) -> (i : dense, j : delta(4)(nonunique))", SEM, 1, 23, 1, "'delta' levels take no properties"),
     ("(i, j) -> (i : dense, j : delta)", SEM, 1, 23, 1, "'delta' takes its width in parentheses"),
@@ -250,7 +250,7 @@ i, j = Dimension(dimension_name="i"), Dimension(dimension_name="j")
 INVALID_OBJECTS = [
     (lambda: TensorFormat([i, j], {i: (LF.DELTA, 40), j: LF.COMPRESSED}), SEM, 0,
      "delta(b) needs 1 <= b <= 32, got 40"),
-    (lambda: TensorFormat([i, j], {i: LF.DENSE, j: (LF.DELTA, 6, "packed")}), SEM, 1, "needs b in {1, 2, 3, 4, 5, 8, 16}"),
+    (lambda: TensorFormat([i, j], {i: LF.DENSE, j: (LF.DELTA, 7, "packed")}), SEM, 1, "needs b in {1, 2, 3, 4, 5, 6, 8, 10, 16}"),
     (lambda: TensorFormat([i, j], {i: LF.DENSE, j: (LF.DELTA, 4, LP.NONUNIQUE)}), SEM, 1,
      "'delta' levels take no property 'nonunique'"),
     (lambda: TensorFormat([i, j], {i: LF.DENSE, j: LF.DELTA}), SEM, 1, "(LevelFormat.DELTA, b[, 'packed'])"),

@@ -14,9 +14,9 @@ Example: ``delta(2)`` row ``[1 at 0, 2 at 15]`` (16 columns) stores
 32 // b`` of them a word, low bits first: entry ``k`` sits at bit
 ``(k % per) * b`` of word ``k // per`` (for b in {1, 2, 4, 8} that is bit
 ``(k * b) % 32`` of word ``k * b // 32``: the MACKO storage). ``b`` is one of
-:data:`PACKABLE_BITS` = 1, 2, 3, 4, 5, 8, 16: the widest width for each even
-count of gaps a word (32, 16, 10, 8, 6, 4, 2; b = 3 and 5 leave 2 bits of a
-word unused). :func:`~.delta_width.choose_width` picks b per matrix from its
+:data:`PACKABLE_BITS` = 1, 2, 3, 4, 5, 6, 8, 10, 16: the widest width for each
+count of gaps a word (32, 16, 10, 8, 6, 5, 4, 3, 2; b = 3, 5, 6 and 10 leave 2
+bits of a word unused). :func:`~.delta_width.choose_width` picks b per matrix from its
 gap histogram. Coordinates are ordered and unique by construction, so the
 level takes no properties.
 
@@ -39,9 +39,9 @@ from .base import (PACKED, LevelType, Packed, as_intp, check_range, pos_end, spl
                    unique_append)
 from .compressed import Compressed
 
-#: packed widths: the widest b for each even number of gaps a 32-bit word holds (pairs of gaps
-#: never straddle a word: the library's SpMV decodes them two at a time)
-PACKABLE_BITS = (1, 2, 3, 4, 5, 8, 16)
+#: packed widths: the widest b for each number of gaps a 32-bit word holds (a gap never straddles
+#: two words; narrower widths with the same count per word would only add padding)
+PACKABLE_BITS = (1, 2, 3, 4, 5, 6, 8, 10, 16)
 
 
 @dataclass(frozen=True)
@@ -72,7 +72,7 @@ class Delta(LevelType):
         if self.packed and self.bits not in PACKABLE_BITS:
             raise FormatSemanticError(
                 f"delta({self.bits}, packed) needs b in {{{', '.join(map(str, PACKABLE_BITS))}}}: "
-                f"an even number of gaps in each 32-bit word")
+                f"the widest width for each number of gaps a 32-bit word holds")
 
     @classmethod
     def from_syntax(cls, groups):
