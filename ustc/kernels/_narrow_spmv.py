@@ -21,7 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from numba import prange
+from numba import prange, types
+from numba.extending import overload
 
 from ..cache._lean import njit_cached
 from ._spgemm import U, chunk_bounds
@@ -65,40 +66,33 @@ def _row(vals, x, off, base, begin, end, zero):
     return acc, acc_1
 
 
-@njit_cached(nogil=True, parallel=True)
-def narrow_spmv(y, pos, off, scale, vals, x, bounds, alpha, accumulate):
-    """``y[i] (+)= alpha * sum_p vals[p] * x[scale * i + off[p]]`` over row ``i``'s entries
-    ``[pos[i], pos[i + 1])``, row chunks ``bounds`` in parallel; ``accumulate`` False stores
-    every ``y[i]`` (empty rows get zero). The caller guarantees ``pos`` and ``off`` are a
-    consistent copy whose columns lie in ``x`` and ``len(vals) >= pos[-1]``."""
-    zero = y.dtype.type(0)
-    for ch in prange(len(bounds) - 1):
-        lo, hi = bounds[ch], bounds[ch + 1]
-        end = np.int64(pos[U(lo)])
-        for i in range(lo, hi):
-            begin = end
-            end = np.int64(pos[U(i + 1)])
-            base = np.int64(scale) * i
-            acc, acc_1 = _row(vals, x, off, base, begin, end, zero)
-            acc += acc_1
-            if accumulate:
-                y[U(i)] += alpha * acc
-            else:
-                y[U(i)] = alpha * acc
+def _row_end(rows, i, begin):
+    """Row ``i``'s end: ``begin + rows[i]`` where ``rows`` holds uint8 lengths, else ``rows[i + 1]``
+    (row pointers). Chosen by ``rows``' dtype when the kernel compiles (:func:`_row_end_of`)."""
+
+
+@overload(_row_end, inline="always")
+def _row_end_of(rows, i, begin):
+    if rows.dtype == types.uint8:
+        return lambda rows, i, begin: begin + np.int64(rows[U(i)])
+    return lambda rows, i, begin: np.int64(rows[U(i + 1)])
 
 
 @njit_cached(nogil=True, parallel=True)
-def narrow_spmv_lengths(y, starts, lens, off, scale, vals, x, bounds, alpha, accumulate):
-    """:func:`narrow_spmv` with row ``i``'s entry count ``lens[i]`` (uint8) instead of a row
-    pointer array: chunk ``ch`` starts at entry ``starts[ch]``."""
+def narrow_spmv(y, rows, starts, off, scale, vals, x, bounds, alpha, accumulate):
+    """``y[i] (+)= alpha * sum_p vals[p] * x[scale * i + off[p]]`` over row ``i``'s entries, row
+    chunks ``bounds`` in parallel, chunk ``ch`` starting at entry ``starts[ch]``; ``rows`` holds
+    the rows' lengths in uint8 or their pointers ``[pos[i], pos[i + 1])`` in any other integer
+    dtype, one kernel compiled per kind. ``accumulate`` False stores every ``y[i]`` (empty rows
+    get zero). The caller guarantees ``rows``, ``starts`` and ``off`` are a consistent copy whose
+    columns lie in ``x`` and that ``vals`` holds every entry."""
     zero = y.dtype.type(0)
     for ch in prange(len(bounds) - 1):
         end = np.int64(starts[U(ch)])
         for i in range(bounds[ch], bounds[ch + 1]):
             begin = end
-            end = begin + np.int64(lens[U(i)])
-            base = np.int64(scale) * i
-            acc, acc_1 = _row(vals, x, off, base, begin, end, zero)
+            end = _row_end(rows, i, begin)
+            acc, acc_1 = _row(vals, x, off, np.int64(scale) * i, begin, end, zero)
             acc += acc_1
             if accumulate:
                 y[U(i)] += alpha * acc
@@ -156,7 +150,7 @@ class NarrowColumns:
         if not narrow_columns(pos, crd, scale, lo, hi, off, bounds):
             return None
         lengths = np.diff(pos)
-        short = int(lengths.max()) <= MAX_LENGTH
+        short = int(lengths.max()) <= MAX_LENGTH   # always so for uint8 pointers: the copy is never uint8
         rows = np.unique(np.linspace(0, n_rows, SAMPLES).astype(np.int64))
         at = np.unique(np.linspace(0, nnz - 1, SAMPLES).astype(np.int64)) if nnz else np.zeros(0, np.int64)
         return cls(None if short else pos.copy(), lengths.astype(np.uint8) if short else None, off, scale,
@@ -174,8 +168,5 @@ class NarrowColumns:
 
     def spmv(self, y: np.ndarray, vals: np.ndarray, x: np.ndarray, alpha, accumulate: bool) -> None:
         """``y (+)= alpha * A @ x`` over the copy (call only where :meth:`matches`)."""
-        if self.lens is not None:
-            narrow_spmv_lengths(y, self.starts, self.lens, self.off, self.scale, vals, x, self.bounds, alpha,
-                                accumulate)
-        else:
-            narrow_spmv(y, self.pos, self.off, self.scale, vals, x, self.bounds, alpha, accumulate)
+        rows = self.lens if self.lens is not None else self.pos   # pointers are never uint8: see of()
+        narrow_spmv(y, rows, self.starts, self.off, self.scale, vals, x, self.bounds, alpha, accumulate)
