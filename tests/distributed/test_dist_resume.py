@@ -1,7 +1,8 @@
 """Exact resume: a solve resumed from a ``checkpoint_every=`` checkpoint continues to the same
 iterate as the uninterrupted solve, bit for bit (CG, Jacobi-CG on a Grid2D, BiCGSTAB with
-Jacobi, GMRES at its restarts), in the same number of iterations; the kept loops take the
-iterations of single-process ustc.solve; a checkpoint taken with one preconditioner refuses
+Jacobi, BiCGSTAB on a Grid2D (its restored vectors send their entries ahead), GMRES at its
+restarts), in the same number of iterations; the kept loops take the iterations of
+single-process ustc.solve; a checkpoint taken with one preconditioner refuses
 the other."""
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ def _convection(side):
 
 
 CASES = [("cg", None, "rows", poisson2d), ("cg", "jacobi", "grid", poisson2d),
-         ("bicgstab", "jacobi", "rows", _convection), ("gmres", None, "rows", _convection)]
+         ("bicgstab", "jacobi", "rows", _convection), ("bicgstab", None, "grid", _convection),
+         ("gmres", None, "rows", _convection)]
 
 
 def _matrix(t, kind):

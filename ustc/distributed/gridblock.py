@@ -191,12 +191,16 @@ class GridBlocks:
         """``out`` = this rank's owned part of ``A x`` from its owned part ``x``: the ``x``
         entries each block's columns touch go to it (nothing else moves), each block multiplies,
         and the partial rows go to their owners (:meth:`_reduce_rows`). Two synchronisations;
-        one with ``ahead = (z entries, beta)``: ``x = z + beta x_prev`` (``beta`` None: ``x = z``)
+        one with ``ahead`` either ``x``'s entries at ``cols_used`` (BiCGSTAB's mirrors:
+        :class:`~ustc.distributed.blockvectors.GridBiCGVectors`) or ``(z entries, beta)``: ``x = z + beta x_prev`` (``beta`` None: ``x = z``)
         where ``x_prev`` was the previous product's operand and ``z``'s entries were exchanged already
         (:class:`~ustc.distributed.worker.GridVectors`), so the block forms its entries itself."""
         halo = block.halo
         xbuf, ybuf, mm = self._grid_product(block, out.dtype, x.shape[1:], "sparse")
-        if ahead is None:
+        if isinstance(ahead, np.ndarray):           # x's entries at cols_used, already here
+            self.comm.syncs += 1
+            xbuf[block.cols_used] = ahead
+        elif ahead is None:
             self.comm.syncs += 2
             got = self._wait(self._x_exchange(block, x, self.comm.next_tag("grid-x")))
             for src, (lo, hi) in halo.xrecv.items():

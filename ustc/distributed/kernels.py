@@ -1,38 +1,21 @@
 """The compiled halo SpMV of a row block whose local and ghost parts are CSR (one thread, as a
 block worker has): ``y = A_local x`` then ``y[rows with ghosts] += A_ghost g``, each pass
 returning its share of ``x · y`` so that a CG step's ``p · A p`` costs no pass of its own.
-No buffer is copied: ``x`` is the operand itself, ``y`` the caller's output."""
+No buffer is copied: ``x`` is the operand itself, ``y`` the caller's output.
+
+The local pass is the single-process fused loops' row product (:func:`local_product`, the
+kernel of :mod:`ustc.ops._vector`: ``out = A x`` returning ``left · out``), so the project
+has one CSR row loop; the ghost pass, over the rows with ghost entries only and adding into
+``out``, is this module's."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from ..cache._lean import njit_cached
+from ..ops._vector import _csr_product as local_product  # noqa: F401 - re-exported for worker
 
 U = np.uintp  # unsigned subscripts: no negative-index wraparound test on each access
-
-
-@njit_cached(nogil=True)
-def local_product(pos, crd, vals, x, out, with_dot, zero):
-    """``out = A x`` over CSR rows ``(pos, crd, vals)``; returns ``conj(x) · out`` when
-    ``with_dot`` (a square block: ``x`` and ``out`` index the same rows), else ``zero``. Two
-    interleaved sums a row (one chain would wait on the add latency)."""
-    d = zero
-    for i in range(out.size):
-        e, end = pos[U(i)], pos[U(i + 1)]
-        a = zero
-        b = zero
-        while e + 1 < end:
-            a += vals[U(e)] * x[U(crd[U(e)])]
-            b += vals[U(e + 1)] * x[U(crd[U(e + 1)])]
-            e += 2
-        if e < end:
-            a += vals[U(e)] * x[U(crd[U(e)])]
-        s = a + b
-        out[U(i)] = s
-        if with_dot:
-            d += np.conj(x[U(i)]) * s
-    return d
 
 
 @njit_cached(nogil=True)

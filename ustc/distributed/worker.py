@@ -32,7 +32,7 @@ import numpy as np
 
 from ..errors import DistributedError, SolveError
 from ..ops import krylov
-from ..ops.vectors import HostVectors
+from .blockvectors import BlockVectors, GridBiCGVectors, GridVectors
 from .checkpoint import Watch
 from .comm import ActorCommunicator, run_inline
 from .fetch import SpGEMMBlocks
@@ -127,138 +127,8 @@ class _Block:
         return sum(t.nbytes for t in (self.local, self.ghost) if t is not None) + self.garray.nbytes
 
 
-class BlockVectors(HostVectors):
-    """:class:`ustc.ops.vectors.HostVectors` on one block's slices: every reduction is the
-    local part followed by an all-reduce over the blocks (one synchronisation; ``cg_step``'s
-    two sums travel together)."""
-
-    name = "block"
-
-    def __init__(self, worker: "BlockWorker"):
-        super().__init__()
-        self.worker = worker
-        self.watch = None          # a checkpoint Watch, told when x changes
-
-    def cg_step(self, x, r, z, p, q, dinv, alpha, jacobi: bool):
-        self.worker.fused = None
-        rr, rz = super().cg_step(x, r, z, p, q, dinv, alpha, jacobi)
-        total = self._step_sum(np.array((rr, rz)), z)
-        if self.watch is not None:
-            self.watch.updated(x)
-        return float(np.real(total[0])), r.dtype.type(total[1])
-
-    def _step_sum(self, values, z):
-        """The all-reduce of a CG step's two sums (:class:`GridVectors` sends ``z`` along)."""
-        return self.worker._wait(self.worker.comm.allreduce(values))
-
-    def bicg_x(self, x, alpha, ph, omega, sh) -> None:
-        super().bicg_x(x, alpha, ph, omega, sh)
-        if self.watch is not None:
-            self.watch.updated(x)
-
-    def axpy(self, y, alpha, x) -> None:
-        super().axpy(y, alpha, x)
-        if self.watch is not None:
-            self.watch.updated(y)
-
-    def _sum(self, *values):
-        return self.worker._wait(self.worker.comm.allreduce(np.array(values)))
-
-    def dot(self, a, b):
-        """The all-reduced ``a · b``; where ``a`` and ``b`` are the operand and the output of
-        the product just made (CG's ``p · A p``) its share came with the product."""
-        fused, self.worker.fused = self.worker.fused, None
-        local = fused[2] if fused is not None and fused[0] is a and fused[1] is b else super().dot(a, b)
-        return self._sum(local)[0]
-
-    def xpby(self, x, beta, y) -> None:
-        self.worker.fused = None
-        super().xpby(x, beta, y)
-
-    def copy(self, out, src) -> None:
-        self.worker.fused = None
-        super().copy(out, src)
-
-    def norm2(self, a) -> float:
-        local = float(np.real(self._k(a).dot(a, a))) if a.size else 0.0
-        return math.sqrt(max(float(np.real(self._sum(local)[0])), 0.0))
-
-    def residual(self, r, b, ax) -> float:
-        return float(np.real(self._sum(super().residual(r, b, ax))[0]))
-
-    def axpy_norm(self, out, x, alpha, y) -> float:
-        return float(np.real(self._sum(super().axpy_norm(out, x, alpha, y))[0]))
-
-    def _allsum(self, a):
-        """One all-reduce per Gram-Schmidt pass (:meth:`HostVectors.orthogonalize`)."""
-        return self.worker._wait(self.worker.comm.allreduce(np.asarray(a)))
-
-
-class GridVectors(BlockVectors):
-    """:class:`BlockVectors` of a solve on a grid block: a CG step's all-reduce carries, in the
-    same synchronisation, the sparse exchange of the new ``z`` (the ``x`` entries each block's
-    columns touch). When the solver then forms the next direction ``p = z + beta p`` (``xpby``
-    on the operator's operand), every block forms the ``p`` entries it needs the same way from
-    the ``z`` entries it received and the ``p`` entries of the previous product (the owners'
-    kernel, so the bits are the owners'), and the product of ``p`` only sends its partial rows
-    back: 3 synchronisations per CG iteration instead of 4. Any other use falls back to the
-    full exchange (:meth:`ahead_for` answers None)."""
-
-    def __init__(self, worker, block):
-        super().__init__(worker)
-        self.block = block
-        self.operand = None     # the operator's planned operand (CG's search direction p)
-        self._sent = None       # (z, its entries received) of the last CG step
-        self._ahead = None      # (entries received, beta) for the next product of the operand
-        self._primed = False    # the operand was multiplied once: dot no longer sends its b
-
-    def _step_sum(self, values, z):
-        worker = self.worker
-        tag = worker.comm.next_tag("grid-x")
-
-        async def both():
-            return await worker.comm.gather(worker._x_exchange(self.block, z, tag), worker.comm.allreduce(values))
-        got, total = worker._wait(both())
-        self._sent = (z, got)
-        return total
-
-    def dot(self, a, b):
-        """Before the first product of the operand (CG's ``r . z`` ahead of ``p = z``) ``b``'s
-        entries travel with the all-reduce, for :meth:`copy`; later a plain all-reduce."""
-        if self._primed:
-            return super().dot(a, b)
-        return self._step_sum(np.array((HostVectors.dot(self, a, b),)), b)[0]
-
-    def _sum(self, *values):
-        self._sent = None               # anything between the exchange and p's update voids it
-        return super()._sum(*values)
-
-    def _allsum(self, a):
-        self._sent = None
-        return super()._allsum(a)
-
-    def _take_sent(self, src, out):
-        sent, self._sent = self._sent, None
-        return sent[1] if sent is not None and sent[0] is src and out is self.operand else None
-
-    def xpby(self, x, beta, y) -> None:
-        super().xpby(x, beta, y)
-        got = self._take_sent(x, y)
-        self._ahead = (got, beta) if got is not None else None
-
-    def copy(self, out, src) -> None:
-        super().copy(out, src)
-        got = self._take_sent(src, out)
-        self._ahead = (got, None) if got is not None else None
-
-    def ahead_for(self, v):
-        """``(z entries, beta)`` when ``v`` is the direction just formed from the exchanged ``z``
-        (``beta`` None: ``p = z``)."""
-        ahead, self._ahead = self._ahead, None
-        if v is not self.operand:
-            return None
-        self._primed = True
-        return ahead
+#: the grid backends that send a product's ``x`` entries ahead with an all-reduce, by method
+GRID_VECTORS = {"cg": GridVectors, "bicgstab": GridBiCGVectors}
 
 
 class _Operator:
@@ -525,7 +395,7 @@ class BlockWorker(SpGEMMBlocks, GridBlocks):
         if fast is not None and x.dtype == out.dtype and x.flags.c_contiguous and out.flags.c_contiguous:
             zero = out.dtype.type(0)
             if fast.local is not None:
-                dot = local_product(*fast.local, x, out, fast.square, zero)
+                dot = local_product(*fast.local, x, out, x if fast.square else out, zero)
             else:
                 out.fill(0)
                 dot = zero
@@ -600,10 +470,10 @@ class BlockWorker(SpGEMMBlocks, GridBlocks):
                                        f"(GridTensor.sparse_plan)")
             info = (f"grid {block.grid[0]}x{block.grid[1]} block {block.coords}: sparse exchange, "
                     f"{len(block.cols_used)} columns and {len(block.rows_used)} rows in use")
-            vec = GridVectors(self, block) if method == "cg" else BlockVectors(self)
-            ahead = vec.ahead_for if isinstance(vec, GridVectors) else (lambda v: None)
-            op = _Operator(self, lambda v, out: self._grid_apply(block, v, out, ahead(v)), block.halo.n, dtype,
-                           info, vec)
+            vec = GRID_VECTORS[method](self, block) if method in GRID_VECTORS else BlockVectors(self)
+            ahead = getattr(vec, "ahead_for", lambda v, out: None)
+            op = _Operator(self, lambda v, out: self._grid_apply(block, v, out, ahead(v, out)), block.halo.n,
+                           dtype, info, vec)
             if isinstance(vec, GridVectors):
                 vec.operand = op.v
             return op, lambda: self._grid_diag(block, dtype)
@@ -635,6 +505,8 @@ class BlockWorker(SpGEMMBlocks, GridBlocks):
                 raise SolveError("solve: the Jacobi preconditioner needs a nonzero diagonal; "
                                  "some block has a zero or missing diagonal entry")
             dinv = (1 / diag).astype(dtype)
+            if isinstance(vec, GridBiCGVectors):
+                vec.want(dinv)          # its entries travel with the first all-reduce
         if state is not None:
             state = {k: (self.vecs[v[1]] if isinstance(v, tuple) else v) for k, v in state.items()}
         comm.reset_counters()
