@@ -152,9 +152,57 @@ PARALLEL_TRANSPOSE = 1 << 16  # entries from which the counting transpose splits
 BLOCKS_PER_THREAD = 4         # blocks of output rows per thread in the transpose's prefix
 
 
-BLOCK_SHIFT = 10               # output rows per block of the blocked transpose: 2^10
 BLOCKED_FROM_ROWS = 1 << 14    # output rows from which the transpose may be the blocked one (see transposed)
 BLOCKED_WINDOW = 8 << 20       # bytes of output a direct scatter keeps open, from which the blocked one runs
+PARTITION_STREAMS = 56         # arrays x blocks a chunk writes at once in the blocked partition (kernels' note)
+SUB_BLOCK_BYTES = 32 << 10     # bytes of output a sub-block of the blocked sort aims at (its lines stay in L1)
+SUB_SPLIT = 5                  # a block is cut into at most 2^SUB_SPLIT sub-blocks (its partition's streams)
+BLOCK_BUFFER = 1 / 8           # the sort's buffers (a block per thread) at most this share of the output
+MIN_BLOCK_SHIFT = 6            # fewer rows per block than 2^this: the direct scatter
+
+
+@dataclass(frozen=True)
+class Blocking:
+    """How the blocked transpose cuts the output rows: blocks of ``2^shift`` rows (the partition's
+    targets), each sorted through sub-blocks of ``2^sub`` rows; ``packed`` when an entry's row
+    within its block travels in the low ``shift`` bits of its major coordinate (else in the COO
+    target's row array)."""
+
+    shift: int
+    sub: int
+    packed: bool
+
+    def __post_init__(self):
+        if not 0 <= self.sub <= self.shift or self.shift - self.sub > 30:
+            raise ValueError(f"Blocking: sub-block shift {self.sub} outside [0, {self.shift}]")
+
+
+def blocking(n_out: int, n_in: int, nnz: int, entry: int, crd_dtype, rows: bool) -> Blocking | None:
+    """The cut of :func:`transposed`'s blocked path for ``n_out`` output rows holding ``nnz``
+    entries of ``entry`` bytes, majors below ``n_in`` in ``crd_dtype``, ``rows`` when the target
+    has a row array; None where rows per block would fall under ``2^MIN_BLOCK_SHIFT``.
+
+    Packed, a chunk writes 2 streams per block (major, value), else 3 (and the row), so the
+    blocks are at most ``PARTITION_STREAMS / streams``; the packing needs ``shift`` free bits
+    above ``n_in``, else the row array carries the row (or, without one, the blocks get more
+    numerous). Sub-blocks hold about ``SUB_BLOCK_BYTES``, at least ``2^-SUB_SPLIT`` of a block."""
+    free = np.iinfo(crd_dtype).bits - 1 - max(n_in - 1, 0).bit_length()
+    shift = _shift_for(n_out, PARTITION_STREAMS // 2)
+    packed = shift <= free
+    if not packed and rows:
+        shift = _shift_for(n_out, PARTITION_STREAMS // 3)
+    elif not packed:
+        shift, packed = free, True
+    if shift < MIN_BLOCK_SHIFT:
+        return None
+    per_row = max(nnz, 1) / max(n_out, 1) * entry
+    sub = min(shift, max(0, int(np.log2(max(SUB_BLOCK_BYTES / per_row, 1)))))
+    return Blocking(shift, max(sub, shift - SUB_SPLIT), packed)
+
+
+def _shift_for(n: int, blocks: int) -> int:
+    """The least shift cutting ``n`` rows into at most ``blocks`` blocks of ``2^shift`` rows."""
+    return max(0, (max(n - 1, 0) // blocks).bit_length())
 
 
 def transposed(values, crd, n_out: int, n_in: int, pos=None, major=None, rows_dtype=None):
@@ -164,23 +212,23 @@ def transposed(values, crd, n_out: int, n_in: int, pos=None, major=None, rows_dt
     major order (coordinates below ``n_in``, the old major extent); ``rows`` is every entry's
     output row in ``rows_dtype`` (a COO target's first level), None without it. Explicit zeros
     are dropped. Stable, in parallel passes (``kernels.transpose_*``): each chunk of the source
-    counts its nonzeros per output row, a prefix places every chunk's run of every row (or
-    block of rows), then
+    counts its entries per output row (the values are read only where one is zero), a prefix
+    places every chunk's run of every row (or block of rows), then
 
     * where the entries land near the diagonal (a banded matrix: a stencil), each chunk scatters
       its entries to their rows directly: the rows it writes at one time are a window of the
       output (twice the band, from the count pass) that stays in cache;
     * where that window passes :data:`BLOCKED_WINDOW` bytes (entries at random: a direct
       scatter then touches a new cache line of each output for every entry) and there are at
-      least :data:`BLOCKED_FROM_ROWS` output rows, each chunk moves its entries to their blocks
-      of ``2^BLOCK_SHIFT`` rows, then each block is sorted by row in a copy that stays in cache
-      (``kernels.partition_blocks``, ``sort_blocks``). The row within the block travels in the
-      low bits of the major coordinate, or in ``rows`` when the caller wants them; where neither
-      can hold it the scatter is direct.
+      least :data:`BLOCKED_FROM_ROWS` output rows, each chunk moves its entries to a few dozen
+      blocks of output rows (:func:`blocking`), then each block is sorted by row through
+      sub-blocks in buffers that stay in cache (``kernels.partition_blocks``, ``sort_blocks``).
+      The row within the block travels in the low bits of the major coordinate, or in ``rows``.
 
     Extra memory: chunks x output rows counts (int32 when positions fit), freed before a
     blocked transpose allocates the outputs in their final dtypes (int32 positions and
-    coordinates when they fit)."""
+    coordinates when they fit) and one block per thread (at most :data:`BLOCK_BUFFER` of the
+    output, else the scatter is direct)."""
     from . import kernels
 
     nnz = len(values)
@@ -188,34 +236,24 @@ def transposed(values, crd, n_out: int, n_in: int, pos=None, major=None, rows_dt
     goals = np.arange(chunks + 1, dtype=np.int64) * nnz // chunks
     wide = _pos_dtype(nnz)
     counts = np.zeros((chunks, n_out), dtype=wide)
+    drop = kernels.count_zeros(values) > 0
     if pos is not None:
         bounds = row_bounds(pos, goals)
-        kernels.transpose_counts(pos, crd, values, bounds, counts)
+        kernels.transpose_counts(pos, crd, values, bounds, drop, counts)
     else:
         bounds = goals
-        kernels.transpose_counts_coo(crd, values, bounds, counts)
+        kernels.transpose_counts_coo(crd, values, bounds, drop, counts)
     band = _band(crd, nnz, n_out, n_in, pos, major)
     pos_out = np.empty(n_out + 1, dtype=wide)
     crd_dtype = _fitting(max(n_in - 1, 0))
-    packed = rows_dtype is None
-    window = 2 * band * (nnz / max(n_out, 1)) * (crd_dtype.itemsize + values.dtype.itemsize)
-    if n_out >= BLOCKED_FROM_ROWS and window > BLOCKED_WINDOW and \
-            (not packed or max(n_in - 1, 0) << BLOCK_SHIFT <= np.iinfo(crd_dtype).max):
-        nblocks = -(-n_out >> BLOCK_SHIFT)
-        starts = np.empty((chunks, nblocks), dtype=np.int64)
-        total = int(kernels.block_starts(counts, BLOCK_SHIFT, pos_out, starts))
-        del counts
-        crd_out, values_out = np.empty(total, dtype=crd_dtype), np.empty(total, dtype=values.dtype)
-        local = np.empty(0 if packed else total, dtype=rows_dtype or crd_dtype)
-        args = (bounds, BLOCK_SHIFT, starts, packed, crd_out, values_out, local)
-        if pos is not None:
-            kernels.partition_blocks(pos, crd, values, *args)
-        else:
-            kernels.partition_blocks_coo(major, crd, values, *args)
-        edges = np.append(pos_out[:n_out:1 << BLOCK_SHIFT], pos_out[-1])  # each block's first position, then the end
-        work = np.arange(chunks + 1, dtype=np.int64) * total // chunks
-        kernels.sort_blocks(pos_out, BLOCK_SHIFT, row_bounds(edges, work), packed, crd_out, values_out, local)
-        return pos_out, crd_out, values_out, (None if packed else local)
+    entry = crd_dtype.itemsize + values.dtype.itemsize
+    window = 2 * band * (nnz / max(n_out, 1)) * entry
+    cut = blocking(n_out, n_in, nnz, entry + (0 if rows_dtype is None else np.dtype(rows_dtype).itemsize),
+                   crd_dtype, rows_dtype is not None) if n_out >= BLOCKED_FROM_ROWS and window > BLOCKED_WINDOW else None
+    starts = None if cut is None else _block_starts(kernels, counts, pos_out, cut, chunks)
+    if starts is not None:
+        del counts  # the outputs are allocated after the table is freed
+        return _blocked(kernels, values, crd, pos, major, bounds, starts, pos_out, cut, crd_dtype, rows_dtype)
     nblocks = max(1, min(n_out, chunks * BLOCKS_PER_THREAD))
     blocks = np.arange(nblocks + 1, dtype=np.int64) * n_out // nblocks
     total = int(kernels.column_starts(counts, pos_out, blocks))
@@ -230,6 +268,39 @@ def transposed(values, crd, n_out: int, n_in: int, pos=None, major=None, rows_dt
         rows = np.empty(total, dtype=rows_dtype)
         kernels.expand_rows(pos_out, rows, chunks)
     return pos_out, crd_out, values_out, rows
+
+
+def _block_starts(kernels, counts, pos_out, cut: Blocking, chunks: int):
+    """``pos_out`` and where each chunk writes its first entry of each block (``kernels.block_starts``),
+    or None where the largest block passes the sort's buffers' share :data:`BLOCK_BUFFER` of the
+    output (entries bunched in few rows: the direct scatter then; ``counts`` is left as it was)."""
+    n_out = len(pos_out) - 1
+    nblocks = -(-n_out >> cut.shift)
+    starts = np.empty((chunks, nblocks), dtype=np.int64)
+    total = int(kernels.block_starts(counts, cut.shift, pos_out, starts))
+    widest = int(np.diff(_block_edges(pos_out, cut.shift)).max(initial=0))
+    return None if widest * min(chunks, nblocks) > BLOCK_BUFFER * total + (1 << 16) else starts
+
+
+def _block_edges(pos_out, shift: int) -> np.ndarray:
+    """Each block's first position, then the end."""
+    return np.append(pos_out[:len(pos_out) - 1:1 << shift], pos_out[-1])
+
+
+def _blocked(kernels, values, crd, pos, major, bounds, starts, pos_out, cut: Blocking, crd_dtype, rows_dtype):
+    """:func:`transposed`'s blocked path, the starts placed (:func:`_block_starts`)."""
+    chunks, total = len(starts), int(pos_out[-1])
+    crd_out, values_out = np.empty(total, dtype=crd_dtype), np.empty(total, dtype=values.dtype)
+    local = np.empty(0 if rows_dtype is None else total, dtype=crd_dtype if rows_dtype is None else rows_dtype)
+    args = (bounds, cut.shift, starts, cut.packed, crd_out, values_out, local)
+    if pos is not None:
+        kernels.partition_blocks(pos, crd, values, *args)
+    else:
+        kernels.partition_blocks_coo(major, crd, values, *args)
+    edges = _block_edges(pos_out, cut.shift)
+    work = np.arange(chunks + 1, dtype=np.int64) * total // chunks
+    kernels.sort_blocks(pos_out, cut.shift, cut.sub, row_bounds(edges, work), cut.packed, crd_out, values_out, local)
+    return pos_out, crd_out, values_out, (None if rows_dtype is None else local)
 
 
 BAND_SAMPLE = 4096  # entries whose distance from the diagonal estimates the band

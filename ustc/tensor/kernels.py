@@ -277,22 +277,26 @@ def _zeros_parallel(values):
 
 
 @njit_cached(parallel=True)
-def transpose_counts(pos, crd, values, bounds, counts):
-    """``counts[t, b]`` += nonzeros at minor coordinate ``b`` in majors ``[bounds[t], bounds[t + 1])``."""
+def transpose_counts(pos, crd, values, bounds, drop, counts):
+    """``counts[t, b]`` += entries at minor coordinate ``b`` in majors ``[bounds[t], bounds[t + 1])``,
+    nonzeros only where ``drop`` (else ``values`` is never read). One flat loop over the chunk's
+    positions: a count needs no major coordinate, and a loop per short row costs more than its body."""
     for t in prange(bounds.size - 1):
-        for a in range(bounds[t], bounds[t + 1]):
-            for q in range(pos[U(a)], pos[U(a + 1)]):
-                if values[U(q)] != 0:
-                    counts[t, U(crd[U(q)])] += 1
+        row = counts[t]
+        for q in range(pos[U(bounds[t])], pos[U(bounds[t + 1])]):
+            if not drop or values[U(q)] != 0:
+                row[U(crd[U(q)])] += 1
 
 
 @njit_cached(parallel=True)
-def transpose_counts_coo(crd, values, bounds, counts):
-    """``counts[t, b]`` += nonzeros at minor coordinate ``b`` in positions ``[bounds[t], bounds[t + 1])``."""
+def transpose_counts_coo(crd, values, bounds, drop, counts):
+    """``counts[t, b]`` += entries at minor coordinate ``b`` in positions ``[bounds[t], bounds[t + 1])``
+    (nonzeros only where ``drop``)."""
     for t in prange(bounds.size - 1):
+        row = counts[t]
         for q in range(bounds[t], bounds[t + 1]):
-            if values[U(q)] != 0:
-                counts[t, U(crd[U(q)])] += 1
+            if not drop or values[U(q)] != 0:
+                row[U(crd[U(q)])] += 1
 
 
 @njit_cached(parallel=True)
@@ -360,10 +364,12 @@ def transpose_fill_coo(major, crd, values, bounds, offsets, crd_out, values_out)
 # -- the blocked transpose: partition by blocks of output rows, then sort each block in cache ------
 # Where output rows are many and a chunk's entries land on them at random (a random matrix), the
 # direct scatter above touches a new cache line of every output for each entry. The blocked one
-# first moves each entry to its block of 2^shift output rows (a few hundred write streams per
-# chunk: their open lines stay in L2) with its output row (``packed``: the row within the block in
-# the low ``shift`` bits of the major coordinate; else the row itself in ``local``), then sorts
-# every block by row in a copy of it that stays in cache, stable: two sequential passes.
+# first moves each entry to its block of 2^shift output rows with its output row (``packed``: the
+# row within the block in the low ``shift`` bits of the major coordinate; else the row itself in
+# ``local``), then sorts every block by row in cache, stably (:func:`sort_blocks`). A pass writing
+# more than about 64 streams at once runs 3-4x slower per entry on the Intel Xeon project machine
+# (2M entries into 98 blocks: 17 ms, into 49: 4 ms, one thread), so the blocks are few (a few
+# dozen) and :func:`sort_blocks` splits each one in two stages that stay in L2 and L1.
 
 
 @njit_cached(parallel=True)
@@ -441,35 +447,71 @@ def partition_blocks_coo(major, crd, values, bounds, shift, starts, packed, majo
                 _place(packed, shift, o, np.intp(major[U(q)]), b, v, major_out, values_out, local)
 
 
+@njit_cached(inline="always")
+def _row_of(packed, mask, m, local, e, r0):
+    """The row within its block of the entry at ``e``: the low bits of its major coordinate
+    ``m`` (``packed``), else ``local[e]`` minus the block's first row ``r0``."""
+    if packed:
+        return np.intp(m & mask)
+    return np.intp(local[e]) - r0
+
+
 @njit_cached(parallel=True)
-def sort_blocks(pos_out, shift, ranges, packed, major_out, values_out, local):
+def sort_blocks(pos_out, shift, sub, ranges, packed, major_out, values_out, local):
     """Every block of ``2^shift`` output rows (positions ``pos_out[k << shift]`` on) put in row
-    order, stably, from a copy of it: chunk ``t`` takes blocks ``[ranges[t], ranges[t + 1])``.
-    An entry's row within its block is the low ``shift`` bits of its major coordinate, which then
-    drop (``packed``), else ``local``'s value minus the block's first row."""
+    order, stably: chunk ``t`` takes blocks ``[ranges[t], ranges[t + 1])``. A block is first
+    partitioned into sub-blocks of ``2^sub`` rows in a buffer of the chunk (at most
+    ``2^(shift - sub)`` write streams; the block stays in L2), then each sub-block is moved back
+    from that buffer to its rows (its lines stay in L1). An entry's row within its block is the
+    low ``shift`` bits of its major coordinate, which then drop (``packed``), else ``local``'s
+    value minus the block's first row. ``local``, when not empty, receives every entry's row
+    (a COO target's row coordinates) in both modes."""
     n = pos_out.size - 1
-    mask = (1 << shift) - 1
+    mask, sub_mask = (1 << shift) - 1, (1 << sub) - 1
+    rows = local.size > 0
     for t in prange(ranges.size - 1):
+        widest = 0
+        for k in range(ranges[t], ranges[t + 1]):
+            r0 = k << shift
+            widest = max(widest, np.intp(pos_out[U(min(n, r0 + (1 << shift)))]) - np.intp(pos_out[U(r0)]))
+        majors, vals = np.empty(widest, major_out.dtype), np.empty(widest, values_out.dtype)
+        lrows = np.empty(0 if packed else widest, local.dtype)
+        starts = np.empty(1 << (shift - sub), np.intp)
+        fill = np.empty(1 << sub, np.intp)
         for k in range(ranges[t], ranges[t + 1]):
             r0 = k << shift
             r1 = min(n, r0 + (1 << shift))
             lo, hi = np.intp(pos_out[U(r0)]), np.intp(pos_out[U(r1)])
             if hi == lo:
                 continue
-            majors, vals = major_out[lo:hi].copy(), values_out[lo:hi].copy()
-            rows = local[lo:hi].copy() if not packed else local[:0]
-            fill = pos_out[r0:r1].astype(np.intp)
-            for e in range(hi - lo):
-                m = np.intp(majors[e])
-                r = U(m & mask) if packed else U(np.intp(rows[e]) - r0)
-                o = U(fill[r])
-                fill[r] = o + 1
-                values_out[o] = vals[e]
-                if packed:
-                    major_out[o] = m >> shift
-                else:
-                    major_out[o] = m
-                    local[o] = rows[e]
+            nsub = ((r1 - r0 - 1) >> sub) + 1
+            for j in range(nsub):
+                starts[j] = np.intp(pos_out[U(r0 + (j << sub))]) - lo
+            for e in range(lo, hi):
+                m = major_out[U(e)]
+                r = _row_of(packed, mask, m, local, U(e), r0)
+                j = U(r >> sub)
+                o = U(starts[j])
+                starts[j] = o + 1
+                majors[o] = m
+                vals[o] = values_out[U(e)]
+                if not packed:
+                    lrows[o] = local[U(e)]
+            for j in range(nsub):
+                s0 = r0 + (j << sub)
+                s1 = min(r1, s0 + (1 << sub))
+                for r in range(s1 - s0):
+                    fill[r] = pos_out[U(s0 + r)]
+                for e in range(np.intp(pos_out[U(s0)]) - lo, np.intp(pos_out[U(s1)]) - lo):
+                    m = majors[U(e)]
+                    r = _row_of(packed, mask, m, lrows, U(e), r0)
+                    f = U(r & sub_mask)
+                    o = U(fill[f])
+                    fill[f] = o + 1
+                    values_out[o] = vals[U(e)]
+                    major_out[o] = m >> shift if packed else m
+                    if rows:
+                        local[o] = r0 + r
 
 
 @njit_cached(parallel=True)
