@@ -254,17 +254,7 @@ def gmres_cycle(pos, crd, vals, dinv, jacobi, V, H, cs, sn, g, z, w, partial, no
         for ch in range(chunks):
             lo = ch * GS_CHUNK
             hi = min(lo + GS_CHUNK, n)
-            for i in range(lo, hi):                 # two interleaved sums a row (see _csr_product)
-                p, end = pos[U(i)], pos[U(i + 1)]
-                a = zero
-                b = zero
-                while p + 1 < end:
-                    a += vals[U(p)] * src[U(crd[U(p)])]
-                    b += vals[U(p + 1)] * src[U(crd[U(p + 1)])]
-                    p += 2
-                if p < end:
-                    a += vals[U(p)] * src[U(crd[U(p)])]
-                w[U(i)] = a + b
+            csr_rows(pos, crd, vals, src, w, lo, hi, None, zero)
             norms[ch] = _chunk_coefficients(V, k1, w, lo, hi, partial, ch)
         before = 0.0
         for ch in range(chunks):
@@ -444,12 +434,15 @@ def cg_loop(pos, crd, vals, x, r, z, p, q, dinv, jacobi, rr, rz, stop, maxiter):
 
 
 @njit_cached(nogil=True)
-def _csr_product(pos, crd, vals, x, out, left, zero):
-    """``out = A x`` for CSR rows; returns ``left · out``. Two interleaved sums a row: one chain
-    waits on the add latency (44 -> 37 us for the 10^4-row Poisson matrix). Called once a
-    product: a helper called per row cost 650 us a product (array arguments per call)."""
+def csr_rows(pos, crd, vals, x, out, lo, hi, left, zero):
+    """``out[i] = (A x)[i]`` for the CSR rows ``lo <= i < hi``; returns ``sum conj(left[i]) *
+    out[i]`` over them, or ``zero`` where ``left`` is None (then no inner product is compiled in).
+    The project's one CSR row loop of the fused solvers (and of the distributed blocks' local
+    product, through :func:`_csr_product`). Two interleaved sums a row: one chain waits on the
+    add latency (44 -> 37 us for the 10^4-row Poisson matrix). Called once per product or
+    chunk of rows: a helper called per row cost 650 us a product (array arguments per call)."""
     d = zero
-    for i in range(out.size):
+    for i in range(lo, hi):
         e, end = pos[U(i)], pos[U(i + 1)]
         a = zero
         b = zero
@@ -460,8 +453,16 @@ def _csr_product(pos, crd, vals, x, out, left, zero):
         if e < end:
             a += vals[U(e)] * x[U(crd[U(e)])]
         out[U(i)] = a + b
-        d += np.conj(left[U(i)]) * (a + b)
+        if left is not None:
+            d += np.conj(left[U(i)]) * (a + b)
     return d
+
+
+@njit_cached(nogil=True)
+def _csr_product(pos, crd, vals, x, out, left, zero):
+    """``out = A x`` for all CSR rows; returns ``left · out`` (``zero`` where ``left`` is None):
+    :func:`csr_rows` over ``[0, out.size)``."""
+    return csr_rows(pos, crd, vals, x, out, 0, out.size, left, zero)
 
 
 @njit_cached(nogil=True)
