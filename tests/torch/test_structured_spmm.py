@@ -57,6 +57,24 @@ def test_wide_batch_and_unrolled_tail():
         np.testing.assert_allclose(ustc.matmul(A, b), w @ b, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("fmt", [formats.Structured(2, 4), formats.Structured(3, 3)], ids=str)
+def test_blocks_of_columns_and_chunks_of_rows(fmt):
+    """A batch wide enough that a block of columns is one pass of slots (several blocks per row), rows in
+    several chunks, the last partial (nm_spmm.ROW_CHUNK), a partial last group; aligned and not (3:3)."""
+    from ustc.kernels import _structured
+
+    n, m = _nm(fmt)
+    rows, columns = 2 * _structured.ROW_CHUNK + 6, 50
+    batch = _structured.L1_TILE // 8 // 6  # float64: 6 columns' rows of b per block, under one pass
+    rng = np.random.default_rng(3)
+    w = _pruned(rng, (rows, columns), n, m, np.float64)
+    A = ustc.Tensor.from_dense(w, fmt)
+    b = rng.standard_normal((columns, batch))
+    mm = ustc.Matmul(A, b).plan()
+    assert "structured_spmm" in mm.plan_info
+    np.testing.assert_allclose(mm.execute(), w @ b, rtol=1e-12, atol=1e-12)
+
+
 def _layers(dtype, shape=(37, 70), seed=0):
     torch.manual_seed(seed)
     dense = torch.nn.Linear(shape[1], shape[0]).to(dtype)
