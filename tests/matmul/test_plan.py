@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import scipy.sparse
 
 import ustc
 from matmul_helpers import random_dense
@@ -89,12 +90,14 @@ def test_dia_spmv_serial_below_threshold_parallel_above(fmt, monkeypatch, rng):
     for name in ("dia_spmv", "dia_spmv_serial"):
         monkeypatch.setattr(_dia, name, Spy(name))
     n = _dia.TILE + 123                             # two row tiles
-    a = random_dense(rng, (n, n), density=3.0 / n)
-    A = ustc.Tensor.from_dense(a, fmt)
+    offsets = (-300, -1, 0, 2, 4000)                 # a band: a random matrix this size has ~2n diagonals
+    a = scipy.sparse.diags([rng.standard_normal(n - abs(k)) for k in offsets], offsets,
+                           shape=(n, n), format="csr")
+    A = ustc.Tensor.from_package(a).convert(fmt)
     x = rng.standard_normal(n)
     for limit, expected in ((10 ** 9, "dia_spmv_serial"), (0, "dia_spmv")):
         monkeypatch.setattr(runtime, "SERIAL_WORK", limit)
-        np.testing.assert_allclose(ustc.Matmul(A, x).plan().execute(), a @ x, rtol=1e-12)
+        np.testing.assert_allclose(ustc.Matmul(A, x).plan().execute(), a @ x, rtol=1e-12, atol=1e-12)
         assert calls[-1] == expected
 
 
