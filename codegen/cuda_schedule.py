@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from . import loopir as ir
 from .roles import SCALARS, Kind, Role
@@ -43,6 +44,8 @@ SCHEDULES = ("thread_per_row", "warp_per_row", "merge_path", "block_tile", "seri
 #: folds (``Assign.op`` / ``Store.op``) that CUDA can apply atomically, and the ``cuda.atomic`` function
 ATOMIC = {"+": "add", "min": "min", "max": "max"}
 LANED = ("warp_per_row", "block_tile")
+#: schedules whose threads may read a row's values in vector loads (a thread's row, or a block row)
+VECTOR_KINDS = ("thread_per_row", "block_tile")
 WARP = 32
 #: 32-bit registers of one sm_90 multiprocessor; ptxas allocates them to a thread in units of 8
 REGISTERS_PER_SM = 65536
@@ -66,7 +69,7 @@ class Schedule:
     reason: str = field(default="", compare=False)
     min_blocks: int = 2      # blocks of `threads` each multiprocessor must hold at once (launch bounds)
     readonly_loads: bool = True  # arrays the kernel never writes are read through ld.global.nc (readonly_arrays)
-    vector: int = 0          # thread_per_row: the row loop reads its values this many a load (vector_row)
+    vector: int = 0          # thread_per_row / block_tile: a row's values this many a load (vectored_row)
 
     def __post_init__(self):
         if self.kind not in SCHEDULES:
@@ -75,8 +78,9 @@ class Schedule:
             raise ValueError(f"bad schedule {self}: width in 2..32 (a power of two), threads a multiple of 32")
         if self.min_blocks < 1 or self.threads * self.min_blocks > 2048:
             raise ValueError(f"bad schedule {self}: min_blocks >= 1 and at most 2048 threads per multiprocessor")
-        if self.vector not in (0, 2, 4, 8) or (self.vector and self.kind != "thread_per_row"):
-            raise ValueError(f"bad schedule {self}: vector loads of 2, 4 or 8 values, thread_per_row only")
+        if self.vector not in (0, 2, 4, 8) or (self.vector and self.kind not in VECTOR_KINDS):
+            raise ValueError(f"bad schedule {self}: vector loads of 2, 4 or 8 values, "
+                             f"{' or '.join(VECTOR_KINDS)} only")
 
     @property
     def max_registers(self) -> int:
@@ -131,7 +135,7 @@ class Mapping:
     warp: ir.For | None = None    # the row reduction loop (warp_per_row, merge_path)
     acc: str = ""                 # its register sum
     tile: ir.For | None = None    # the dense loop lanes share (block_tile)
-    vector: tuple | None = None   # (row loop, values array) read a vector at a time (Schedule.vector)
+    vector: "VectorRow | None" = None   # the row whose values are read a vector at a time (Schedule.vector)
 
 
 def mapping(fn: ir.Function, warp: bool = False) -> Mapping:
@@ -296,11 +300,18 @@ def tile_width(fn: ir.Function, loop: ir.For, lanes: dict, scope=()) -> int:
     assigned in ``scope``: at most ``c`` iterations). 0: unknown."""
     roles = {p.name: p.role for p in fn.params}
     widths = [lanes.get(_lane_key(roles[n]), 0) for n in ir.variables(loop.stop) if n in roles]
-    widths = [w for w in widths if w]
+    widths = [w for w in widths if w] + [lane_bucket(c) for c in _constant_bounds(loop.stop)]
     span = _tile_span(loop, {s.name: s.value for s in ir.walk(scope) if isinstance(s, ir.Assign) and not s.op})
     if span is not None:
         widths.append(lane_bucket(span))
     return min(widths) if widths else 0
+
+
+def _constant_bounds(stop: ir.Expr) -> list[int]:
+    """Constant upper bounds of a loop's ``stop`` (itself, or an argument of its ``min``): a level
+    size the host made a constant (``codegen.cuda_blocks``) bounds a block loop as its parameter did."""
+    terms = stop.args if isinstance(stop, ir.Call) and stop.fn == "min" else (stop,)
+    return [int(t.value) for t in terms if isinstance(t, ir.Const) and isinstance(t.value, int) and t.value > 0]
 
 
 def _tile_span(loop: ir.For, assigns: dict) -> int | None:
@@ -400,45 +411,115 @@ def vector_size(itemsize: int, nbytes: int = 16) -> int:
     return n if n in (2, 4, 8) else 0
 
 
-def vector_row(fn: ir.Function, m: Mapping):
-    """``(row loop, values array)`` when the spread loop of ``m`` walks one serial row loop
-    (step 1, straight-line body: no nested loops) that loads an operand's values at its loop
-    variable and never writes them: the loads vector loads can serve, in order."""
+class VectorRow(NamedTuple):
+    """A row loop whose values are read ``n`` a load (``codegen.cuda_vector``): ``array[at]``
+    with ``at = offset + row.var`` (``at`` is the loop variable itself and ``offset`` 0 for a
+    row of CSR or delta; a block row's position for BSR). ``length``: the row's constant
+    stride (a block's width), 0 when rows have any length."""
+
+    row: ir.For
+    array: str
+    at: str
+    offset: ir.Expr = ir.Const(0)
+    length: int = 0
+
+
+def vector_row(fn: ir.Function, m: Mapping) -> VectorRow | None:
+    """The row when the spread loop of ``m`` walks one serial row loop (step 1, straight-line
+    body: no nested loops) that loads an operand's values at its loop variable and never
+    writes them: the loads vector loads can serve, in order."""
     if m.loop is None or m.warp is not None or m.tile is not None:
         return None
     rows = [s for s in m.loop.body if isinstance(s, ir.For)]
-    if len(rows) != 1:
+    if len(rows) != 1 or not _straight(rows[0]):
         return None
     row = rows[0]
-    stmts = list(ir.walk(row.body))
-    if row.step != 1 or row.parallel or any(isinstance(s, (ir.For, ir.While, ir.Return, ir.Sort, ir.Alloc))
-                                            for s in stmts):
-        return None
-    if row.var in _assigned(row.body):
-        return None
-    values = {p.name for p in fn.params if p.role.kind is Kind.VALS} & readonly_arrays(fn)
-    for s in stmts:
+    values = _readonly_values(fn)
+    for s in ir.walk(row.body):
         for c in ir.children(s):
             for e in ir.nodes(c):
-                if isinstance(e, ir.Load) and e.array in values and \
-                        e.index in ((ir.Index(ir.Var(row.var)),), (ir.Var(row.var),)):
-                    return row, e.array
+                if isinstance(e, ir.Load) and e.array in values and _at(e, row.var):
+                    return VectorRow(row, e.array, row.var)
     return None
 
 
+def block_row(fn: ir.Function, m: Mapping) -> VectorRow | None:
+    """The first block row inside the spread loop of ``m`` (not the loop lanes share): a
+    straight-line serial loop whose body first sets ``at = X * c + var`` (``c`` a constant:
+    a block's width, made one by ``codegen.cuda_blocks``) and then loads an operand's
+    never-written values at ``at``: ``c`` consecutive values, read in order."""
+    if m.loop is None or m.warp is not None:
+        return None
+    values = _readonly_values(fn)
+    for row in ir.walk(m.loop.body):
+        if not isinstance(row, ir.For) or row is m.tile or not _straight(row):
+            continue
+        assigned = _assigned(row.body)
+        for k, s in enumerate(row.body):
+            found = _block_position(s, row.var, assigned)
+            if found is None:
+                continue
+            offset, c = found
+            loads = [e for t in row.body[k + 1:] for x in ir.walk((t,)) for ch in ir.children(x)
+                     for e in ir.nodes(ch) if isinstance(e, ir.Load) and e.array in values and _at(e, s.name)]
+            if loads:
+                return VectorRow(row, loads[0].array, s.name, offset, c)
+    return None
+
+
+def _straight(row: ir.For) -> bool:
+    """A serial step-1 loop with a straight-line body that never assigns its variable."""
+    return row.step == 1 and not row.parallel and row.var not in _assigned(row.body) and not any(
+        isinstance(s, (ir.For, ir.While, ir.Return, ir.Sort, ir.Alloc)) for s in ir.walk(row.body))
+
+
+def _block_position(s: ir.Stmt, var: str, assigned: set):
+    """``(X * c, c)`` when ``s`` is the only assignment of its name in the row, ``name = X * c + var``
+    with ``X`` fixed over the row."""
+    if not isinstance(s, ir.Assign) or s.op or not isinstance(s.value, ir.Bin) or s.value.op != "+":
+        return None
+    for offset, step in ((s.value.left, s.value.right), (s.value.right, s.value.left)):
+        if step != ir.Var(var) or not isinstance(offset, ir.Bin) or offset.op != "*":
+            continue
+        if ir.variables(offset) & (assigned | {var}):
+            continue
+        c = next((t.value for t in (offset.left, offset.right) if isinstance(t, ir.Const)), None)
+        if isinstance(c, int) and c > 1:
+            return offset, c
+    return None
+
+
+def _at(e: ir.Load, name: str) -> bool:
+    return e.index in ((ir.Index(ir.Var(name)),), (ir.Var(name),))
+
+
+def _readonly_values(fn: ir.Function) -> set[str]:
+    return {p.name for p in fn.params if p.role.kind is Kind.VALS} & readonly_arrays(fn)
+
+
+def vectored_row(fn: ir.Function, m: Mapping) -> VectorRow | None:
+    """The row a kernel mapped as ``m`` reads its values of in vector loads: a thread's row
+    (:func:`vector_row`), else a block row (:func:`block_row`)."""
+    return vector_row(fn, m) or block_row(fn, m)
+
+
 def _vectored(fn: ir.Function, schedule: Schedule, dtypes: dict | None) -> Schedule:
-    """``schedule`` with 128-bit vector loads of the row loop's values where it has one whose
-    operand's dtype (``dtypes``: tensor -> dtype name) makes 2, 4 or 8 values 16 bytes."""
-    if schedule.kind != "thread_per_row" or not dtypes:
+    """``schedule`` with vector loads of the row loop's values where it has one whose operand's
+    dtype (``dtypes``: tensor -> dtype name) makes 2, 4 or 8 values 16 bytes (8 bytes for a
+    block row whose width 16 bytes do not divide)."""
+    if schedule.kind not in VECTOR_KINDS or not dtypes:
         return schedule
-    found = vector_row(fn, mapping(fn))
+    found = vectored_row(fn, planned(fn, dataclasses.replace(schedule, vector=0)))
     if found is None:
         return schedule
-    tensor = {p.name: p.role.tensor for p in fn.params if p.role.kind is Kind.VALS}[found[1]]
-    n = vector_size(ITEMSIZE.get(str(dtypes.get(tensor)), 0))
-    if not n:
+    tensor = {p.name: p.role.tensor for p in fn.params if p.role.kind is Kind.VALS}[found.array]
+    item = ITEMSIZE.get(str(dtypes.get(tensor)), 0)
+    eight = vector_size(item, 8) if found.length and item >= 2 else 0   # 8-byte loads: block rows of 2- to 4-byte values
+    sizes = [n for n in (vector_size(item), eight) if n and (not found.length or found.length % n == 0)]
+    if not sizes:
         return schedule
-    why = f"{n} values of {found[1]} a 128-bit load"
+    n = sizes[0]
+    why = f"{n} values of {found.array} a {n * item * 8}-bit load"
     return dataclasses.replace(schedule, vector=n, reason=f"{schedule.reason}; {why}" if schedule.reason else why)
 
 
@@ -478,8 +559,8 @@ def choose_schedule(fn: ir.Function, widths: dict | None = None, override=None, 
     for loop in reversed(tile_loops(m)):
         width = tile_width(fn, loop, lanes or {}, m.loop.body)
         if width >= 2:
-            return Schedule("block_tile", width, loop=loop.var, **base,
-                            reason=f"{width} lanes share the dense loop over {loop.var}")
+            return _vectored(fn, Schedule("block_tile", width, loop=loop.var, **base,
+                                          reason=f"{width} lanes share the dense loop over {loop.var}"), dtypes)
     reason = "no shared row reduction" if m.warp is None else "short rows"
     return _vectored(fn, Schedule(**base, reason=reason + (", atomic updates" if m.atomic else "")), dtypes)
 
@@ -523,10 +604,11 @@ def planned(fn: ir.Function, schedule: Schedule) -> Mapping:
     m = mapping(fn, warp=schedule.kind in ("warp_per_row", "merge_path"))
     if schedule.kind == "block_tile":
         loops = [s for s in tile_loops(Mapping(m.loop, m.atomic)) if s.var == schedule.loop or not schedule.loop]
-        return Mapping(m.loop, m.atomic, tile=loops[-1]) if loops else Mapping(m.loop, m.atomic)
-    if schedule.kind == "merge_path" and not merge_rows(fn, m):
+        m = Mapping(m.loop, m.atomic, tile=loops[-1]) if loops else Mapping(m.loop, m.atomic)
+    elif schedule.kind == "merge_path" and not merge_rows(fn, m):
         return Mapping(m.loop, m.atomic)
-    if schedule.kind == "thread_per_row":
-        plain = Mapping(m.loop, m.atomic)
-        return dataclasses.replace(plain, vector=vector_row(fn, plain)) if schedule.vector else plain
-    return m
+    elif schedule.kind == "thread_per_row":
+        m = Mapping(m.loop, m.atomic)
+    else:
+        return m
+    return dataclasses.replace(m, vector=vectored_row(fn, m)) if schedule.vector else m

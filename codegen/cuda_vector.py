@@ -1,23 +1,27 @@
-"""Vector loads of a thread's row: the values a row loop reads, ``n`` per 64- or 128-bit load.
+"""Vector loads of a row: the values a row loop reads, ``n`` per 64- or 128-bit load.
 
-:func:`codegen.cuda_schedule.planned` marks (``Mapping.vector``) the row loop of a
-thread_per_row kernel and the values array it reads at its loop variable, when the
-schedule chose ``vector = n`` from the values' item size. :func:`vectorised` rewrites the
-spread loop so that the row loop runs, in the same order as before (a sum and a running
-coordinate see the same sequence), as::
+:func:`codegen.cuda_schedule.planned` marks (``Mapping.vector``, a ``VectorRow``) the row
+loop and the values array it reads at ``at = offset + var`` (a thread_per_row kernel's
+row: ``at`` is the loop variable, ``offset`` 0; a block row of BSR, a thread's or a
+block_tile lane's: ``A_p3 = A_p2 * c + v_j_modc``), when the schedule chose ``vector = n``
+from the values' item size. :func:`vectorised` rewrites the loop holding that row so
+that it runs, in the same order as before (a sum and a running coordinate see the same
+sequence), as::
 
     lo = start; hi = stop
-    first = min(hi, lo + ((-element_address(vals)) % n - lo) % n)
-    for p in range(lo, first):            body                  # head: scalar loads
+    first = min(hi, lo + ((-element_address(vals) - offset) % n - lo) % n)
+    for var in range(lo, first):          body                  # head: scalar loads
     for q in range(first, hi - n + 1, n):                       # whole vectors
-        v = ldg<n>(vals, q)                                     # one load, vals[q] aligned
-        p = q;         body with vals[p] -> v[0]
+        v = ldg<n>(vals, offset + q)                            # one load, vals[offset + q] aligned
+        var = q;         body with vals[at] -> v[0]
         ...
-        p = q + n - 1; body with vals[p] -> v[n - 1]
-    for p in range(first + (hi - first) // n * n, hi): body     # tail: scalar loads
+        var = q + n - 1; body with vals[at] -> v[n - 1]
+    for var in range(first + (hi - first) // n * n, hi): body   # tail: scalar loads
 
-``q`` starts where ``vals[q]`` is ``n``-element aligned in memory, however the buffer was
-allocated or sliced, and ``q + n <= hi <= len(vals)``: no load reads past the row's end.
+``q`` starts where ``vals[offset + q]`` is ``n``-element aligned in memory, however the
+buffer was allocated or sliced, and ``offset + q + n <= offset + hi``: no load reads past
+the row's end (for a block row, past the block row; a partial block at the matrix's
+edge has ``hi`` below the block's width).
 """
 
 from __future__ import annotations
@@ -26,21 +30,25 @@ import dataclasses
 from typing import Callable
 
 from . import loopir as ir
+from .cuda_schedule import VectorRow
 
 
-def vectorised(loop: ir.For, row: ir.For, array: str, n: int, fresh: Callable[[object, str], str]) -> ir.For:
-    """``loop`` with its statement ``row`` (by identity, at any depth) run ``n`` values of
-    ``array`` a load; ``fresh(key, base)`` names the new variables."""
+def vectorised(loop: ir.For, target: VectorRow, n: int, fresh: Callable[[object, str], str]) -> ir.For:
+    """``loop`` with its statement ``target.row`` (by identity, at any depth) run ``n`` values of
+    ``target.array`` a load; ``fresh(key, base)`` names the new variables."""
+    row, array = target.row, target.array
     name = {k: fresh(("vector", k), f"{row.var}_{k}") for k in ("lo", "hi", "first", "q", "v")}
     var = {k: ir.Var(v) for k, v in name.items()}
-    lead = ir.Bin("%", ir.Neg(ir.Call("element_address", (ir.Var(array),))), ir.Const(n))
+    address = ir.Neg(ir.Call("element_address", (ir.Var(array),)))
+    lead = ir.Bin("%", ir.sub(address, target.offset), ir.Const(n))
     first = ir.Call("min", (var["hi"], ir.add(var["lo"], ir.Bin("%", ir.sub(lead, var["lo"]), ir.Const(n)))))
     whole = ir.mul(ir.Bin("//", ir.sub(var["hi"], var["first"]), ir.Const(n)), n)
-    unrolled: list[ir.Stmt] = [ir.Assign(name["v"], ir.Call(f"ldg{n}", (ir.Var(array), var["q"])))]
+    unrolled: list[ir.Stmt] = [ir.Assign(name["v"], ir.Call(f"ldg{n}", (ir.Var(array), ir.add(target.offset,
+                                                                                              var["q"]))))]
     for k in range(n):
         element = ir.Load(name["v"], (ir.Const(k),))
         unrolled.append(ir.Assign(row.var, ir.add(var["q"], k)))
-        unrolled += [_replace_loads(s, array, row.var, element) for s in row.body]
+        unrolled += [_replace_loads(s, array, target.at, element) for s in row.body]
     steps = (ir.Assign(name["lo"], row.start), ir.Assign(name["hi"], row.stop), ir.Assign(name["first"], first),
              dataclasses.replace(row, start=var["lo"], stop=var["first"]),
              ir.For(name["q"], var["first"], ir.add(ir.sub(var["hi"], n), 1), tuple(unrolled), step=n),

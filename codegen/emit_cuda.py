@@ -152,9 +152,9 @@ class CudaEmitter(CpuEmitter):
         if m.warp is not None:
             return self.warp_loop(s, m)
         if m.tile is not None:
-            return self.tile_loop(s, m)
+            return self.tile_loop(s, m, schedule.vector)
         if m.vector is not None:  # the row loop's values a vector at a time (codegen.cuda_vector)
-            s = vectorised(s, *m.vector, schedule.vector, self.fresh)
+            s = vectorised(s, m.vector, schedule.vector, self.fresh)
         return self.grid_loop(s, m.atomic and not s.parallel)
 
     def grid_loop(self, s: ir.For, atomic: bool) -> list[str]:
@@ -209,12 +209,15 @@ class CudaEmitter(CpuEmitter):
         guard = f"{lane.name} == 0" + (f" and {exists}" if exists else "")
         return out + [f"        if {guard}:"] + (self.block(post, depth + 1) or ["            pass"])
 
-    def tile_loop(self, s: ir.For, m: Mapping) -> list[str]:
-        """``width`` lanes per iteration of ``s``; they stride through the shared loop ``m.tile``."""
+    def tile_loop(self, s: ir.For, m: Mapping, vector: int = 0) -> list[str]:
+        """``width`` lanes per iteration of ``s``; they stride through the shared loop ``m.tile``,
+        each reading its block rows ``vector`` values a load where ``m.vector`` names one."""
         lane = ir.Var(self.fresh("lane", "lane"))
         shared = dataclasses.replace(m.tile, start=ir.add(m.tile.start, lane), step=self.width,
                                      parallel=False)
-        body = _replace(s.body, m.tile, shared)
+        body = _replace(s.body, m.tile, shared)   # the block row inside keeps its identity
+        if m.vector is not None:
+            body = vectorised(dataclasses.replace(s, body=body), m.vector, vector, self.fresh).body
         out, exists, depth = self.lane_rows(s, f"{self.width} lanes share the loop over {m.tile.var}")
         self._atomic = m.atomic
         try:

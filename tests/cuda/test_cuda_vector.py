@@ -27,10 +27,11 @@ def compiled(text: str, formats: dict, dtype="float64"):
 
 def test_the_row_loop_and_its_values_are_found_in_the_loop_ir():
     fn = compiled(SPMV, {"A": F.CSR})[0]
-    row, array = vector_row(fn, mapping(fn))
-    assert array == "A_vals" and row.step == 1 and not row.parallel
+    found = vector_row(fn, mapping(fn))
+    assert found.array == "A_vals" and found.row.step == 1 and not found.row.parallel
+    assert found.at == found.row.var and found.length == 0     # values at the loop variable, rows of any length
     delta = compiled(SPMV, {"A": F.DELTA(4, True)})[0]
-    assert vector_row(delta, mapping(delta))[1] == "A_vals"
+    assert vector_row(delta, mapping(delta)).array == "A_vals"
     spmm = compiled("C[i,k] = A[i,j] * B[j,k]", {"A": F.CSR})[0]
     assert vector_row(spmm, mapping(spmm)) is None          # a loop inside the row loop
     dia = compiled(SPMV, {"A": F.DIAI})[0]
@@ -51,7 +52,7 @@ def test_vector_loads_only_where_a_thread_walks_the_row():
     assert choose_schedule(fn).vector == 0                                   # no dtypes: none
     assert choose_schedule(fn, {("A", 1): 8}, dtypes={"A": "float32"}).vector == 0   # a warp per row
     assert choose_schedule(fn, None, "thread_per_row", dtypes={"A": "float32"}).vector == 4
-    with pytest.raises(ValueError, match="thread_per_row only"):
+    with pytest.raises(ValueError, match="thread_per_row or block_tile only"):
         Schedule("warp_per_row", 8, vector=4)
     with pytest.raises(ValueError, match="vector loads of 2, 4 or 8"):
         Schedule(vector=3)

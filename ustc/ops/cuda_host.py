@@ -143,7 +143,7 @@ def _level(text: str):
 
 def generate(run, operands: dict, header: tuple) -> str:
     """The CUDA module's source: kernels, launch wrappers, ``PLAN`` and ``SCHEDULES``."""
-    from ..codegen import cuda_bfloat16, optimize
+    from ..codegen import cuda_bfloat16, cuda_blocks, optimize
     from ..codegen.compile import compile_program
     from ..codegen.cuda_schedule import choose_schedule
     from ..codegen.emit_cuda import CudaEmitter
@@ -151,6 +151,7 @@ def generate(run, operands: dict, header: tuple) -> str:
 
     module = compile_program(run.program, operands, header, optimize.CUDA)
     module = cuda_bfloat16.explicit(module, frozenset(n for n, o in operands.items() if o.dtype == "bfloat16"))
+    module = cuda_blocks.constant_sizes(module, fixed_sizes(module, operands))  # block shapes compile-time
     f = run.fields
     widths = {_level(k): w for k, w in f["widths"].items()}
     lanes = {_level(k): w for k, w in f["lanes"].items()}
@@ -162,6 +163,35 @@ def generate(run, operands: dict, header: tuple) -> str:
     text = CudaEmitter().emit(module, schedules)
     described = {name: s.describe() for name, s in schedules.items()}
     return text + f"\n\n{plans_text(module.meta['plan'])}\nSCHEDULES = {described!r}\n"
+
+
+def fixed_sizes(module, operands: dict) -> dict:
+    """``{function: {(tensor, level): size}}``: the level sizes a kernel takes whose value its
+    operand's format fixes whatever the shape (``i mod r``: a block's rows), for
+    :func:`ustc.codegen.cuda_blocks.constant_sizes`. A converted operand's format is the plan's."""
+    from ..codegen.roles import Kind
+    from ..format.ir import TensorFormat
+
+    out = {}
+    for plan in module.meta.get("plan", ()):
+        convert, alias = dict(plan.convert), dict(plan.alias)
+        fixed = {}
+        for role in plan.params:
+            if role.kind is not Kind.SIZE:
+                continue
+            text = convert.get(role.tensor)
+            fmt = TensorFormat.parse(text) if text else operands[alias.get(role.tensor, role.tensor)].format
+            size = _fixed_extent(fmt, role.level)
+            if size is not None:
+                fixed[(role.tensor, role.level)] = size
+        out[plan.function] = fixed
+    return out
+
+
+def _fixed_extent(fmt, level: int):
+    """The extent of ``fmt``'s ``level`` when no dimension's size changes it, else None."""
+    small, large = (fmt.level_shape((n,) * fmt.ndim)[level] for n in (1 << 20, (1 << 21) + 3))
+    return small if small == large else None
 
 
 # -- sparse outputs written in their own format ----------------------------------------------
