@@ -166,10 +166,14 @@ def check_run(run, cc=ARCH) -> list[Report]:
         if (name, sig) in seen:
             continue
         seen.add((name, sig))
-        ptx, log, size = compile_kernel(kernel, sig, cc)
-        promise = promised[name]
-        res, ins = resources(log), instructions(ptx)
-        found = problems(promise, res, ins)
-        out.append(Report(name, statements.get(name, ""), ", ".join(str(t) for t in sig), promise, res, ins,
-                          occupancy(res.registers, promise.threads, res.shared), size, found, ptx))
+        out.append(check_kernel(name, kernel, sig, promised[name], statements.get(name, ""), cc))
     return out
+
+
+def check_kernel(name: str, kernel, sig: tuple, promise: Promise, statement: str = "", cc=ARCH) -> Report:
+    """The :class:`Report` of one ``cuda.jit`` kernel (generated or hand-written) compiled for
+    ``sig`` with its own launch bounds, linked for ``cc`` and held to ``promise``."""
+    ptx, log, size = compile_kernel(kernel, sig, cc)
+    res, ins = resources(log), instructions(ptx)
+    return Report(name, statement, ", ".join(str(t) for t in sig), promise, res, ins,
+                  occupancy(res.registers, promise.threads, res.shared), size, problems(promise, res, ins), ptx)

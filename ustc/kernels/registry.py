@@ -130,4 +130,4 @@ def _load_builtins() -> None:
     if _BUILTINS_LOADED:
         return
     _BUILTINS_LOADED = True
-    from . import builtin  # noqa: F401
+    from . import builtin, builtin_cuda  # noqa: F401
