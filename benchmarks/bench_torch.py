@@ -23,7 +23,12 @@ Sections (all by default; ``--only`` picks some):
   (the smaller side) hold at least 1.5x the last-level cache (read from /sys),
   so each call reads its weights from memory as a layer of a model whose
   weights exceed the cache does. The ``one copy`` columns (context, no verdict)
-  call one copy back to back: its weights stay in the cache between calls;
+  call one copy back to back: its weights stay in the cache between calls.
+  The other sections time one copy (their ratios compare two calls on the same
+  weights; in ``overhead`` a product reading its weights from memory would hide
+  more of the call's fixed cost, so one copy is the stricter test), and the
+  ``finetune`` stack's weights and AdamW state fit this machine's 300 MiB cache
+  on both sides;
 * ``overhead``: a sparse ``nn.Linear`` call at batch 1 (the ``SparseLinear``
   that ``reformat_model`` leaves) against the planned product it runs
   (``Matmul.execute``); target <= 1.2x. Also timed: the same weight in a plain
