@@ -10,6 +10,7 @@ import numpy as np
 import scipy.sparse as sp
 
 import ustc
+from ustc.distributed import Labels
 from ustc.distributed.mpiblocks import MPIMatrix
 
 
@@ -26,8 +27,12 @@ def convection(n):
     return (sp.kron(_line(n, -1.3, 2.6, -0.7), sp.eye(n)) + sp.kron(sp.eye(n), _line(n, -1.0, 2.0, -1.0))).tocsr()
 
 
-def gather(comm, part):
-    return np.concatenate(comm.allgather(part))
+def gather(comm, rows, part):
+    """The whole vector from every rank's ``part`` (its global ``rows``)."""
+    out = np.empty(sum(len(r) for r in comm.allgather(rows)), dtype=part.dtype)
+    for r, p in comm.allgather((rows, part)):
+        out[r] = p
+    return out
 
 
 def main():
@@ -37,17 +42,22 @@ def main():
     out = {"size": comm.Get_size(), "cases": []}
     rng = np.random.default_rng(0)
     cases = [(poisson2d(12), "cg", None, None, "CSR"), (poisson2d(12), "cg", "jacobi", [0, 50, 144], "DIAI"),
-             (convection(10), "bicgstab", "jacobi", None, "COO"), (convection(10), "gmres", None, [0, 0, 100], "CSR")]
+             (convection(10), "bicgstab", "jacobi", None, "COO"), (convection(10), "gmres", None, [0, 0, 100], "CSR"),
+             (convection(10), "bicgstab", None, Labels((np.arange(100) // 7) % 2), "CSR")]     # interleaved parts
     for a, method, pre, partition, fmt in cases:
         n = a.shape[0]
         b = rng.standard_normal(n)
         x1, i1 = ustc.solve(ustc.Tensor.from_package(a), b, method, rtol=1e-8, preconditioner=pre, restart=7,
                             return_info=True)
-        with MPIMatrix.from_loader(lambda r0, r1: a[r0:r1], a.shape, partition, block_format=fmt) as m:
-            lo, hi = m.range
-            y = gather(comm, m.matvec(b[lo:hi]))
-            x, info = m.solve(b[lo:hi], method, rtol=1e-8, preconditioner=pre, restart=7)
-            x = gather(comm, x)
+        def load(*rows, a=a):                   # (start, stop), or a labelled part's global rows
+            return a[rows[0]:rows[1]] if len(rows) == 2 else a[rows[0]]
+
+        with MPIMatrix.from_loader(load, a.shape, partition, block_format=fmt) as m:
+            mine = m.members
+            assert np.array_equal(mine, m.col_members)
+            y = gather(comm, mine, m.matvec(b[mine]))
+            x, info = m.solve(b[mine], method, rtol=1e-8, preconditioner=pre, restart=7)
+            x = gather(comm, mine, x)
             out["cases"].append({"method": method, "spmv_error": float(np.abs(y - a @ b).max()),
                                  "iterations": info["iterations"], "single_iterations": i1.iterations,
                                  "x_rel": float(np.linalg.norm(x - x1) / np.linalg.norm(x1)),

@@ -1,5 +1,6 @@
 """The mpi4py transport under ``mpiexec -n 2``: the block code's SpMV and CG / BiCGSTAB / GMRES
-(Jacobi too, uneven and empty blocks, several block formats) reproduce single-process ustc;
+(Jacobi too, uneven and empty blocks, several block formats, interleaved user labels)
+reproduce single-process ustc;
 skipped when mpi4py or mpiexec is missing."""
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ def test_mpi_transport_two_ranks(tmp_path):
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(out.read_text())
-    assert result["size"] == 2 and len(result["cases"]) == 4
+    assert result["size"] == 2 and len(result["cases"]) == 5
     for case in result["cases"]:
         assert case["spmv_error"] < 1e-12, case
         assert case["converged"] and case["iterations"] == case["single_iterations"], case

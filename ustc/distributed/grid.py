@@ -39,7 +39,8 @@ class GridScattered:
 
 @dataclass(frozen=True, eq=False)
 class GridLoaded:
-    """Grid blocks cut on their workers from ``loader(row_start, row_stop)`` (all ``ncols`` columns)."""
+    """Grid blocks cut on their workers from ``loader(row_start, row_stop)`` (all ``ncols``
+    columns), or ``loader(rows)`` with the block row's global rows where the rows are labelled."""
 
     loader: object
     ncols: int
@@ -47,8 +48,9 @@ class GridLoaded:
 
     def call(self, name: str, grid: Grid2D, rank: int) -> tuple:
         i, j = grid.coords(rank)
+        index = grid.rows.members(i) if grid.rows.perm is not None else None
         return "load_grid_block", (name, grid.shape, grid.rows.range(i), grid.cols.range(j), self.ncols,
-                                   self.loader, self.fmt)
+                                   self.loader, self.fmt, index, grid.cols.inverse)
 
 
 @dataclass(frozen=True)
@@ -122,6 +124,10 @@ class GridTensor:
         (r, c), v = t.entries()
         csr = sp.csr_array((v, (r, c)), shape=t.shape)
         csr.sum_duplicates()
+        if grid.rows.perm is not None:         # labels: the blocks hold positions
+            csr = csr[grid.rows.perm]
+        if grid.cols.perm is not None:
+            csr = csr[:, grid.cols.perm]
         fmt = block_format if block_format is not None else t.format
         return cls._build(rt, grid, t.dtype, GridScattered(csr, fmt))
 
@@ -129,7 +135,8 @@ class GridTensor:
     def from_loader(cls, loader, grid: Grid2D, *, dtype=np.float64, block_format="CSR",
                     runtime=None) -> "GridTensor":
         """Each block cut on its worker from ``loader(row_start, row_stop)`` (as
-        :meth:`DTensor.from_loader`: the rows over all columns)."""
+        :meth:`DTensor.from_loader`: the rows over all columns; ``loader(rows)`` with the global
+        rows, ascending, of a block row of labelled rows)."""
         rt = runtime if runtime is not None else _default_runtime()
         return cls._build(rt, grid, dtype, GridLoaded(loader, grid.n, block_format))
 
@@ -193,8 +200,8 @@ class GridTensor:
         rows, cols, vals = [], [], []
         for rank, (r, c, v) in enumerate(parts):
             i, j = self.grid.coords(rank)
-            rows.append(r + self.grid.rows.range(i)[0])
-            cols.append(c + self.grid.cols.range(j)[0])
+            rows.append(self.grid.rows.index(r + self.grid.rows.range(i)[0]))
+            cols.append(self.grid.cols.index(c + self.grid.cols.range(j)[0]))
             vals.append(v)
         return Tensor.from_coo((np.concatenate(rows), np.concatenate(cols)),
                                np.concatenate(vals).astype(self.dtype, copy=False), self.shape, tensor_format)
@@ -246,7 +253,8 @@ class GridMatmul:
         else:
             self.plan_info = self.a.plan_info(k, self.dtype)
             ranges = [g.x_range(r) for r in range(g.parts)]
-        self.a.group.call("set_vec", [(self.xname, self.x[slice(*ranges[r])].astype(self.dtype))
+        x = self.x if g.cols.perm is None else self.x[g.cols.perm]     # labelled columns: positions
+        self.a.group.call("set_vec", [(self.xname, x[slice(*ranges[r])].astype(self.dtype))
                                       for r in range(g.parts)])
         self._generation = self.a.group.generation
         return self.plan_info
@@ -257,7 +265,8 @@ class GridMatmul:
         group = self.a.group
         method = EXCHANGE_METHODS[self.exchange]
         group.call(method, [(self.a.name, self.xname, self.yname, self.dtype.str)] * self.a.grid.parts)
-        return np.concatenate(group.call("get_vec", [(self.yname,)] * self.a.grid.parts))
+        y = np.concatenate(group.call("get_vec", [(self.yname,)] * self.a.grid.parts))    # rows in rank order
+        return self.a.grid.rows.to_global(y)
 
     def counters(self) -> list:
         """Per block: messages, bytes and synchronisations its communicator counted so far."""

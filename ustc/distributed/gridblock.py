@@ -73,12 +73,18 @@ class GridBlocks:
         """Keep ``coo`` (block-local rows and columns) as rank ``self.rank``'s block of a grid."""
         return await self._run(self._set_grid_block, key, grid, rows, cols, coo, fmt)
 
-    async def load_grid_block(self, key, grid, rows, cols, ncols, loader, fmt) -> dict:
-        """As :meth:`set_grid_block`, the block cut from ``loader(row_start, row_stop)``."""
+    async def load_grid_block(self, key, grid, rows, cols, ncols, loader, fmt, index=None,
+                              col_position=None) -> dict:
+        """As :meth:`set_grid_block`, the block cut from ``loader(row_start, row_stop)``, or from
+        ``loader(index)`` (the global rows of labelled rows); ``col_position``: global column ->
+        position (labelled columns), else None."""
         from .worker import _as_coo
 
         def load():
-            r, c, v = _as_coo(loader(rows[0], rows[1]), rows[1] - rows[0], ncols)
+            made = loader(rows[0], rows[1]) if index is None else loader(index)
+            r, c, v = _as_coo(made, rows[1] - rows[0], ncols)
+            if col_position is not None:
+                c = col_position[c]
             keep = (c >= cols[0]) & (c < cols[1])
             return self._set_grid_block(key, grid, rows, cols, (r[keep], c[keep] - cols[0], v[keep]), fmt)
         return await self._run(load)

@@ -6,7 +6,9 @@ order). A product ``y = A x`` then moves only what the stored entries need: bloc
 receives the entries of ``x`` at the columns its entries touch (``cols_used``) from their
 owners, and sends the partial sums of the rows its entries touch (``rows_used``) to theirs.
 Both lists are sorted and the owners' ranges contiguous, so each pair is one slice. A
-rectangular matrix's ``x`` is laid out by process columns instead (:func:`x_layout`).
+rectangular matrix's ``x`` (or a square one's with other labels on its columns than on its
+rows) is laid out by process columns instead (:func:`x_layout`). Everything here is in
+positions (a :class:`~ustc.distributed.partition.Labels` grid's permuted numbering).
 :class:`SparsePlan` holds every rank's :class:`~ustc.distributed.gridblock.SparseHalo` and
 the exact counts one product moves.
 """
@@ -24,7 +26,7 @@ from .partition import Grid2D, RowBlocks
 def layout(grid: Grid2D) -> RowBlocks:
     """The vector layout of a grid solve: rank ``r`` owns ``grid.y_range(r)``."""
     bounds = [grid.y_range(r)[0] for r in range(grid.parts)] + [grid.m]
-    return RowBlocks(grid.m, bounds=bounds)
+    return grid.rows.with_bounds(bounds)        # labelled rows: positions, global rows through perm
 
 
 def x_layout(grid: Grid2D) -> tuple[RowBlocks, list]:
@@ -32,11 +34,17 @@ def x_layout(grid: Grid2D) -> tuple[RowBlocks, list]:
     (``grid.n`` entries) held by rank ``ranks[k]``. A square matrix's ``x`` shares :func:`layout`
     with ``A x`` (a solve needs that); a rectangular one's follows the columns: rank ``(i, j)``
     owns :meth:`Grid2D.x_range` (part ``i`` of ``cols_j``), so ``x`` moves within process columns."""
-    if grid.m == grid.n:
+    if square(grid):
         return layout(grid), list(range(grid.parts))
     ranks = grid.x_order()
     bounds = [grid.x_range(r)[0] for r in ranks] + [grid.n]
-    return RowBlocks(grid.n, bounds=bounds), ranks
+    return grid.cols.with_bounds(bounds), ranks
+
+
+def square(grid: Grid2D) -> bool:
+    """Whether ``x`` and ``A x`` can share :func:`layout`: a square matrix whose rows and
+    columns are numbered alike (no labels, or the same labels on both)."""
+    return grid.m == grid.n and grid.rows.same_order(grid.cols)
 
 
 def _slices(owners: np.ndarray, parts: int):

@@ -53,16 +53,31 @@ class MPIMatrix:
 
     @property
     def range(self) -> tuple[int, int]:
-        """The rows (and, for a square matrix, the vector entries) this process owns."""
+        """The positions of the rows (and, for a square matrix, the vector entries) this process
+        owns: its rows themselves for row blocks; see :attr:`members` for labels."""
         return self.rows.range(self.rank)
+
+    @property
+    def members(self) -> np.ndarray:
+        """The global rows this process owns, ascending: ``b[m.members]`` is its slice of ``b``,
+        and :meth:`solve` / :meth:`matvec` return its rows in that order (for row blocks
+        ``arange(*range)``)."""
+        return self.rows.members(self.rank)
+
+    @property
+    def col_members(self) -> np.ndarray:
+        """The global entries of ``x`` this process owns for :meth:`matvec`, ascending."""
+        return self.cols.members(self.rank)
 
     @classmethod
     def from_loader(cls, loader, shape, partition=None, *, dtype=None, block_format="CSR", ghost_format=None,
                     comm=None) -> "MPIMatrix":
         """Each process makes its rows with ``loader(row_start, row_stop)`` (as
-        :meth:`ustc.distributed.DTensor.from_loader`); ``partition``: RowBlocks, bounds or None
-        (an even split over the communicator's size). Collective: the ghost column lists are
-        all-gathered to make the halo plan."""
+        :meth:`ustc.distributed.DTensor.from_loader`); ``partition``: RowBlocks, bounds, None
+        (an even split over the communicator's size) or :class:`~ustc.distributed.Labels` (one
+        part per process; the loader is then called as ``loader(rows)`` with this process's
+        global rows, ascending, and a square matrix's columns carry the same labels).
+        Collective: the ghost column lists are all-gathered to make the halo plan."""
         comm = comm if isinstance(comm, MPICommunicator) else MPICommunicator(comm)
         m, n = (int(s) for s in shape)
         rows = RowBlocks.of(m, partition if partition is not None else comm.size)
@@ -70,7 +85,9 @@ class MPIMatrix:
             raise ShapeError(f"MPIMatrix: the partition has {rows.parts} blocks for {comm.size} processes")
         cols = rows.like(n)
         r0, r1 = rows.range(comm.rank)
-        coo = _as_coo(loader(r0, r1), r1 - r0, n)
+        coo = _as_coo(loader(r0, r1) if rows.perm is None else loader(rows.members(comm.rank)), r1 - r0, n)
+        if cols.inverse is not None:            # labelled columns: the block holds positions
+            coo = (coo[0], cols.inverse[coo[1]], coo[2])
         out = cls(comm, rows, cols, (m, n), dtype if dtype is not None else coo[2].dtype)
         info = out.worker._set_block(_KEY, (r0, r1), cols.range(comm.rank), coo, block_format, ghost_format)
         send, recv, out.halo_counts = halo_lists(comm.comm.allgather(info["garray"]), cols)
@@ -82,7 +99,8 @@ class MPIMatrix:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
 
     def matvec(self, x) -> np.ndarray:
-        """This process's rows of ``A @ x`` from its slice ``x`` of the vector (collective)."""
+        """This process's rows of ``A @ x`` (:attr:`members`) from its slice ``x`` of the vector
+        (``x[col_members]``; collective)."""
         x = np.asarray(x)
         lo, hi = self.cols.range(self.rank)
         if x.shape[:1] != (hi - lo,):
@@ -94,7 +112,8 @@ class MPIMatrix:
 
     def solve(self, b, method: str = "cg", *, rtol: float = 1e-8, atol: float = 0.0, maxiter=None,
               restart: int = 30, preconditioner=None):
-        """Solve ``A x = b`` (collective; ``b``: this process's slice): ``(x slice, info)``, where
+        """Solve ``A x = b`` (collective; ``b``: this process's slice, ``b[members]``): ``(x slice,
+        info)``, where
         ``info`` has ``iterations``, ``residual`` (the true ``||b - A x||``), ``bnorm``,
         ``converged``, and what this rank's communicator counted in the loop (``messages``,
         ``bytes``, ``syncs``)."""

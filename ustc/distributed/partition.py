@@ -90,6 +90,19 @@ class RowBlocks:
         lo, hi = self.range(b)
         return self.index(np.arange(lo, hi, dtype=np.int64))
 
+    def with_bounds(self, bounds) -> "RowBlocks":
+        """Other blocks over the same positions: ``bounds`` cut the positions, global rows stay
+        those of this partition (a grid's vector layout over labelled rows)."""
+        out = RowBlocks(self.n, bounds=bounds)
+        out.perm, out.inverse = self.perm, self.inverse
+        return out
+
+    def same_order(self, other: "RowBlocks") -> bool:
+        """Whether both number the same rows by the same positions (bounds may differ)."""
+        if self.n != other.n or (self.perm is None) != (other.perm is None):
+            return False
+        return self.perm is None or np.array_equal(self.perm, other.perm)
+
     def like(self, n: int) -> "RowBlocks":
         """The same number of blocks over ``n`` entries (the column partition of a rectangular
         matrix): this partition when ``n`` matches, else an even split."""
@@ -157,7 +170,11 @@ class Labels(RowBlocks):
 class Grid2D:
     """A ``pr x pc`` process grid over an ``m x n`` matrix: block ``(i, j)`` (rank ``i * pc + j``)
     holds rows ``rows.range(i)`` and columns ``cols.range(j)``. ``rows`` / ``cols``: a block
-    count or bounds as for :class:`RowBlocks` (uneven and empty blocks allowed).
+    count or bounds as for :class:`RowBlocks` (uneven and empty blocks allowed), or
+    :class:`Labels`: block row ``i`` then holds the rows labelled ``i`` (block column ``j`` the
+    columns labelled ``j``), the ranges being of positions as for row blocks, so the grid is
+    that of the permuted matrix ``A[rows.perm][:, cols.perm]`` while vectors stay in the user's
+    order. A solve needs the same labels on rows and columns.
 
     Vectors of a grid product: rank ``(i, j)`` owns part ``i`` (of ``pr``) of the column range
     ``j`` of ``x`` (:meth:`x_range`) and part ``j`` (of ``pc``) of the row range ``i`` of ``y``

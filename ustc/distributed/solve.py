@@ -18,6 +18,7 @@ from ..ops.krylov import KEPT_STATE
 from .checkpoint import Checkpoint, Collector
 from .dtensor import DTensor, DVector
 from .grid import GridTensor
+from .gridhalo import square
 from .partition import RowBlocks
 
 
@@ -60,6 +61,8 @@ def _validate(a, method, preconditioner, checkpoint_every, resume) -> None:
         raise UstcError(f"ustc.distributed.solve: a must be a DTensor or a GridTensor, got {type(a).__name__}")
     if a.shape[0] != a.shape[1] or (isinstance(a, DTensor) and a.rows != a.cols):
         raise ShapeError(f"solve: a must be square with aligned row and column blocks, got {a.shape}")
+    if isinstance(a, GridTensor) and not square(a.grid):
+        raise ShapeError("solve: a grid's rows and columns must carry the same labels (or none) for a solve")
     if checkpoint_every is not None and int(checkpoint_every) < 1:
         raise UstcError(f"ustc.distributed.solve: checkpoint_every must be a positive count, got {checkpoint_every}")
     if resume is not None:
