@@ -123,16 +123,24 @@ def best_delta(matrix, packed: bool = True, value_bytes: int | None = None) -> T
     ``matrix``: a 2-D ``ustc.Tensor``, SciPy sparse matrix or array, or NumPy / torch dense
     array; only its nonzeros count. ``value_bytes`` defaults to its dtype's item size
     (2 for float16). ``packed=False`` chooses among the unpacked widths 1..32.
+    :func:`delta_cost` gives the bytes too.
     """
+    return DELTA(delta_cost(matrix, packed, value_bytes).bits, packed)
+
+
+def delta_cost(matrix, packed: bool = True, value_bytes: int | None = None):
+    """What :func:`best_delta`'s format would store for ``matrix`` (same arguments), counted
+    without converting: a ``WidthCost`` with ``bits``, ``entries`` (nonzeros + ``padding``)
+    and ``bytes`` (gaps and values; the ``rows + 1`` row pointers come on top), so a caller
+    can set delta against other formats' bytes (CSR, n:m) before building any."""
     if not isinstance(packed, bool):
         raise FormatError(f"best_delta: packed must be True or False, got {packed!r}")
     rows, cols, item = _nonzero_coordinates(matrix)
     vbytes = item if value_bytes is None else value_bytes
     try:
-        choice = choose_width(gap_histogram(rows, cols), vbytes, packed)
+        return choose_width(gap_histogram(rows, cols), vbytes, packed)
     except ValueError as exc:
         raise FormatError(f"best_delta: {exc}") from None
-    return DELTA(choice.bits, packed)
 
 
 def _nonzero_coordinates(matrix):

@@ -75,3 +75,20 @@ def test_best_delta_may_pick_a_width_with_an_odd_count_a_word():
     assert A.nse == np.count_nonzero(dense)        # no padding
     x = np.linspace(-1, 1, 2000)
     np.testing.assert_allclose(ustc.matmul(A, x), dense @ x)
+
+
+def test_delta_cost_counts_what_the_chosen_format_stores():
+    """``formats.delta_cost``: the bytes ``best_delta``'s format stores (gaps + values, ``pos``
+    apart), read from the converted tensor, for packed and plain widths and float16 values."""
+    rng = np.random.default_rng(5)
+    dense = (rng.random((12, 300)) < 0.2) * rng.integers(1, 9, (12, 300)).astype(np.float16)
+    for packed in (True, False):
+        cost = ustc.formats.delta_cost(dense, packed)
+        fmt = ustc.formats.best_delta(dense, packed)
+        assert fmt == ustc.formats.DELTA(cost.bits, packed)
+        A = ustc.Tensor.from_dense(dense, fmt)
+        stored = A._buffers[(1, "crd")].nbytes + A._values.nbytes
+        assert (cost.entries, cost.bytes) == (A.nse, stored)
+        assert cost.padding == A.nse - np.count_nonzero(dense)
+    with pytest.raises(ustc.FormatError, match="packed must be True or False"):
+        ustc.formats.delta_cost(dense, packed=1)
