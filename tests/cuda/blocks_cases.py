@@ -2,6 +2,7 @@
 vector loads (``cuda_schedule.block_row``), as a script run in a process of its own.
 
     python tests/cuda/blocks_cases.py sim    # NUMBA_ENABLE_CUDASIM=1: run each kernel, compare with NumPy
+    python tests/cuda/blocks_cases.py gpu    # a real GPU: the same cases launched on the device
 
 Prints one JSON object per case, like ``matrix.py``, whose runners it reuses. Every block
 shape meets the matrix's edges with partial blocks (9 x 10 is a multiple of none of them
@@ -61,8 +62,8 @@ def cases():
 
 def main(mode: str) -> int:
     warnings.simplefilter("ignore")
-    if mode != "sim":
-        raise SystemExit(f"blocks_cases.py: unknown mode {mode!r} (sim)")
+    if mode not in ("sim", "gpu"):   # run_sim runs on whatever device numba.cuda has
+        raise SystemExit(f"blocks_cases.py: unknown mode {mode!r} (sim, gpu)")
     return report((c[0], functools.partial(run_sim, c)) for c in cases())
 
 

@@ -3,6 +3,7 @@
     python tests/cuda/structured_cases.py sim   # NUMBA_ENABLE_CUDASIM=1: run each kernel, compare
                                                 # with the CPU n:m kernels (ustc.kernels._structured)
     python tests/cuda/structured_cases.py ptx   # no simulator: sm_90 cubins held to their promises
+    python tests/cuda/structured_cases.py gpu   # a real GPU: the sim cases launched on the device
 
 Prints one JSON object per case, like ``matrix.py``.
 """
@@ -116,9 +117,9 @@ def ptx_cases():
 
 def main(mode: str) -> int:
     warnings.simplefilter("ignore")
-    cases = {"sim": sim_cases, "ptx": ptx_cases}.get(mode)
+    cases = {"sim": sim_cases, "gpu": sim_cases, "ptx": ptx_cases}.get(mode)
     if cases is None:
-        raise SystemExit(f"structured_cases.py: unknown mode {mode!r} (sim, ptx)")
+        raise SystemExit(f"structured_cases.py: unknown mode {mode!r} (sim, gpu, ptx)")
     return report(cases())
 
 

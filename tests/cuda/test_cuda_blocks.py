@@ -15,7 +15,7 @@ import pytest
 
 import ustc
 from _programs import functions
-from _spawn import failures, run_matrix
+from _spawn import failures, gpu_only, run_matrix
 from ustc.codegen import cuda_blocks, cuda_loads, loopir as ir, warp_model
 from ustc.codegen.compile import Operand
 from ustc.codegen.cuda_schedule import Schedule, block_row, choose_schedule, planned
@@ -130,6 +130,13 @@ def test_every_block_shape_and_dtype_in_the_simulator(tmp_path):
     assert "4 values of A_vals a 128-bit load" in by_case["spmv_bsr44_float32"]
     assert "a 64-bit load" in by_case["spmv_bsr24_float16"]
     assert "load" not in by_case["spmv_bsr33_float64"]
+
+
+@pytest.mark.gpu
+@gpu_only()
+def test_every_block_shape_and_dtype_on_a_gpu(tmp_path):
+    records = run_matrix("gpu", tmp_path, simulator=False, script=CASES)
+    assert len(records) == 30 and all(r["ok"] for r in records), failures(records)
 
 
 def test_block_kernels_link_for_sm90_with_vector_loads(tmp_path, monkeypatch):

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import ustc
-from _spawn import failures, run_matrix
+from _spawn import failures, gpu_only, run_matrix
 from ustc.kernels import registry
 
 CASES = Path(__file__).with_name("structured_cases.py")
@@ -23,6 +23,13 @@ def test_gemv_and_spmm_equal_the_cpu_kernels_in_the_simulator(tmp_path):
     records = run_matrix("sim", tmp_path, simulator=True, script=CASES)
     assert len(records) == 7 * 6 + 2 + 3
     assert all(r["ok"] for r in records), failures(records)
+
+
+@pytest.mark.gpu
+@gpu_only()
+def test_gemv_and_spmm_equal_the_cpu_kernels_on_a_gpu(tmp_path):
+    records = run_matrix("gpu", tmp_path, simulator=False, script=CASES)
+    assert len(records) == 7 * 6 + 2 + 3 and all(r["ok"] for r in records), failures(records)
 
 
 def test_kernels_link_for_sm90_within_their_promises(tmp_path):
