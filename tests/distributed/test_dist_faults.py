@@ -1,4 +1,6 @@
-"""A worker killed mid-solve gives ustc.errors.DistributedError naming the lost blocks within 10 s."""
+"""A worker killed mid-solve gives ustc.errors.DistributedError naming the lost blocks within 10 s;
+the runtime, once closed, leaves no worker or nanny process behind (the restarted worker
+included; a private runtime, so the check holds in any order and under pytest-xdist)."""
 
 from __future__ import annotations
 
@@ -8,15 +10,17 @@ import threading
 import time
 
 import numpy as np
-import pytest
 import scipy.sparse as sp
+from dist_helpers import children, wait_gone
 
 import ustc
 import ustc.distributed as ud
 
 
 def test_lost_worker_raises_distributed_error():
+    before = children()
     rt = ud.Runtime(n_workers=2)
+    assert len(children() - before) >= 2             # the two workers (and their nannies) are ours
     try:
         n = 20
         conv = sp.diags([-1.3, 2.6, -0.7], [-1, 0, 1], shape=(n, n))
@@ -48,4 +52,6 @@ def test_lost_worker_raises_distributed_error():
         assert err.lost_blocks == (1,) and "blocks [1]" in str(err)
         assert outcome["at"] - killed < 10
     finally:
+        started = children() - before                # the nanny's restarted worker too
         rt.close()
+    assert not wait_gone(started), "worker processes left behind"
