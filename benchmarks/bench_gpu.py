@@ -206,10 +206,9 @@ def random_rows(cupy, n: int, repeat: int, zeros=(0.0, 0.95, 0.99)) -> list[tupl
         for z in zeros:
             density = 1.0 - z
             host = sp.random(n, n, density=density, format="csr", dtype=np.float32, random_state=rng)
-            host = host.astype(dtype)
             x, y = cupy.asarray(rng.random(n).astype(dtype)), cupy.zeros(n, dtype)
             label = f"{np.dtype(dtype).name} {int(z * 100)}% zeros"
-            dense = cupy.asarray(host.toarray())
+            dense = cupy.asarray(host.toarray().astype(dtype))   # SciPy has no float16 matrices
             ms = event_ms(lambda: dense @ x, repeat)
             rows.append((f"{label}: dense GEMV", ms, (dense.nbytes + 2 * x.nbytes) / ms / 1e6, ""))
             if dtype == np.float32:
@@ -217,7 +216,7 @@ def random_rows(cupy, n: int, repeat: int, zeros=(0.0, 0.95, 0.99)) -> list[tupl
                 ms = event_ms(lambda: gpu @ x, repeat)
                 rows.append((f"{label}: CuPy CSR", ms, (gpu.data.nbytes + gpu.indices.nbytes + gpu.indptr.nbytes
                                                         + 3 * x.nbytes) / ms / 1e6, ""))
-            t = ustc.Tensor.from_package(host)
+            t = ustc.Tensor.from_package(host).astype(dtype)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 rows.append(ustc_row(f"{label}: ustc CSR", t, x, y, repeat))
@@ -232,12 +231,13 @@ SPMM = nt.Program((nt.Statement(nt.Access("C", ("i", "k")),
 PATTERNS_24 = np.array([[1, 1, 0, 0], [1, 0, 1, 0], [1, 0, 0, 1], [0, 1, 1, 0], [0, 1, 0, 1], [0, 0, 1, 1]], bool)
 
 
-def random_sparse(rng, n: int, zeros: float, dtype):
-    """An n x n SciPy CSR matrix with ``zeros`` of its entries zero at uniform places, values in [0.5, 1.5)."""
+def random_sparse(rng, n: int, zeros: float):
+    """An n x n float32 SciPy CSR matrix (SciPy has no float16 ones) with ``zeros`` of its entries
+    zero at uniform places, values in [0.5, 1.5)."""
     import scipy.sparse as sp
 
     return sp.random(n, n, density=1.0 - zeros, format="csr", dtype=np.float32, random_state=rng,
-                     data_rvs=lambda k: rng.random(k, dtype=np.float32) + 0.5).astype(dtype)
+                     data_rvs=lambda k: rng.random(k, dtype=np.float32) + 0.5)
 
 
 def two_four(rng, n: int, dtype) -> np.ndarray:
@@ -255,17 +255,17 @@ def delta_rows(cupy, n: int, repeat: int, rng) -> list[tuple]:
     x32 = x.astype(cupy.float32)
     rows = []
     for z in (0.5, 0.7, 0.9):
-        host = random_sparse(rng, n, z, np.float16)
+        host = random_sparse(rng, n, z)
         label = f"f16 {int(z * 100)}% zeros"
-        dense = cupy.asarray(host.toarray())
+        dense = cupy.asarray(host.toarray().astype(np.float16))
         ms = event_ms(lambda: dense @ x, repeat)
         rows.append((f"{label}: cuBLAS GEMV", ms, (dense.nbytes + 2 * x.nbytes) / ms / 1e6, ""))
         del dense
-        gpu = csp.csr_matrix(host.astype(np.float32))
+        gpu = csp.csr_matrix(host)
         ms = event_ms(lambda: gpu @ x32, repeat)
         rows.append((f"{label}: cuSPARSE CSR (f32)", ms, (gpu.data.nbytes + gpu.indices.nbytes + gpu.indptr.nbytes
                                                            + 3 * x32.nbytes) / ms / 1e6, ""))
-        t = ustc.Tensor.from_package(host)
+        t = ustc.Tensor.from_package(host).astype(np.float16)
         fmt = F.best_delta(t)
         name, ms, gbs, chosen = ustc_row(f"{label}: ustc best delta", t.convert(tensor_format=fmt), x, y, repeat)
         rows.append((name, ms, gbs, f"{fmt.levels[1].type.params_text()}; {chosen}"))
@@ -277,13 +277,13 @@ def spmm_rows(cupy, n: int, repeat: int, rng) -> list[tuple]:
     b, c = cupy.asarray(rng.random((n, 16)).astype(np.float16)), cupy.zeros((n, 16), np.float16)
     rows = []
     for z in (0.5, 0.8):
-        host = random_sparse(rng, n, z, np.float16)
+        host = random_sparse(rng, n, z)
         label = f"SpMM batch 16, f16 {int(z * 100)}% zeros"
-        dense = cupy.asarray(host.toarray())
+        dense = cupy.asarray(host.toarray().astype(np.float16))
         ms = event_ms(lambda: dense @ b, repeat)
         rows.append((f"{label}: cuBLAS GEMM", ms, (dense.nbytes + b.nbytes + c.nbytes) / ms / 1e6, ""))
         del dense
-        t = ustc.Tensor.from_package(host).to("cuda")
+        t = ustc.Tensor.from_package(host).astype(np.float16).to("cuda")
         fn, chosen = launcher(t, b, c, None, SPMM, ("A", "B", "C"))
         ms = event_ms(fn, repeat)
         rows.append((f"{label}: ustc CSR", ms, (spmv_bytes(t, b, c)) / ms / 1e6, chosen))
