@@ -1,7 +1,7 @@
 """A planned CSR SpMV executed again reads its column indices from a 16-bit copy
 (``routes.NarrowColumnsRoute``, ``kernels._narrow_spmv``): uint16 columns for at most 65,536
-columns, else int16 offsets from the diagonal where they fit, the generated kernel otherwise.
-Oracle: SciPy on the operands' current values and structure."""
+columns, else int16 offsets from the diagonal where they fit, the same kernel on the operand's
+own int32 / int64 indices otherwise. Oracle: SciPy on the operands' current values and structure."""
 
 from __future__ import annotations
 
@@ -135,16 +135,39 @@ def test_long_rows_keep_row_pointers(rng, every_size):
     assert _narrow(mm).lens is not None and _narrow(mm).pos is None
 
 
-def test_wide_band_keeps_the_generated_kernel(rng, every_size, monkeypatch):
+def test_wide_band_reads_its_own_indices(rng, every_size, monkeypatch):
     monkeypatch.setattr(_narrow_spmv, "ABSOLUTE_COLUMNS", 16)
-    monkeypatch.setattr(_narrow_spmv, "DIAGONAL_REACH", 20)     # a band of 40 does not fit
+    monkeypatch.setattr(_narrow_spmv, "DIAGONAL_REACH", 20)     # a band of 40 does not fit 16 bits
     a = _banded(300, 40, rng)
     x = _x(rng, 300)
     mm = ustc.Matmul(ustc.Tensor.from_package(a), x).plan()
     for y in _run(mm, 4):
         np.testing.assert_allclose(y, a @ x, **tol(np.float64))
-    route = mm._route
-    assert route._narrow is None and route._refused is not None   # refused once, not retried per execute
+    narrow = _narrow(mm)
+    assert narrow.own and narrow.scale == 0 and narrow.off.base is a.indices and narrow.pos is a.indptr
+
+
+@pytest.mark.parametrize("index", [np.int32, np.int64])
+def test_own_indices_long_rows_alpha_and_c(index, rng, every_size, monkeypatch):
+    """Rows far past 255 entries and 16 columns (gathers in vectors and a scalar tail), alpha and
+    beta * c (c is the output: updated in place), values and x changed in place between executes;
+    nothing copied, the index buffers unchanged."""
+    monkeypatch.setattr(_narrow_spmv, "ABSOLUTE_COLUMNS", 16)
+    monkeypatch.setattr(_narrow_spmv, "DIAGONAL_REACH", 20)
+    a = _csr(rng, (23, 700), density=0.5, index=index)
+    a.data[a.indptr[3]:a.indptr[4]] = 0.0                   # explicit zeros stay harmless
+    x, c = _x(rng, 700), _x(rng, 23)
+    keep = (a.indices.copy(), a.indptr.copy())
+    mm = ustc.Matmul(ustc.Tensor.from_package(a), x, c, alpha=-1.5, beta=0.5).plan()
+    for step in range(5):
+        if step == 3:
+            a.data *= 3
+            x[:] = _x(rng, 700)
+        expected = -1.5 * (a @ x) + 0.5 * c
+        np.testing.assert_allclose(mm.execute(), expected, **tol(np.float64))
+    assert _narrow(mm).own and _narrow(mm).off.dtype == index
+    for k, b in zip(keep, (a.indices, a.indptr)):
+        np.testing.assert_array_equal(k, b)
 
 
 @pytest.mark.parametrize("fmt", named_2d())
@@ -231,12 +254,12 @@ def test_new_buffers_and_new_operand(rng, every_size, monkeypatch):
     mm.reset_operands(a=ustc.Tensor.from_package(wide))
     for y in _run(mm):
         np.testing.assert_allclose(y, wide @ x, **tol(np.float64))
-    monkeypatch.setattr(_narrow_spmv, "DIAGONAL_REACH", 100)   # now it does not: refused, generated kernel
+    monkeypatch.setattr(_narrow_spmv, "DIAGONAL_REACH", 100)   # now it does not: its own indices
     mm.reset_operands(a=ustc.Tensor.from_package(_banded(200, 150, rng)))
     ref = mm._raw[0].to_dense() @ x
     for y in _run(mm):
         np.testing.assert_allclose(y, ref, **tol(np.float64))
-    assert _narrow(mm) is None
+    assert _narrow(mm).own
 
 
 def test_one_shot_calls_keep_nothing(rng, every_size):

@@ -353,9 +353,10 @@ class NarrowColumnsRoute(Route):
     153 MB with int32 indices. The copy (2 bytes an entry plus a copy of the row pointers) is
     made again when the operand's index buffers are other arrays, are given again through
     ``Matmul.reset_operands``, or differ in a sample of rows and entries compared at every
-    execute; where the columns do not fit (a power-law graph), or before the second execute
-    (one-shot calls), ``inner`` (the generated kernel) runs. Values and ``x`` are read as they
-    are at every execute."""
+    execute; where the columns do not fit (a power-law graph) the same kernel reads the operand's
+    own int32 / int64 indices (its row loop vectorised with gathers of ``x``, which the generated
+    scalar loop is not), and before the second execute (one-shot calls) ``inner`` (the generated
+    kernel) runs. Values and ``x`` are read as they are at every execute."""
 
     KEEP_AFTER = 2   # executes since binding before the copy is made (one-shot calls: never)
 
@@ -368,7 +369,8 @@ class NarrowColumnsRoute(Route):
         self.inner.prepare(a, b, out, alpha)
         self.kind, self.overwrites = self.inner.kind, self.inner.overwrites
         self.info = (f"{self.inner.info}; executed again: column indices kept in 16 bits where they fit "
-                     f"(absolute up to 65,536 columns, else from the diagonal)")
+                     f"(absolute up to 65,536 columns, else from the diagonal), else the operand's own in a "
+                     f"kernel that gathers x in vectors")
 
     def run(self, a, b, out, alpha):
         import numba
@@ -388,7 +390,8 @@ class NarrowColumnsRoute(Route):
         self._runs += 1
         source = (id(pos), id(crd), threads)
         if self._runs >= self.KEEP_AFTER and self._refused != source:
-            self._narrow = NarrowColumns.of(pos, crd, a.shape[1], threads)
+            self._narrow = NarrowColumns.of(pos, crd, a.shape[1], threads) \
+                or NarrowColumns.own_indices(pos, crd, threads)
             self._refused = source if self._narrow is None else None
         return result
 
