@@ -73,6 +73,8 @@ def test_blocks_of_columns_and_chunks_of_rows(fmt):
     mm = ustc.Matmul(A, b).plan()
     assert "structured_spmm" in mm.plan_info
     np.testing.assert_allclose(mm.execute(), w @ b, rtol=1e-12, atol=1e-12)
+    few = w[:3]  # fewer rows than threads times a chunk: chunks of one or two rows
+    np.testing.assert_allclose(ustc.matmul(ustc.Tensor.from_dense(few, fmt), b), few @ b, rtol=1e-12, atol=1e-12)
 
 
 def _layers(dtype, shape=(37, 70), seed=0):

@@ -77,7 +77,8 @@ def nm_spmv(n: int, m: int, parallel: bool = True):
 
 UNROLL = 8  # slots per pass over the batch (see the module docstring)
 L1_TILE = 32 * 1024  # bytes of B's rows one block of columns spans (the L1 is 48 KiB here)
-ROW_CHUNK = 32  # rows a thread walks block by block
+ROW_CHUNK = 32  # rows a thread walks block by block, fewer where that leaves under MIN_CHUNKS chunks
+MIN_CHUNKS = 16  # (numba.get_num_threads() in the kernel would make it uncacheable)
 
 
 @functools.lru_cache(maxsize=None)
@@ -92,7 +93,7 @@ def nm_spmm(n: int, m: int, parallel: bool = True):
     # column offset of slot s of a pass from the pass's first slot q: compile-time when n divides UNROLL
     aligned = n > 0 and UNROLL % n == 0  # n 0 (Structured(0, m): no slots) never enters the loops
     d0, d1, d2, d3, d4, d5, d6, d7 = (U(s // n * m if aligned else 0) for s in range(UNROLL))
-    tile, chunk = U(L1_TILE), U(ROW_CHUNK)
+    tile, most = U(L1_TILE), U(ROW_CHUNK)
 
     @njit_cached(nogil=True, parallel=parallel, fastmath=True)
     def kernel(crd, vals, b, y, alpha, n_rows, n_groups, n_cols):
@@ -105,6 +106,7 @@ def nm_spmm(n: int, m: int, parallel: bool = True):
         columns = tile // max(U(1), batch * U(b.itemsize))
         block = max(u8, columns // um * un // u8 * u8)
         rows = U(n_rows)
+        chunk = min(most, max(U(1), rows // U(MIN_CHUNKS)))  # threads kept busy on short matrices too
         for c in prange((rows + chunk - U(1)) // chunk):
             first = U(c) * chunk
             last = min(rows, first + chunk)
