@@ -128,3 +128,61 @@ def _add3(w, v0, x0, v1, x1, v2, x2, alpha):
 def _add4(w, v0, x0, v1, x1, v2, x2, v3, x3, alpha):
     for k in range(w.size):
         w[k] += alpha * ((v0[k] * x0[k] + v1[k] * x1[k]) + (v2[k] * x2[k] + v3[k] * x3[k]))
+
+
+# -- SpMM: Y (n_rows x m) += alpha * A @ X (n_cols x m) -------------------------------------------
+# Row by row, every diagonal meeting the row adds its value times one row of X into the row of Y,
+# two diagonals per pass over it: Y's row stays in L1 while the diagonals add, and Y is written
+# once. (The generated kernel walks diagonal by diagonal over 16,384-row tiles of Y, 8 MB at 64
+# columns: every diagonal read and wrote the whole tile again from L3.)
+
+SPMM_TILE = 2048  # rows of Y per parallel task
+
+
+@njit_cached(nogil=True, parallel=True)
+def dia_spmm(offsets, vals, x, y, alpha, n_rows, n_cols, diag_len, by_column, overwrite):
+    """``y += alpha * A @ x`` (``y = alpha * A @ x`` with ``overwrite``) for 2-D ``x`` and ``y``,
+    diagonals stored as in :func:`dia_spmv`; tasks of :data:`SPMM_TILE` rows in parallel."""
+    for t in prange((n_rows + SPMM_TILE - 1) // SPMM_TILE):
+        _spmm_rows(offsets, vals, x, y, alpha, n_cols, diag_len, by_column, t * SPMM_TILE,
+                   min(t * SPMM_TILE + SPMM_TILE, n_rows), overwrite)
+
+
+@njit_cached(nogil=True)
+def dia_spmm_serial(offsets, vals, x, y, alpha, n_rows, n_cols, diag_len, by_column, overwrite):
+    """:func:`dia_spmm` on one thread, for small operands."""
+    _spmm_rows(offsets, vals, x, y, alpha, n_cols, diag_len, by_column, 0, n_rows, overwrite)
+
+
+@njit_cached(nogil=True)
+def _spmm_rows(offsets, vals, x, y, alpha, n_cols, diag_len, by_column, lo, hi, overwrite):
+    """Rows ``[lo, hi)`` of the product: each row's meeting diagonals (``0 <= i + o < n_cols``)
+    added two at a time, scaled by ``alpha`` as they are read."""
+    m = y.shape[1]
+    nd = offsets.size
+    meets = np.empty(nd, np.intp)
+    for i in range(lo, hi):
+        row = y[i]
+        if overwrite:
+            row[:] = 0
+        count = 0
+        for d in range(nd):
+            k = i + np.intp(offsets[d])
+            if 0 <= k < n_cols:
+                meets[count] = d
+                count += 1
+        for e in range(0, count - 1, 2):
+            d0, d1 = meets[e], meets[e + 1]
+            k0, k1 = i + np.intp(offsets[d0]), i + np.intp(offsets[d1])
+            w0 = alpha * vals[d0 * diag_len + (k0 if by_column else i)]
+            w1 = alpha * vals[d1 * diag_len + (k1 if by_column else i)]
+            x0, x1 = x[k0], x[k1]
+            for j in range(m):
+                row[j] += w0 * x0[j] + w1 * x1[j]
+        if count % 2:
+            d0 = meets[count - 1]
+            k0 = i + np.intp(offsets[d0])
+            w0 = alpha * vals[d0 * diag_len + (k0 if by_column else i)]
+            x0 = x[k0]
+            for j in range(m):
+                row[j] += w0 * x0[j]

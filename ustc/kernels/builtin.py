@@ -86,6 +86,25 @@ def dia_spmv(a, b, out, alpha, overwrite=False):
 dia_spmv.supports = _numeric
 
 
+@register("spmm", _is_dia, "cpu", name="dia_spmm", builtin=True)
+@_spmv(overwrites=True)
+def dia_spmm(a, b, out, alpha, overwrite=False):
+    """``out += alpha * a @ b`` (``b`` 2-D) for DIAI / DIAJ (``=`` with ``overwrite``): rows in parallel
+    tasks, each row's diagonals adding rows of ``b`` into it in L1 (``ustc.kernels._dia``)."""
+    from ..ops.runtime import SERIAL_WORK
+    from ._dia import dia_spmm as parallel, dia_spmm_serial as serial
+
+    kernel = serial if a.nse * max(1, b.shape[1]) + b.size < SERIAL_WORK else parallel
+    by_column = a.format.levels[1].expr == a.format.dims[1]
+    diag_len = a.shape[1] if by_column else a.shape[0]
+    pos, offsets = a._buffers[(0, "pos")], a._buffers[(0, "crd")]
+    return kernel, (offsets[pos[0]:pos[1]], a._values, b, out, out.dtype.type(alpha), a.shape[0], a.shape[1],
+                    diag_len, by_column, overwrite)
+
+
+dia_spmm.supports = _numeric
+
+
 # -- delta(b, packed) ------------------------------------------------------------------------
 def _is_packed_delta_rows(fmt: TensorFormat) -> bool:
     if fmt.ndim != 2 or len(fmt.levels) != 2:
