@@ -8,8 +8,8 @@ per CG iteration; bytes per SpMV against the halo plan; worker memory against (o
 ghosts + 6 vector slices); SpGEMM ``A @ A`` (distributed, single-process ``ustc.matmul``,
 SciPy) with the rows and bytes it fetched against its plan; a power-law graph's bytes per
 SpMV with row blocks and with a 2 x 2 ``Grid2D``, and both SpMVs' times; the stencil under
-user labels (bytes per SpMV, CG) and CG on a 1 x 2 ``Grid2D`` (synchronisations per
-iteration); the same CG over the actor transport (the Dask actors calling each other, the
+user labels (bytes per SpMV, CG) and CG and BiCGSTAB on a 1 x 2 ``Grid2D`` (synchronisations
+per iteration); the same CG over the actor transport (the Dask actors calling each other, the
 default before the direct sockets) and the cost of one synchronisation on both transports (CG
 on a side-16 stencil, where the blocks' arithmetic is negligible); the side-40 target (CG ms
 per iteration distributed against the mpi4py transport, alternating rounds, median and range
@@ -18,8 +18,9 @@ processes (alternating rounds: median and range of each ratio, and the CPU time 
 serially and on the workers).
 
 Usage: ``python benchmarks/bench_distributed.py [--side 114] [--repeat 3] [--power-law 200000] [--write]``;
-``--write`` replaces the results section of docs/distributed.md. ``--only map`` or
-``--only side40`` runs that section alone (never with ``--write``).
+``--write`` replaces the results section of docs/distributed.md. ``--only map``, ``--only side40``
+or ``--only grid40`` (the labels and grid lines on the side-40 stencil) runs that section alone
+(never with ``--write``).
 """
 
 from __future__ import annotations
@@ -122,7 +123,8 @@ def labels_and_grid_cg(say, ud, ustc, a, b, side, repeat):
     """The stencil under user labels (2 parts): bytes per SpMV (plan and sent) for labels that cut
     the cube across its fastest axis (rows interleaved, two planes of halo, as slabs) and for
     round-robin labels, and CG ms per iteration with the first against the same matrix in row
-    blocks; then CG on a 1 x 2 ``Grid2D`` (sparse exchange): synchronisations per iteration."""
+    blocks; then CG and BiCGSTAB on a 1 x 2 ``Grid2D`` (sparse exchange): synchronisations per
+    iteration."""
     n = a.shape[0]
     t = ustc.Tensor.from_package(a)
     z = np.arange(n) % side
@@ -152,6 +154,11 @@ def labels_and_grid_cg(say, ud, ustc, a, b, side, repeat):
         f"min {1e3 * best / max(info.iterations, 1):.2f} ms per iteration; synchronisations {info.syncs} = "
         f"{(info.syncs - 5) / max(info.iterations, 1):.2f} per iteration + 5 before the loop; x vs labels "
         f"{np.linalg.norm(x - ref[0]) / np.linalg.norm(ref[0]):.1e}; {load()}")
+    best, (_, info) = best_of(repeat, lambda: ud.solve(grid, b, "bicgstab", rtol=1e-6, return_info=True))
+    say(f"BiCGSTAB on Grid2D 1x2 (one synchronisation per product): {info.iterations} iterations, min "
+        f"{1e3 * best / max(info.iterations, 1):.2f} ms per iteration; synchronisations {info.syncs} (8 an "
+        f"iteration + 4 before the loop: {8 * info.iterations + 4}, 4 fewer when it stops on s mid-iteration; "
+        f"the full exchange took 10 an iteration); {load()}")
     grid.free()
 
 
@@ -330,7 +337,9 @@ def side40(say, ud, ustc, rounds):
 
 
 #: sections ``--only`` runs alone: ``(say, ud, ustc, rounds)``
-ALONE = {"map": lambda say, ud, ustc, rounds: map_throughput(say, ud, rounds), "side40": side40}
+ALONE = {"map": lambda say, ud, ustc, rounds: map_throughput(say, ud, rounds), "side40": side40,
+         "grid40": lambda say, ud, ustc, rounds: labels_and_grid_cg(say, ud, ustc, stencil(40), np.ones(40 ** 3), 40,
+                                                                    rounds)}
 
 
 def main():

@@ -179,8 +179,9 @@ class GridBiCGVectors(BlockVectors):
         return got[1] if got is not None and got[0] is v else None
 
     def _set(self, out, update, *inputs) -> None:
-        """``out``'s mirror = ``update(mirror, *input mirrors)`` when every input has one (the
-        mirror of ``out`` itself counts as an input only where ``update`` reads it), else none."""
+        """``out``'s mirror becomes ``update(its mirror buffer, *the inputs' mirrors)`` when every
+        input has a mirror (``out`` is listed among the inputs where the update reads it), else
+        ``out`` has none (its next product takes the full exchange)."""
         mirrors = [self._mirror(v) for v in inputs]
         self.wanted.pop(id(out), None)
         if any(m is None for m in mirrors):
