@@ -131,6 +131,11 @@ class Kernel:
         return launch.stats
 
 
+def _closure(fn) -> dict:
+    """The names a kernel made by a factory closes over (its compile-time constants: ``n``, ``width``)."""
+    return {name: cell.cell_contents for name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ())}
+
+
 class _Launch:
     """The state of one launch: per-thread variables, memories, masks of exited threads."""
 
@@ -138,7 +143,7 @@ class _Launch:
         # a block is whole warps of lanes; lanes past `threads` (a block of 1 thread) never run
         self.padded = -(-threads // WARP) * WARP
         self.kernel, self.n = kernel, blocks * self.padded
-        self.globals = kernel.py_func.__globals__
+        self.globals = {**kernel.py_func.__globals__, **_closure(kernel.py_func)}
         self.stats = Stats(kernel.fn.name, blocks, threads)
         self.env = {}
         for name, value in args.items():

@@ -46,6 +46,32 @@ def test_kernels_link_for_sm90_within_their_promises(tmp_path):
     assert kernels["ptx_spmm_24_w16_float16"]["shuffles"] == 0
 
 
+@pytest.mark.parametrize("n, m, rows, cols, dtype, batch", [
+    (2, 4, 40, 70, np.float64, None), (1, 4, 5, 17, np.float16, None), (2, 8, 9, 300, np.float32, None),
+    (2, 4, 9, 30, np.float32, 5), (2, 8, 6, 40, np.float16, 16), (2, 4, 3, 12, np.float64, 40)])
+def test_the_launch_a_gpu_gets_in_the_warp_model(monkeypatch, n, m, rows, cols, dtype, batch):
+    """The kernels as a GPU launches them (256 threads a block, lanes and rows per warp, shuffles
+    in lock step) run in the NumPy warp model (``codegen.warp_model``) and equal the CPU kernel."""
+    pytest.importorskip("numba.cuda")
+    from structured_cases import cpu, operands
+    from ustc.codegen import warp_model
+    from ustc.kernels import _structured_cuda as nm
+    from ustc.ops import cuda_host
+
+    log: list = []
+    for name in ("gemv_kernel", "spmm_kernel"):
+        made = getattr(nm, name)
+        monkeypatch.setattr(nm, name, lambda *key, made=made: warp_model.Kernel(made(*key), log))
+    monkeypatch.setattr(cuda_host, "simulator", lambda: False)
+    monkeypatch.setattr(cuda_host, "require_device", lambda: None)
+    A, b, out = operands(n, m, rows, cols, dtype, seed=rows + cols, batch=batch)
+    expected = cpu(A, b, out, 0.5, n, m)
+    (nm.gemv if batch is None else nm.spmm)(A._buffers[(2, "crd")], A._values, b, out, 0.5, n, m, cols)
+    np.testing.assert_array_equal(out.astype(np.float64), expected)
+    assert len(log) == 1 and log[0].threads == nm.THREADS and log[0].atomics == 0
+    assert (log[0].shuffles > 0) == (batch is None)
+
+
 def _operands(dtype=np.float32, batch=None, n=2, m=4):
     dense = np.zeros((6, 16), dtype)
     dense[:, ::m] = 1

@@ -50,3 +50,6 @@ def test_correctness_matrix_compiles_to_cubins_that_keep_their_promises(tmp_path
     assert by_case["spmv_csr"][0]["readonly_loads"] > 0
     for case in ("spmv_delta4_packed", "spmv_delta4_packed_float16", "spmv_delta2"):
         assert by_case[case][0]["vector_loads"] > 0, case
+    # block rows of compile-time width: BSR(2, 2) / BSC(2, 2) float64 read each in one 128-bit load
+    for case in ("spmv_bsr22", "spmv_bsc22", "spmv_bsr22_tile_forced"):
+        assert by_case[case][0]["vector_loads"] > 0, case
