@@ -43,8 +43,9 @@ Sections (all by default; ``--only`` picks some):
   target: within 1% of the storage (values, index buffers, biases);
 * ``weights``: functional targets, each PASS / FAIL: ``torch.load`` with
   ``weights_only=True``, state_dict loading dense -> sparse and sparse -> dense,
-  weight tying kept, ``reformat_model`` idempotent, ``norm`` / ``abs`` / ``sum``
-  / ``mean`` / ``+ dense`` / indexing with autograd against the dense model.
+  weight tying kept, ``reformat_model`` idempotent, plain ``pickle`` of a
+  reformatted model, ``norm`` / ``abs`` / ``sum`` / ``mean`` / ``+ dense`` /
+  indexing with autograd against the dense model.
 
 Times are medians over ``--repeat`` rounds in which the competitors take turns
 (a shared machine's drift spreads over all of them), each sample the mean of
@@ -66,6 +67,7 @@ import argparse
 import copy
 import io
 import itertools
+import pickle
 import statistics
 import subprocess
 import sys
@@ -510,10 +512,20 @@ def _weight_ops():
     return True
 
 
+def _plain_pickle():
+    model = _small()
+    ustc.torch.reformat_model(model)
+    loaded = pickle.loads(pickle.dumps(model))
+    x = torch.randn(3, 16)
+    return all(isinstance(loaded[i].weight, TorchUST) and loaded[i].weight.tensor_format == model[i].weight.tensor_format
+               for i in (0, 2)) and torch.equal(loaded(x), model(x))
+
+
 WEIGHT_CHECKS = [("torch.load(weights_only=True) of a sparse state_dict", _load_weights_only),
                  ("load_state_dict dense -> sparse model and sparse -> dense model", _dense_to_sparse_and_back),
                  ("weight tying kept by reformat_model", _tying),
                  ("reformat_model twice changes nothing", _idempotent),
+                 ("pickle.dumps / loads of a reformatted model (formats kept, outputs equal)", _plain_pickle),
                  ("norm, abs().mean(), sum, mean, + dense, indexing with autograd (masked dense oracle)", _weight_ops)]
 
 
