@@ -392,9 +392,9 @@ def spmv_entries(csr, x, peers: Peers, diai: bool, bw_mb: float = 200) -> list[E
         entries.append(Entry("pydata sparse COO", "`A @ x`", status=NOT_INSTALLED))
     entries.append(Entry("ustc CSR", "`Matmul(A, x)` planned, `execute()`", lambda: planned(A, x), ustc=True,
                          bytes=csr_bytes))
-    # context, not judged: the generated kernel on the operand's own indices (route forced), beside
-    # the default route that reads 16-bit column indices where they fit
-    entries.append(Entry("ustc CSR, own indices", "`Matmul(A, x, options={'route': 'generated'})`",
+    # context, not judged: the generated kernel (route forced), beside the default route, which reads
+    # 16-bit column indices where they fit and else gathers x in vectors from the operand's own indices
+    entries.append(Entry("ustc CSR, generated kernel", "`Matmul(A, x, options={'route': 'generated'})`",
                          lambda: planned(A, x, {"route": "generated"}), bytes=csr_bytes))
     if diai:
         D = A.convert("DIAI")
