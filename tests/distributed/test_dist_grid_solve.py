@@ -61,9 +61,9 @@ def test_grid_methods(rt, method, pre):
     assert info.scheduler_transitions == 0
 
 
-@pytest.mark.parametrize("rows, cols, pre", [(1, 2, None), (2, 2, "jacobi"), ([0, 0, 100], [0, 40, 40, 100], None)],
-                         ids=str)
-def test_grid_bicgstab_one_sync_per_product(rt, rows, cols, pre):
+@pytest.mark.parametrize("rows, cols, pre, cplx", [(1, 2, None, False), (2, 2, "jacobi", True),
+                                                   ([0, 0, 100], [0, 40, 40, 100], None, False)], ids=str)
+def test_grid_bicgstab_one_sync_per_product(rt, rows, cols, pre, cplx):
     """Each product sends only its partial rows back (the operand's x entries are formed from the
     v and t entries sent with the all-reduces): 8 synchronisations per iteration (2 products, 6
     all-reduces), where the full exchange took 10, with the iterations and x of ustc.solve."""
@@ -71,8 +71,10 @@ def test_grid_bicgstab_one_sync_per_product(rt, rows, cols, pre):
     conv = sp.diags([-1.3, 2.6, -0.7], [-1, 0, 1], shape=(n, n))
     lap = sp.diags([-1.0, 2.0, -1.0], [-1, 0, 1], shape=(n, n))
     a = ((sp.kron(conv, sp.eye(n)) + sp.kron(sp.eye(n), lap)) @ sp.diags(np.linspace(1, 2, n * n))).tocsr()
-    t = ustc.Tensor.from_package(a)
     b = np.random.default_rng(5).standard_normal(n * n)
+    if cplx:
+        a, b = (a + 0.3j * sp.eye(n * n, k=1)).tocsr(), b + 0.5j
+    t = ustc.Tensor.from_package(a)
     x1, i1 = ustc.solve(t, b, "bicgstab", rtol=1e-8, preconditioner=pre, return_info=True)
     g = ud.GridTensor.from_tensor(t, ud.Grid2D(100, 100, rows, cols))
     x, info = ud.solve(g, b, "bicgstab", rtol=1e-8, preconditioner=pre, return_info=True)
