@@ -212,7 +212,7 @@ def transposed(values, crd, n_out: int, n_in: int, pos=None, major=None, rows_dt
     major order (coordinates below ``n_in``, the old major extent); ``rows`` is every entry's
     output row in ``rows_dtype`` (a COO target's first level), None without it. Explicit zeros
     are dropped. Stable, in parallel passes (``kernels.transpose_*``): each chunk of the source
-    counts its entries per output row (the values are read only where one is zero), a prefix
+    counts its nonzeros per output row, a prefix
     places every chunk's run of every row (or block of rows), then
 
     * where the entries land near the diagonal (a banded matrix: a stencil), each chunk scatters
@@ -236,13 +236,12 @@ def transposed(values, crd, n_out: int, n_in: int, pos=None, major=None, rows_dt
     goals = np.arange(chunks + 1, dtype=np.int64) * nnz // chunks
     wide = _pos_dtype(nnz)
     counts = np.zeros((chunks, n_out), dtype=wide)
-    drop = kernels.count_zeros(values) > 0
     if pos is not None:
         bounds = row_bounds(pos, goals)
-        kernels.transpose_counts(pos, crd, values, bounds, drop, counts)
+        kernels.transpose_counts(pos, crd, values, bounds, counts)
     else:
         bounds = goals
-        kernels.transpose_counts_coo(crd, values, bounds, drop, counts)
+        kernels.transpose_counts_coo(crd, values, bounds, counts)
     band = _band(crd, nnz, n_out, n_in, pos, major)
     pos_out = np.empty(n_out + 1, dtype=wide)
     crd_dtype = _fitting(max(n_in - 1, 0))
@@ -299,7 +298,11 @@ def _blocked(kernels, values, crd, pos, major, bounds, starts, pos_out, cut: Blo
         kernels.partition_blocks_coo(major, crd, values, *args)
     edges = _block_edges(pos_out, cut.shift)
     work = np.arange(chunks + 1, dtype=np.int64) * total // chunks
-    kernels.sort_blocks(pos_out, cut.shift, cut.sub, row_bounds(edges, work), cut.packed, crd_out, values_out, local)
+    rows_later = cut.packed and rows_dtype is not None
+    kernels.sort_blocks(pos_out, cut.shift, cut.sub, row_bounds(edges, work), cut.packed, crd_out, values_out,
+                        local[:0] if rows_later else local)
+    if rows_later:
+        kernels.expand_rows(pos_out, local, chunks)
     return pos_out, crd_out, values_out, (None if rows_dtype is None else local)
 
 

@@ -277,25 +277,25 @@ def _zeros_parallel(values):
 
 
 @njit_cached(parallel=True)
-def transpose_counts(pos, crd, values, bounds, drop, counts):
-    """``counts[t, b]`` += entries at minor coordinate ``b`` in majors ``[bounds[t], bounds[t + 1])``,
-    nonzeros only where ``drop`` (else ``values`` is never read). One flat loop over the chunk's
-    positions: a count needs no major coordinate, and a loop per short row costs more than its body."""
+def transpose_counts(pos, crd, values, bounds, counts):
+    """``counts[t, b]`` += nonzeros at minor coordinate ``b`` in majors ``[bounds[t], bounds[t + 1])``.
+    One flat loop over the chunk's positions: a count needs no major coordinate, and a loop per
+    short row cost more than its body (random 200k^2: 16 -> 4 ms CPU; stencil 114^3: 16 -> 14).
+    Reading the values here measured cheaper than a zero count first and a count without them."""
     for t in prange(bounds.size - 1):
         row = counts[t]
         for q in range(pos[U(bounds[t])], pos[U(bounds[t + 1])]):
-            if not drop or values[U(q)] != 0:
+            if values[U(q)] != 0:
                 row[U(crd[U(q)])] += 1
 
 
 @njit_cached(parallel=True)
-def transpose_counts_coo(crd, values, bounds, drop, counts):
-    """``counts[t, b]`` += entries at minor coordinate ``b`` in positions ``[bounds[t], bounds[t + 1])``
-    (nonzeros only where ``drop``)."""
+def transpose_counts_coo(crd, values, bounds, counts):
+    """``counts[t, b]`` += nonzeros at minor coordinate ``b`` in positions ``[bounds[t], bounds[t + 1])``."""
     for t in prange(bounds.size - 1):
         row = counts[t]
         for q in range(bounds[t], bounds[t + 1]):
-            if not drop or values[U(q)] != 0:
+            if values[U(q)] != 0:
                 row[U(crd[U(q)])] += 1
 
 
