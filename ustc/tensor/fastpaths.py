@@ -318,7 +318,8 @@ def _band(crd, nnz: int, n_minor: int, n_major: int, pos=None, major=None) -> in
     if nnz == 0:
         return 0
     q = np.linspace(0, nnz - 1, min(nnz, BAND_SAMPLE)).astype(np.int64)
-    rows = np.searchsorted(pos, q, side="right") - 1 if pos is not None else major[q]
+    # q in pos's own dtype: NumPy would otherwise widen all of an int32 pos for the search (~1 ms)
+    rows = np.searchsorted(pos, q.astype(pos.dtype), side="right") - 1 if pos is not None else major[q]
     return int(np.abs(crd[q] - rows * (n_minor / max(n_major, 1))).max())
 
 
