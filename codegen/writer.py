@@ -214,6 +214,7 @@ class Writer:
         self.passes = write_passes(fmt, strategies)
         self.last_pass = ir.eq(emit, 2) if self.passes == 3 else emit
         by_dim = {d.name: i for d, i in zip(fmt.dims, indices)}
+        self._fmt_levels = fmt.levels
         self.levels = tuple(self._level(k, lv, strategy, by_dim, extents)
                             for k, (lv, strategy) in enumerate(zip(fmt.levels, strategies)))
         self.chunking = _chunking(fmt, by_dim, self.levels, tuple(order)) if parallel else None
@@ -235,8 +236,13 @@ class Writer:
                            scratch=fresh(("write_gap", k), f"{t}_gap{k}"), emit=self.emit,
                            last_pass=self.last_pass, work=work, root=k == 0,
                            hole=fresh(("write_hole", k), f"{t}_hole{k}") if work else "",
-                           key=fresh(("write_key", k), f"{t}_key{k}") if work else "")
+                           key=fresh(("write_key", k), f"{t}_key{k}") if work else "",
+                           coo_region=self._next_has_one_child(k))
         return WrittenLevel(lv.type, strategy, to_loop(rename(lv.expr, indices)), names)
+
+    def _next_has_one_child(self, k: int) -> bool:
+        """Level ``k + 1`` holds one child per parent position (a singleton: ``k`` heads a COO region)."""
+        return k + 1 < len(self._fmt_levels) and self._fmt_levels[k + 1].type.one_child
 
     @property
     def params(self) -> list[ir.Param]:

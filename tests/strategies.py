@@ -25,7 +25,7 @@ compressed / loose_compressed / singleton level and only singletons follow it;
 ``d mod m`` with ``d floordiv m`` earlier; ``d floordiv c`` comes before ``d mod c``;
 ``d - e`` / ``d + e`` has a later ``range`` level over one of the two dimensions and
 the other dimension is not stored separately; ``delta(b)`` has 1 <= b <= 32,
-``packed`` only for b in ``PACKABLE`` (1, 2, 3, 4, 5, 8, 16) and no properties; nonunique / nonordered only on
+``packed`` only for b in ``PACKABLE_BITS`` (1, 2, 3, 4, 5, 6, 8, 10, 16) and no properties; nonunique / nonordered only on
 compressed, loose_compressed and singleton, soa only on singleton; widths in
 {0, 8, 16, 32, 64}.
 """
@@ -52,11 +52,7 @@ def examples(n: int) -> int:
     """``n`` Hypothesis examples, scaled by ``$USTC_TEST_SCALE`` (e.g. 20 for a long fuzzing run)."""
     return max(1, int(n * float(os.environ.get("USTC_TEST_SCALE", "1"))))
 
-#: packed widths drawn: those before b = 6 and 10 joined PACKABLE_BITS (tests/matmul/test_delta_packed.py
-#: and tests/cuda/test_cuda_vector.py cover those two), so derandomized runs keep drawing the
-#: examples they drew: with 6 and 10 added, the draws moved and test_written_convert found
-#: batch -> compressed(nonunique) levels written with one parent entry per child (reported, not fixed)
-PACKABLE = tuple(b for b in PACKABLE_BITS if b not in (6, 10))
+PACKABLE = PACKABLE_BITS
 
 # Every level type of the registry must have a generator here; tests/format/test_properties.py
 # checks that this set equals the registry, so a new level type makes that test fail until the

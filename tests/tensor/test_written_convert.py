@@ -52,6 +52,28 @@ def test_generated_conversion_equals_the_oracle_buffer_for_buffer(src, dst, data
     np.testing.assert_array_equal(converted.to_dense(), x)
 
 
+@pytest.mark.parametrize("dst", [
+    "(d0, d1, d2) -> (d0 : compressed, d1 : compressed(nonunique), d2 : compressed(nonunique)), crdWidth = 8",
+    "(d0, d1, d2) -> (d0 : dense, d1 : compressed(nonunique), d2 : compressed)",
+    "(d0, d1, d2) -> (d0 : compressed(nonunique), d1 : compressed(nonunique), d2 : singleton)",
+    "(d0, d1, d2) -> (d0 : compressed(nonunique), d1 : singleton(nonunique), d2 : singleton)"])
+def test_a_nonunique_level_shares_a_position_unless_singletons_follow(dst):
+    """A compressed(nonunique) level whose child is not a singleton stores a repeated coordinate
+    once (the pack oracle's one position per coordinate group); ahead of singletons (a COO
+    region) every tuple keeps a position of its own. Found by Hypothesis: the writer gave an
+    all-batch (1, 1, 4) source's level 1 pos [0, 2] against the oracle's [0, 1]."""
+    src = "(d0, d1, d2) -> (d0 : batch, d1 : batch, d2 : batch), posWidth = 8, crdWidth = 32"
+    dst = ustc.TensorFormat.parse(dst)
+    for shape in [(1, 1, 4), (2, 3, 4)]:
+        for density in (0.35, 1.0):
+            x = rand_dense(shape, np.float64, density=density, seed=3)
+            a = Tensor.from_dense(x, src)
+            got = generated.written(a, dst)
+            assert got is not None
+            assert_same_storage(got, oracle(a, dst))
+            np.testing.assert_array_equal(got.to_dense(), x)
+
+
 SHAPES = [(0, 0), (1, 9), (9, 1), (7, 11), (5, 5)]
 
 

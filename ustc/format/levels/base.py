@@ -177,8 +177,10 @@ class LevelWrite:
     ``last_coord`` of the last one; ``scratch``, a local), ``emit``, true in the passes that write
     buffers, ``last_pass``, true in the pass that writes values, ``work``, the workspace of a
     level written through :meth:`LevelType.workspace_insert` (else empty), ``root``: the
-    level's only parent is the root (level 0), so its ``pos`` is left to ``finalize``, and
-    ``hole`` / ``key``: locals of :func:`sort_segment`."""
+    level's only parent is the root (level 0), so its ``pos`` is left to ``finalize``,
+    ``hole`` / ``key``: locals of :func:`sort_segment`, and ``coo_region``: the next level is
+    a one-child level (a singleton), so each coordinate tuple below needs a position of its
+    own even where this level's coordinate repeats."""
 
     pos: str
     crd: str
@@ -194,6 +196,7 @@ class LevelWrite:
     root: bool = False
     hole: str = ""
     key: str = ""
+    coo_region: bool = False
 
     @property
     def access(self) -> LevelAccess:
@@ -420,11 +423,13 @@ class LevelType:
 def unique_append(w: LevelWrite, unique: bool, p: ir.Expr, c: ir.Expr,
                   body: list[ir.Stmt]) -> list[ir.Stmt]:
     """``body`` (which appends positions) run when coordinate ``c`` under ``p`` is not the last
-    position's (always, for a nonunique level: every tuple below gets its own position),
-    then the state updated: in-order insertion meets a repeated (parent, coordinate) only
-    right after its first time."""
+    position's, then the state updated: in-order insertion meets a repeated (parent, coordinate)
+    only right after its first time. A nonunique level runs ``body`` for every entry only where
+    singletons follow (``w.coo_region``: every tuple below gets its own position, as in COO);
+    with any other child a repeated coordinate shares its position, as the pack oracle stores
+    it (one position per distinct coordinate group, :meth:`Segments.new_positions`)."""
     body = body + [ir.Assign(w.last_parent, p), ir.Assign(w.last_coord, c)]
-    if not unique:
+    if not unique and w.coo_region:
         return body
     new = ir.disj([ir.Bin("!=", ir.Var(w.last_parent), p), ir.Bin("!=", ir.Var(w.last_coord), c)])
     return [ir.If(new, tuple(body))]
