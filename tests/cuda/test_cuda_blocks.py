@@ -6,7 +6,6 @@ own), and 128-bit loads with zero spills in the sm_90 cubins."""
 
 from __future__ import annotations
 
-import functools
 from pathlib import Path
 
 import ml_dtypes
@@ -16,7 +15,7 @@ import pytest
 import ustc
 from _programs import functions
 from _spawn import failures, gpu_only, run_matrix
-from ustc.codegen import cuda_blocks, cuda_loads, loopir as ir, warp_model
+from ustc.codegen import cuda_blocks, cuda_loads, loopir as ir
 from ustc.codegen.compile import Operand
 from ustc.codegen.cuda_schedule import Schedule, block_row, choose_schedule, planned
 from ustc.codegen.roles import Kind
@@ -85,19 +84,6 @@ def test_vector_width_divides_the_block_row(shape, dtype, n):
     chosen = choose_schedule(fn, lanes={("A", 2): shape[0], "i": 32, "j": 32},
                              dtypes={"A": dtype, "x": dtype, "y": dtype})
     assert chosen.vector == n, chosen.describe()
-
-
-@pytest.fixture
-def model(monkeypatch, tmp_path):
-    """Launches run in the lock-step warp model; returns the launch log."""
-    monkeypatch.setenv("USTC_CACHE_DIR", str(tmp_path / "cache"))
-    log: list = []
-
-    def launcher(module, name, views):
-        return functools.partial(warp_model.launch, module, name, getattr(module, "launch_" + name), log=log)
-
-    monkeypatch.setattr(cuda_host, "launcher", launcher)
-    return log
 
 
 @pytest.mark.parametrize("shape, dtype, n", [((2, 2), np.float64, 2), ((4, 4), np.float32, 4),

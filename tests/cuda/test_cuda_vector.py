@@ -4,15 +4,13 @@ model for every alignment of the values buffer, and link for sm_90 with 128-bit 
 
 from __future__ import annotations
 
-import functools
-
 import numpy as np
 import pytest
 
 import ustc
-from ustc.codegen import cuda_loads, warp_model
+from ustc.codegen import cuda_loads
 from ustc.codegen.cuda_schedule import Schedule, choose_schedule, mapping, vector_row
-from ustc.ops import cuda_host, library, runtime
+from ustc.ops import library, runtime
 
 from _programs import functions
 
@@ -66,19 +64,6 @@ def _matrix(rows, cols, dtype, seed):
         k = r % cols
         dense[r, np.sort(rng.choice(cols, k, replace=False))] = rng.integers(1, 9, k)
     return dense.astype(dtype)
-
-
-@pytest.fixture
-def model(monkeypatch, tmp_path):
-    """Launches run in the lock-step warp model; returns the launch log."""
-    monkeypatch.setenv("USTC_CACHE_DIR", str(tmp_path / "cache"))
-    log: list = []
-
-    def launcher(module, name, views):
-        return functools.partial(warp_model.launch, module, name, getattr(module, "launch_" + name), log=log)
-
-    monkeypatch.setattr(cuda_host, "launcher", launcher)
-    return log
 
 
 @pytest.mark.parametrize("fmt, dtype", [(F.CSR, np.float64), (F.CSR, np.float32),
