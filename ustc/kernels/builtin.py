@@ -67,6 +67,16 @@ def _spmv(launch=None, *, overwrites: bool = False):
     return fn
 
 
+def _dia_args(a, b, out, alpha, overwrite):
+    """The DIA kernels' arguments: offsets, values, ``b``, ``out``, alpha in ``out``'s dtype, the
+    shape, a diagonal's length and whether values are indexed by column (DIAJ)."""
+    by_column = a.format.levels[1].expr == a.format.dims[1]
+    diag_len = a.shape[1] if by_column else a.shape[0]
+    pos, offsets = a._buffers[(0, "pos")], a._buffers[(0, "crd")]
+    return (offsets[pos[0]:pos[1]], a._values, b, out, out.dtype.type(alpha), a.shape[0], a.shape[1],
+            diag_len, by_column, overwrite)
+
+
 @register("spmv", _is_dia, "cpu", name="dia_spmv", builtin=True)
 @_spmv(overwrites=True)
 def dia_spmv(a, b, out, alpha, overwrite=False):
@@ -76,11 +86,7 @@ def dia_spmv(a, b, out, alpha, overwrite=False):
     from ._dia import dia_spmv as parallel, dia_spmv_serial as serial
 
     kernel = serial if a.nse + b.size < SERIAL_WORK else parallel
-    by_column = a.format.levels[1].expr == a.format.dims[1]
-    diag_len = a.shape[1] if by_column else a.shape[0]
-    pos, offsets = a._buffers[(0, "pos")], a._buffers[(0, "crd")]
-    return kernel, (offsets[pos[0]:pos[1]], a._values, b, out, out.dtype.type(alpha), a.shape[0], a.shape[1],
-                    diag_len, by_column, overwrite)
+    return kernel, _dia_args(a, b, out, alpha, overwrite)
 
 
 dia_spmv.supports = _numeric
@@ -95,11 +101,7 @@ def dia_spmm(a, b, out, alpha, overwrite=False):
     from ._dia import dia_spmm as parallel, dia_spmm_serial as serial
 
     kernel = serial if a.nse * max(1, b.shape[1]) + b.size < SERIAL_WORK else parallel
-    by_column = a.format.levels[1].expr == a.format.dims[1]
-    diag_len = a.shape[1] if by_column else a.shape[0]
-    pos, offsets = a._buffers[(0, "pos")], a._buffers[(0, "crd")]
-    return kernel, (offsets[pos[0]:pos[1]], a._values, b, out, out.dtype.type(alpha), a.shape[0], a.shape[1],
-                    diag_len, by_column, overwrite)
+    return kernel, _dia_args(a, b, out, alpha, overwrite)
 
 
 dia_spmm.supports = _numeric
