@@ -214,14 +214,16 @@ class Writer:
         self.passes = write_passes(fmt, strategies)
         self.last_pass = ir.eq(emit, 2) if self.passes == 3 else emit
         by_dim = {d.name: i for d, i in zip(fmt.dims, indices)}
-        self._fmt_levels = fmt.levels
-        self.levels = tuple(self._level(k, lv, strategy, by_dim, extents)
-                            for k, (lv, strategy) in enumerate(zip(fmt.levels, strategies)))
+        below = fmt.levels[1:] + (None,)  # each level's child level (None for the last)
+        self.levels = tuple(self._level(k, lv, strategy, by_dim, extents, bool(child and child.type.one_child))
+                            for k, (lv, strategy, child) in enumerate(zip(fmt.levels, strategies, below)))
         self.chunking = _chunking(fmt, by_dim, self.levels, tuple(order)) if parallel else None
         self.split = False  # set once the lowering has handed the writer its outermost loop
 
-    def _level(self, k: int, lv, strategy: Strategy, indices: dict[str, str], extents) -> WrittenLevel:
-        """Level ``k`` (``indices``: the format's dimension -> the statement's index)."""
+    def _level(self, k: int, lv, strategy: Strategy, indices: dict[str, str], extents,
+               coo_region: bool) -> WrittenLevel:
+        """Level ``k`` (``indices``: the format's dimension -> the statement's index; ``coo_region``:
+        the next level holds one child per parent position, a singleton)."""
         t, fresh = self.tensor, self.names
         if isinstance(lv.expr, fx.Dimension):
             size, lo = extents[indices[lv.expr.name]], ir.Const(0)
@@ -237,12 +239,8 @@ class Writer:
                            last_pass=self.last_pass, work=work, root=k == 0,
                            hole=fresh(("write_hole", k), f"{t}_hole{k}") if work else "",
                            key=fresh(("write_key", k), f"{t}_key{k}") if work else "",
-                           coo_region=self._next_has_one_child(k))
+                           coo_region=coo_region)
         return WrittenLevel(lv.type, strategy, to_loop(rename(lv.expr, indices)), names)
-
-    def _next_has_one_child(self, k: int) -> bool:
-        """Level ``k + 1`` holds one child per parent position (a singleton: ``k`` heads a COO region)."""
-        return k + 1 < len(self._fmt_levels) and self._fmt_levels[k + 1].type.one_child
 
     @property
     def params(self) -> list[ir.Param]:
