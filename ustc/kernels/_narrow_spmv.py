@@ -127,24 +127,44 @@ def _identity(*arrays) -> tuple:
     return tuple((id(a), a.__array_interface__["data"][0], a.shape, a.dtype.str) for a in arrays)
 
 
-def _samples(pos: np.ndarray, crd: np.ndarray, nnz: int) -> tuple:
-    """``(rows, row_pos, at, cols)``: up to :data:`SAMPLES` rows with their pointers and entries
-    with their columns, spread evenly, compared at every execute."""
-    rows = np.unique(np.linspace(0, len(pos) - 1, SAMPLES).astype(np.int64))
-    at = np.unique(np.linspace(0, nnz - 1, SAMPLES).astype(np.int64)) if nnz else np.zeros(0, np.int64)
-    return rows, pos[rows].copy(), at, crd[at].copy()
+@dataclass(frozen=True, eq=False)
+class StructureSample:
+    """What a planned SpMV compares at every execute to trust a structure it derived from a CSR
+    operand's ``pos`` / ``crd``: the buffers' identity ``source`` (object ids, addresses, shapes,
+    dtypes), the pointers ``row_pos`` of up to :data:`SAMPLES` rows ``rows`` and the columns
+    ``cols`` of up to :data:`SAMPLES` entries ``at``, spread evenly."""
+
+    source: tuple
+    rows: np.ndarray
+    row_pos: np.ndarray
+    at: np.ndarray
+    cols: np.ndarray
+
+    @classmethod
+    def of(cls, pos: np.ndarray, crd: np.ndarray, nnz: int) -> "StructureSample":
+        rows = np.unique(np.linspace(0, len(pos) - 1, SAMPLES).astype(np.int64))
+        at = np.unique(np.linspace(0, nnz - 1, SAMPLES).astype(np.int64)) if nnz else np.zeros(0, np.int64)
+        return cls(_identity(pos, crd), rows, pos[rows].copy(), at, crd[at].copy())
+
+    @property
+    def nbytes(self) -> int:
+        return self.row_pos.nbytes + self.cols.nbytes
+
+    def same(self, pos: np.ndarray, crd: np.ndarray) -> bool:
+        """Same buffers, and the sampled row pointers and columns unchanged. An edit in place that
+        the sample misses is not seen: give the operand again with ``Matmul.reset_operands``."""
+        return _identity(pos, crd) == self.source and np.array_equal(pos[self.rows], self.row_pos) \
+            and np.array_equal(crd[self.at], self.cols)
 
 
 @dataclass(frozen=True, eq=False)
 class NarrowColumns:
     """A CSR operand's column indices in 16 bits (``off``, ``col = scale * row + off``) with its
     rows' lengths in uint8 where every row holds at most 255 entries (``lens``; ``pos`` None),
-    else a copy of its row pointers (``pos``; ``lens`` None); made from the operand's ``pos`` /
-    ``crd`` buffers named by ``source`` (object ids, addresses, shapes, dtypes). ``bounds`` are
-    the rows' chunks of equal work and ``starts`` their first entries; a sample of the structure
-    is compared at every execute: the pointers ``row_pos`` of rows ``rows`` and the columns
-    ``cols`` of entries ``at``. ``own``: ``pos`` and ``off`` are the operand's own pointers and
-    columns (:meth:`own_indices`), not a copy."""
+    else a copy of its row pointers (``pos``; ``lens`` None). ``bounds`` are the rows' chunks of
+    equal work and ``starts`` their first entries; ``sample`` names the operand's ``pos`` / ``crd``
+    it was made from and is compared at every execute. ``own``: ``pos`` and ``off`` are the
+    operand's own pointers and columns (:meth:`own_indices`), not a copy."""
 
     pos: np.ndarray | None
     lens: np.ndarray | None
@@ -152,11 +172,7 @@ class NarrowColumns:
     scale: int
     bounds: np.ndarray
     starts: np.ndarray
-    source: tuple
-    rows: np.ndarray
-    row_pos: np.ndarray
-    at: np.ndarray
-    cols: np.ndarray
+    sample: StructureSample
     own: bool = False
 
     @property
@@ -164,7 +180,7 @@ class NarrowColumns:
         """Bytes this object keeps besides the operand (the copy, chunks and samples)."""
         rows = self.pos if self.pos is not None else self.lens
         kept = 0 if self.own else rows.nbytes + self.off.nbytes
-        return kept + self.bounds.nbytes + self.starts.nbytes + self.row_pos.nbytes + self.cols.nbytes
+        return kept + self.bounds.nbytes + self.starts.nbytes + self.sample.nbytes
 
     @classmethod
     def of(cls, pos: np.ndarray, crd: np.ndarray, n_cols: int, threads: int) -> "NarrowColumns | None":
@@ -187,7 +203,7 @@ class NarrowColumns:
         lengths = np.diff(pos)
         short = int(lengths.max()) <= MAX_LENGTH   # always so for uint8 pointers: the copy is never uint8
         return cls(None if short else pos.copy(), lengths.astype(np.uint8) if short else None, off, scale,
-                   bounds, pos[bounds].astype(np.int64), _identity(pos, crd), *_samples(pos, crd, nnz))
+                   bounds, pos[bounds].astype(np.int64), StructureSample.of(pos, crd, nnz))
 
     @classmethod
     def own_indices(cls, pos: np.ndarray, crd: np.ndarray, threads: int) -> "NarrowColumns | None":
@@ -200,17 +216,15 @@ class NarrowColumns:
             return None
         nnz = int(pos[-1])
         bounds = chunk_bounds(pos.astype(np.int64) + np.arange(n_rows + 1), max(1, min(n_rows, threads)))
-        return cls(pos, None, crd[:nnz], 0, bounds, pos[bounds].astype(np.int64), _identity(pos, crd),
-                   *_samples(pos, crd, nnz), own=True)
+        return cls(pos, None, crd[:nnz], 0, bounds, pos[bounds].astype(np.int64),
+                   StructureSample.of(pos, crd, nnz), own=True)
 
     def matches(self, pos: np.ndarray, crd: np.ndarray, n_vals: int, threads: int) -> bool:
         """Whether these are the buffers the copy was made from (same objects, addresses, shapes,
         dtypes), for as many threads, with values for every entry, and the sampled row pointers
-        and columns unchanged. An edit in place that the sample misses is not seen: give the
-        operand again with ``Matmul.reset_operands`` after editing its index buffers."""
-        return (len(self.bounds) - 1 == max(1, min(len(pos) - 1, threads))
-                and n_vals >= len(self.off) and _identity(pos, crd) == self.source
-                and np.array_equal(pos[self.rows], self.row_pos) and np.array_equal(crd[self.at], self.cols))
+        and columns unchanged (:meth:`StructureSample.same`)."""
+        return len(self.bounds) - 1 == max(1, min(len(pos) - 1, threads)) and n_vals >= len(self.off) \
+            and self.sample.same(pos, crd)
 
     def spmv(self, y: np.ndarray, vals: np.ndarray, x: np.ndarray, alpha, accumulate: bool) -> None:
         """``y (+)= alpha * A @ x`` over the copy (call only where :meth:`matches`)."""

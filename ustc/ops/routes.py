@@ -346,11 +346,14 @@ def _keeps_structure(p: Problem, a, b, route: Route | None) -> Route | None:
 
 
 class NarrowColumnsRoute(Route):
-    """CSR SpMV that keeps the operand's column indices in 16 bits once executed twice since it was
-    bound (``kernels._narrow_spmv``: uint16 columns up to 65,536 columns, else int16 offsets from
-    the diagonal where every entry lies within 32,767 of it), and from then on reads that copy
-    instead of the operand's int32 / int64 indices: the side-114 stencil moves 132 MB instead of
-    153 MB with int32 indices. The copy (2 bytes an entry plus a copy of the row pointers) is
+    """CSR SpMV that keeps a narrower copy of the operand's structure once executed twice since it
+    was bound, and from then on reads that copy instead of the operand's int32 / int64 indices:
+    where every entry lies on one of at most 32 diagonals (a stencil, a band) and rows are sorted,
+    the offsets and a bit mask per row (``kernels._diagonal_spmv``: the side-114 stencil moves
+    107 MB instead of 153 MB), else the column indices in 16 bits (``kernels._narrow_spmv``: uint16
+    columns up to 65,536 columns, else int16 offsets from the diagonal where every entry lies
+    within 32,767 of it; 128 MB on the stencil). The copy (masks, or 2 bytes an entry plus row
+    lengths or pointers) is
     made again when the operand's index buffers are other arrays, are given again through
     ``Matmul.reset_operands``, or differ in a sample of rows and entries compared at every
     execute; where the columns do not fit (a power-law graph) the same kernel reads the operand's
@@ -368,13 +371,15 @@ class NarrowColumnsRoute(Route):
     def prepare(self, a, b, out, alpha) -> None:
         self.inner.prepare(a, b, out, alpha)
         self.kind, self.overwrites = self.inner.kind, self.inner.overwrites
-        self.info = (f"{self.inner.info}; executed again: column indices kept in 16 bits where they fit "
+        self.info = (f"{self.inner.info}; executed again: a bit mask per row over the diagonals where every "
+                     f"entry lies on one of at most 32, else column indices kept in 16 bits where they fit "
                      f"(absolute up to 65,536 columns, else from the diagonal), else the operand's own in a "
                      f"kernel that gathers x in vectors")
 
     def run(self, a, b, out, alpha):
         import numba
 
+        from ..kernels._diagonal_spmv import Diagonals
         from ..kernels._narrow_spmv import NarrowColumns
 
         pos, crd = a._buffers[(1, "pos")], a._buffers[(1, "crd")]
@@ -390,7 +395,7 @@ class NarrowColumnsRoute(Route):
         self._runs += 1
         source = (id(pos), id(crd), threads)
         if self._runs >= self.KEEP_AFTER and self._refused != source:
-            self._narrow = NarrowColumns.of(pos, crd, a.shape[1], threads) \
+            self._narrow = Diagonals.of(pos, crd, threads) or NarrowColumns.of(pos, crd, a.shape[1], threads) \
                 or NarrowColumns.own_indices(pos, crd, threads)
             self._refused = source if self._narrow is None else None
         return result

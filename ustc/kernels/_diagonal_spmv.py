@@ -1,0 +1,180 @@
+"""CSR SpMV over a few diagonals: a bit mask per row instead of column indices.
+
+Where every stored entry of a CSR matrix lies on one of at most :data:`MAX_DIAGONALS` diagonals
+(offsets ``o = col - row``; a stencil, a banded matrix) and each row's columns are sorted and
+unique, row ``i``'s columns are ``i + offsets[d]`` for the set bits ``d`` of one mask, in order. A
+planned product then keeps the sorted offsets and one mask per row (uint8 up to 8 diagonals, else
+uint16 / uint32) and reads the operand's values in place: the 7-point stencil of side 114 moves
+values, ``x``, ``y`` and 1.5 MB of masks (107 MB) instead of 16-bit columns and row lengths too
+(128 MB). The values stay the user's: nothing of them is copied, so a change in place counts at
+the next execute, as for the 16-bit copies (``_narrow_spmv``).
+
+The kernel compiles once per number of diagonals (the offsets travel as a tuple, so the loop over
+a full row unrolls with the offsets in registers); rows missing some diagonals (a stencil's
+faces) test the mask's bits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numba import prange
+
+from ..cache._lean import njit_cached
+from ._narrow_spmv import StructureSample
+from ._spgemm import U, chunk_bounds
+
+MAX_DIAGONALS = 32   # masks up to uint32
+MIN_ENTRIES = 1 << 18   # below this the operand sits in cache: fewer bytes buy nothing for the analysis
+
+
+@njit_cached(nogil=True, parallel=True)
+def chunk_offsets(pos, crd, bounds, limit):
+    """The distinct ``crd[p] - row(p)`` of each row chunk, sorted: ``table[ch, :counts[ch]]``;
+    ``counts[ch] > limit`` where the chunk holds more than ``limit`` of them."""
+    chunks = len(bounds) - 1
+    table = np.zeros((max(chunks, 1), limit), np.int64)
+    counts = np.zeros(max(chunks, 1), np.int64)
+    for ch in prange(chunks):
+        count = 0
+        for i in range(bounds[ch], bounds[ch + 1]):
+            j = 0   # a sorted row walks the sorted table forwards once
+            for p in range(np.int64(pos[U(i)]), np.int64(pos[U(i + 1)])):
+                d = np.int64(crd[U(p)]) - i
+                if j > 0 and table[ch, j - 1] > d:
+                    j = 0   # unsorted row: search again from the start
+                while j < count and table[ch, j] < d:
+                    j += 1
+                if j < count and table[ch, j] == d:
+                    j += 1
+                    continue
+                if count == limit:
+                    count = limit + 1
+                    break
+                for q in range(count, j, -1):   # a new offset, inserted in order
+                    table[ch, q] = table[ch, q - 1]
+                table[ch, j] = d
+                count += 1
+                j += 1
+            if count > limit:
+                break
+        counts[ch] = count
+    return table, counts
+
+
+@njit_cached(nogil=True, parallel=True)
+def row_masks(pos, crd, offsets, bounds, masks):
+    """``masks[i]``: bit ``d`` set where row ``i`` stores column ``i + offsets[d]`` (``offsets``
+    sorted). Returns False where a row's columns are not strictly increasing or miss every offset
+    (``masks`` is then meaningless)."""
+    k = offsets.size
+    chunks = len(bounds) - 1
+    bad = np.zeros(max(chunks, 1), dtype=np.bool_)
+    for ch in prange(chunks):
+        for i in range(bounds[ch], bounds[ch + 1]):
+            m, j = np.uint64(0), 0
+            for p in range(np.int64(pos[U(i)]), np.int64(pos[U(i + 1)])):
+                d = np.int64(crd[U(p)]) - i
+                while j < k and offsets[U(j)] < d:
+                    j += 1
+                if j == k or offsets[U(j)] != d:
+                    bad[ch] = True
+                    break
+                m |= np.uint64(1) << np.uint64(j)
+                j += 1
+            masks[U(i)] = m
+    return not bad.any()
+
+
+@njit_cached(nogil=True, parallel=True)
+def diagonal_spmv(y, masks, starts, offsets, vals, x, bounds, alpha, accumulate):
+    """``y[i] (+)= alpha * sum_d vals[p] * x[i + offsets[d]]`` over the set bits ``d`` of
+    ``masks[i]`` (``p`` counting the row's entries on from ``starts[ch]`` in row chunk ``ch``),
+    chunks ``bounds`` in parallel. ``offsets`` is a tuple (its length a compile-time constant).
+    The caller guarantees every column lies in ``x``, ``vals`` holds every entry and the masks'
+    bits count the entries. ``accumulate`` False stores every ``y[i]`` (empty rows get zero). A
+    full row sums in two interleaved sums (even and odd diagonals), as ``narrow_spmv`` does."""
+    k = len(offsets)
+    full = (1 << k) - 1
+    zero = y.dtype.type(0)
+    for ch in prange(len(bounds) - 1):
+        p = np.int64(starts[U(ch)])
+        for i in range(bounds[ch], bounds[ch + 1]):
+            m = np.int64(masks[U(i)])
+            acc, acc_1 = zero, zero
+            if m == full:
+                for d in range(0, k - 1, 2):
+                    acc += vals[U(p + d)] * x[U(i + offsets[d])]
+                    acc_1 += vals[U(p + d + 1)] * x[U(i + offsets[d + 1])]
+                if k % 2:
+                    acc += vals[U(p + k - 1)] * x[U(i + offsets[k - 1])]
+                p += k
+            else:
+                for d in range(k):
+                    if (m >> d) & 1:
+                        acc += vals[U(p)] * x[U(i + offsets[d])]
+                        p += 1
+            acc += acc_1
+            if accumulate:
+                y[U(i)] += alpha * acc
+            else:
+                y[U(i)] = alpha * acc
+
+
+def _mask_dtype(k: int) -> type:
+    return np.uint8 if k <= 8 else np.uint16 if k <= 16 else np.uint32
+
+
+@dataclass(frozen=True, eq=False)
+class Diagonals:
+    """A CSR operand's structure as sorted diagonal ``offsets`` and a bit ``mask`` per row (see
+    the module docstring). ``bounds`` are the rows' chunks of equal work, ``starts`` their first
+    entries, ``nnz`` the entries the masks count; ``sample`` names the operand's ``pos`` / ``crd``
+    it was made from and is compared at every execute."""
+
+    offsets: tuple
+    masks: np.ndarray
+    bounds: np.ndarray
+    starts: np.ndarray
+    nnz: int
+    sample: StructureSample
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes this object keeps besides the operand (masks, chunks and samples)."""
+        return self.masks.nbytes + self.bounds.nbytes + self.starts.nbytes + self.sample.nbytes
+
+    @classmethod
+    def of(cls, pos: np.ndarray, crd: np.ndarray, threads: int) -> "Diagonals | None":
+        """The diagonals of the CSR structure ``(pos, crd)``, or None where it has fewer than
+        :data:`MIN_ENTRIES` entries, more than :data:`MAX_DIAGONALS` diagonals, a row whose columns
+        are not sorted and unique, or so few entries a row that a mask would outweigh 16-bit
+        columns. Assumes the buffers passed ``tensor.safety`` (columns within the matrix)."""
+        n_rows = len(pos) - 1
+        nnz = int(pos[-1]) if n_rows >= 1 else 0
+        if nnz < MIN_ENTRIES:
+            return None
+        bounds = chunk_bounds(pos.astype(np.int64) + np.arange(n_rows + 1), max(1, min(n_rows, threads)))
+        table, counts = chunk_offsets(pos, crd, bounds, MAX_DIAGONALS)
+        if counts.max() > MAX_DIAGONALS:
+            return None
+        offsets = np.unique(np.concatenate([table[ch, :c] for ch, c in enumerate(counts)]))
+        dtype = _mask_dtype(len(offsets))
+        if len(offsets) > MAX_DIAGONALS or np.dtype(dtype).itemsize * n_rows > 2 * nnz:
+            return None
+        masks = np.empty(n_rows, dtype)
+        if not row_masks(pos, crd, offsets, bounds, masks):
+            return None
+        return cls(tuple(int(o) for o in offsets), masks, bounds, pos[bounds].astype(np.int64), nnz,
+                   StructureSample.of(pos, crd, nnz))
+
+    def matches(self, pos: np.ndarray, crd: np.ndarray, n_vals: int, threads: int) -> bool:
+        """Whether these are the buffers the masks were made from, for as many threads, with values
+        for every entry, and the sampled structure unchanged (:meth:`StructureSample.same`)."""
+        return len(self.bounds) - 1 == max(1, min(len(pos) - 1, threads)) and n_vals >= self.nnz \
+            and self.sample.same(pos, crd)
+
+    def spmv(self, y: np.ndarray, vals: np.ndarray, x: np.ndarray, alpha, accumulate: bool) -> None:
+        """``y (+)= alpha * A @ x`` with the operand's values ``vals`` (call only where :meth:`matches`)."""
+        diagonal_spmv(y, self.masks, self.starts, self.offsets, vals, x, self.bounds, alpha, accumulate)
