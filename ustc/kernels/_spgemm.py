@@ -149,19 +149,32 @@ def _bucket_sort(crd, lo, hi, least, most, spare, bins):
 
 
 @njit_cached(nogil=True, parallel=True)
-def spgemm_fill(apos, acrd, avals, bpos, bcrd, bvals, pos, crd, vals, bounds, spans, ordered):
-    """Columns and values of every output row at ``pos[i]``; columns sorted when ``ordered``, else
-    in the order the row first reached them."""
+def spgemm_rows(apos, acrd, avals, bpos, bcrd, bvals, starts, bounds, spans, crd, vals, sizes, ordered):
+    """Columns and values of every output row ``i`` written once from ``crd[starts[i]]``, ``vals[starts[i]]``;
+    columns sorted when ``ordered``, else in the order the row first reached them. The row loop of both
+    paths of :func:`product`, told apart at compile time by the argument types (Numba prunes an
+    ``is None`` branch on a None argument, so each path compiles only its own lines):
+
+    * the filling pass after :func:`spgemm_count`: ``starts`` its positions, ``spans`` its column
+      spans, ``sizes`` None (the counting pass knew them);
+    * one pass into upper bounds: ``starts`` the cumulative work (room for each row's products),
+      ``spans`` None (each chunk finds its own, :func:`_span`), and row ``i``'s entry count stored
+      in ``sizes[i + 1]``.
+
+    A bitmap of the columns instead of int32 row stamps measured ~10% slower."""
     for ch in prange(len(bounds) - 1):
         lo, hi = bounds[ch], bounds[ch + 1]
-        first, last = spans[ch, 0], spans[ch, 1]
+        if spans is None:
+            first, last = _span(apos, acrd, bpos, bcrd, lo, hi)
+        else:
+            first, last = spans[ch, 0], spans[ch, 1]
         width = max(last - first + 1, 0)
         mark = np.full(width, -1, dtype=np.int32)
-        acc = np.zeros(width, dtype=vals.dtype)
+        acc = np.empty(width, dtype=vals.dtype)   # a column's first product stores, later ones add
         spare, bins = np.empty(width, dtype=crd.dtype), np.empty(width + 1, dtype=np.int64)
         for i in range(lo, hi):
             row = np.int32(i)
-            start = pos[U(i)]
+            start = starts[U(i)]
             top = start
             for pa in range(apos[U(i)], apos[U(i + 1)]):
                 k = acrd[U(pa)]
@@ -172,7 +185,9 @@ def spgemm_fill(apos, acrd, avals, bpos, bcrd, bvals, pos, crd, vals, bounds, sp
                         mark[j] = row
                         crd[U(top)] = j
                         top += 1
-                    acc[j] += av * bvals[U(pb)]
+                        acc[j] = av * bvals[U(pb)]
+                    else:
+                        acc[j] += av * bvals[U(pb)]
             if ordered:
                 if top - start <= SHORT:
                     _sort_small(crd, start, top)
@@ -181,8 +196,9 @@ def spgemm_fill(apos, acrd, avals, bpos, bcrd, bvals, pos, crd, vals, bounds, sp
             for p in range(start, top):
                 j = U(crd[U(p)])
                 vals[U(p)] = acc[j]
-                acc[j] = 0
                 crd[U(p)] = j + first
+            if sizes is not None:
+                sizes[U(i + 1)] = top - start
 
 
 # -- one pass into upper bounds, for products that compress little --------------------------
@@ -216,46 +232,6 @@ def compression(apos, acrd, bpos, bcrd, n_cols, step):
 
 
 @njit_cached(nogil=True, parallel=True)
-def spgemm_bounded(apos, acrd, avals, bpos, bcrd, bvals, work, bounds, crd, vals, sizes, ordered):
-    """Every output row ``i`` written once at ``work[i]`` (its products before it: room for all of
-    its entries), its entry count in ``sizes[i + 1]``; columns sorted when ``ordered``. (A bitmap
-    of the columns instead of int32 row stamps measured ~10% slower.)"""
-    for ch in prange(len(bounds) - 1):
-        lo, hi = bounds[ch], bounds[ch + 1]
-        first, last = _span(apos, acrd, bpos, bcrd, lo, hi)
-        width = max(last - first + 1, 0)
-        mark = np.full(width, -1, dtype=np.int32)
-        acc = np.empty(width, dtype=vals.dtype)
-        spare, bins = np.empty(width, dtype=crd.dtype), np.empty(width + 1, dtype=np.int64)
-        for i in range(lo, hi):
-            row = np.int32(i)
-            start = work[U(i)]
-            top = start
-            for pa in range(apos[U(i)], apos[U(i + 1)]):
-                k = acrd[U(pa)]
-                av = avals[U(pa)]
-                for pb in range(bpos[U(k)], bpos[U(k + 1)]):
-                    j = U(bcrd[U(pb)] - first)
-                    if mark[j] != row:
-                        mark[j] = row
-                        crd[U(top)] = j
-                        top += 1
-                        acc[j] = av * bvals[U(pb)]
-                    else:
-                        acc[j] += av * bvals[U(pb)]
-            if ordered:
-                if top - start <= SHORT:
-                    _sort_small(crd, start, top)
-                else:
-                    _sort_long(crd, start, top, mark, row, spare, bins)
-            for p in range(start, top):
-                j = U(crd[U(p)])
-                vals[U(p)] = acc[j]
-                crd[U(p)] = j + first
-            sizes[U(i + 1)] = top - start
-
-
-@njit_cached(nogil=True, parallel=True)
 def pack(work, pos, bounds, crd, vals, crd_out, vals_out):
     """Row ``i``'s ``pos[i + 1] - pos[i]`` entries from ``work[i]`` to ``pos[i]``, chunks in parallel."""
     for ch in prange(len(bounds) - 1):
@@ -268,7 +244,7 @@ def pack(work, pos, bounds, crd, vals, crd_out, vals_out):
 
 
 def one_pass(apos, acrd, bpos, bcrd, n_cols, products: int) -> bool:
-    """Whether :func:`spgemm_bounded` should run: a sample of rows makes at most
+    """Whether :func:`product` should write in one pass (:func:`spgemm_rows` into bounds): a sample of rows makes at most
     :data:`ONE_PASS_RATIO` products per distinct entry."""
     n_rows = len(apos) - 1
     if n_rows == 0 or products == 0:
@@ -289,7 +265,7 @@ def product(apos, acrd, avals, bpos, bcrd, bvals, n_cols: int, dtype, ordered: b
         index = np.int32 if max(int(work[-1]), n_cols) < 2**31 else np.int64
         crd, vals = np.empty(int(work[-1]), dtype=index), np.empty(int(work[-1]), dtype=dtype)
         sizes = np.zeros(n_rows + 1, dtype=np.int64)
-        spgemm_bounded(apos, acrd, avals, bpos, bcrd, bvals, work, bounds, crd, vals, sizes, ordered)
+        spgemm_rows(apos, acrd, avals, bpos, bcrd, bvals, work, bounds, None, crd, vals, sizes, ordered)
         pos = np.cumsum(sizes)
         index = np.int32 if max(int(pos[-1]), n_cols) < 2**31 else np.int64
         crd_out, vals_out = np.empty(int(pos[-1]), dtype=index), np.empty(int(pos[-1]), dtype=dtype)
@@ -300,5 +276,5 @@ def product(apos, acrd, avals, bpos, bcrd, bvals, n_cols: int, dtype, ordered: b
     index = np.int32 if max(int(pos[-1]), n_cols) < 2**31 else np.int64
     crd = np.empty(int(pos[-1]), dtype=index)
     vals = np.empty(int(pos[-1]), dtype=dtype)
-    spgemm_fill(apos, acrd, avals, bpos, bcrd, bvals, pos, crd, vals, bounds, spans, ordered)
+    spgemm_rows(apos, acrd, avals, bpos, bcrd, bvals, pos, bounds, spans, crd, vals, None, ordered)
     return pos.astype(index), crd, vals
