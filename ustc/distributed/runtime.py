@@ -19,12 +19,14 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import contextlib
 import itertools
 import os
 import threading
 import weakref
 
 from ..errors import DistributedError, UstcError, require
+from .quiet import paused
 
 _LOCK = threading.RLock()
 _RUNTIME = None
@@ -89,10 +91,11 @@ class Runtime:
 
     def place(self, size: int, rank: int, worker: str):
         """A new block actor for ``rank`` of ``size`` on ``worker``: its future (the actor is
-        ``future.result()``)."""
+        ``future.result()``). On a cluster this runtime started, the actor pauses its worker's
+        profiler and bookkeeping callbacks while it solves (:mod:`ustc.distributed.quiet`)."""
         from .worker import BlockWorker
 
-        return self.client.submit(BlockWorker, rank, size, self.timeout, actor=True, workers=[worker],
+        return self.client.submit(BlockWorker, rank, size, self.timeout, self.owned, actor=True, workers=[worker],
                                   allow_other_workers=False, pure=False,
                                   key=f"ustc-block-{size}-{rank}-{os.urandom(4).hex()}")
 
@@ -106,6 +109,9 @@ class Runtime:
                 repair(group)
             return group
         workers = self.workers
+        if not workers:          # seen once under heavy load: the client listed no worker yet
+            self.client.wait_for_workers(1, timeout=self.timeout)
+            workers = self.workers
         where = [workers[r % len(workers)] for r in range(size)]
         futures = [self.place(size, rank, where[rank]) for rank in range(size)]
         actors = [f.result() for f in futures]
@@ -113,6 +119,15 @@ class Runtime:
         group.connect()
         self.groups[size] = group
         return group
+
+    def local_servers(self) -> list:
+        """The Dask servers of the LocalCluster this runtime started that run in this process (its
+        scheduler and nannies), whose bookkeeping a solve pauses (:mod:`ustc.distributed.quiet`);
+        empty on a cluster ustc attached to."""
+        if self.cluster is None:
+            return []
+        servers = [getattr(self.cluster, "scheduler", None), *self.cluster.workers.values()]
+        return [s for s in servers if hasattr(s, "periodic_callbacks")]
 
     def scheduler_transitions(self) -> int:
         """The scheduler's transition counter: tasks created or moved since it started."""
@@ -163,17 +178,24 @@ class _Group:
             await actor.close()
         await asyncio.wait_for(asyncio.gather(*(one(a) for a in self.actors), return_exceptions=True), 10)
 
-    def call(self, method: str, args=None, kwargs=None, ranks=None, poll=None):
+    def call(self, method: str, args=None, kwargs=None, ranks=None, poll=None, quiet=False):
         """Call ``method`` on ``ranks`` (all by default; ``args[r]`` a tuple per rank)
         concurrently, SPMD; the results in rank order. When one rank fails because its worker
         is gone, the others are aborted, the group is marked broken and
         :class:`ustc.DistributedError` names the lost blocks. ``poll``: a coroutine function
-        awaited while the call runs, every 0.25 s (its failures are ignored)."""
+        awaited while the call runs, every 0.25 s (its failures are ignored). ``quiet``: the
+        runtime's :meth:`Runtime.local_servers` pause their bookkeeping while the call runs."""
         ranks = list(range(self.size)) if ranks is None else list(ranks)
         args = args if args is not None else [()] * self.size
-        return self.runtime.client.sync(self._call, method, ranks, args, kwargs or {}, poll)
+        return self.runtime.client.sync(self._call, method, ranks, args, kwargs or {}, poll, quiet)
 
-    async def _call(self, method, ranks, args, kwargs, poll=None):
+    async def _call(self, method, ranks, args, kwargs, poll=None, quiet=False):
+        with contextlib.ExitStack() as stack:      # on the client's loop, which runs the servers here
+            for server in self.runtime.local_servers() if quiet else ():
+                stack.enter_context(paused(server))
+            return await self._call_all(method, ranks, args, kwargs, poll)
+
+    async def _call_all(self, method, ranks, args, kwargs, poll=None):
         async def one(rank):
             return await getattr(self.actors[rank], method)(*args[rank], **kwargs)
 

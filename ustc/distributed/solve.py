@@ -177,7 +177,7 @@ def _attempt(a, b, method, x0, resume, *, rtol, atol, maxiter, restart, jacobi, 
             max(maxiter - offset, 0), restart, jacobi, n, checkpoint_every, offset, state)
     before = rt.scheduler_transitions()
     try:
-        stats = group.call("solve", [args] * rows.parts, poll=collector.poll if collector else None)
+        stats = group.call("solve", [args] * rows.parts, poll=collector.poll if collector else None, quiet=True)
     except DistributedError as err:
         err.checkpoint = collector.latest if collector is not None else resume
         raise

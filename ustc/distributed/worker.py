@@ -38,6 +38,7 @@ from .comm import ActorCommunicator, run_inline
 from .fetch import SpGEMMBlocks
 from .gridblock import GridBlock, GridBlocks
 from .kernels import ghost_product, local_product
+from .quiet import paused
 from .sockets import SocketCommunicator
 
 
@@ -154,8 +155,9 @@ class _Operator:
 class BlockWorker(SpGEMMBlocks, GridBlocks):
     """The Dask actor of one block index (rank) of a partition."""
 
-    def __init__(self, rank: int, size: int, timeout: float = 120.0):
+    def __init__(self, rank: int, size: int, timeout: float = 120.0, quiet: bool = False):
         self.rank, self.size, self.timeout = int(rank), int(size), float(timeout)
+        self.quiet = bool(quiet)   # pause the Dask worker's sampling while a solve runs (ustc.distributed.quiet)
         self.blocks: dict = {}
         self.vecs: dict = {}
         self.spgemms: dict = {}
@@ -453,8 +455,19 @@ class BlockWorker(SpGEMMBlocks, GridBlocks):
         :meth:`checkpoints` (``offset``: iterations done before, for a resumed solve; ``state``:
         CG's or BiCGSTAB's state to continue from, ``{name: vector name in vecs, or scalar}``,
         vector names given as ``("vec", name)``)."""
-        return await self._run(self._solve, key, bname, xname, x0name, method, np.dtype(dtype), rtol,
-                               atol, maxiter, restart, jacobi, nglobal, checkpoint_every, offset, state)
+        with paused(self._server() if self.quiet else None):
+            return await self._run(self._solve, key, bname, xname, x0name, method, np.dtype(dtype), rtol,
+                                   atol, maxiter, restart, jacobi, nglobal, checkpoint_every, offset, state)
+
+    @staticmethod
+    def _server():
+        """The Dask worker this actor lives on (None outside one)."""
+        from distributed import get_worker
+
+        try:
+            return get_worker()
+        except ValueError:
+            return None
 
     async def checkpoints(self, xname, since) -> list:
         """The copies of the running solve's ``x`` slice taken after iteration ``since``."""
