@@ -15,12 +15,13 @@ on a side-16 stencil, where the blocks' arithmetic is negligible); the side-40 t
 per iteration distributed against the mpi4py transport, alternating rounds, median and range
 of the ratio); ``map`` over 400 items of >= 10 ms against a serial loop and a plain pool of 2
 processes (alternating rounds: median and range of each ratio, and the CPU time of an item
-serially and on the workers).
+serially and on the workers); the CPU seconds of each kind of thread (block threads, worker event
+loops, socket readers, the driver's event loop) during one side-114 solve.
 
 Usage: ``python benchmarks/bench_distributed.py [--side 114] [--repeat 3] [--power-law 200000] [--write]``;
-``--write`` replaces the results section of docs/distributed.md. ``--only map``, ``--only side40``
-or ``--only grid40`` (the labels and grid lines on the side-40 stencil) runs that section alone
-(never with ``--write``).
+``--write`` replaces the results section of docs/distributed.md. ``--only map``, ``--only side40``,
+``--only grid40`` (the labels and grid lines on the side-40 stencil) or ``--only cpu40`` (the CPU
+of each kind of thread during a side-40 solve) runs that section alone (never with ``--write``).
 """
 
 from __future__ import annotations
@@ -336,8 +337,54 @@ def side40(say, ud, ustc, rounds):
     d.free()
 
 
+def thread_cpu() -> dict:
+    """CPU seconds of this process's threads, summed by kind: ``block`` (the block actors' threads),
+    ``reader`` (the socket reader threads), ``loop`` (the event loop: a worker's main thread, the
+    driver's "IO loop" running the scheduler, the nannies and the client), ``other``."""
+    import threading
+
+    import psutil
+
+    names = {t.native_id: t.name for t in threading.enumerate()}
+    out = {"block": 0.0, "reader": 0.0, "loop": 0.0, "other": 0.0}
+    for t in psutil.Process().threads():
+        name = names.get(t.id, "")
+        kind = ("block" if name.startswith("ustc-block") else "reader" if name.startswith("ustc-sock")
+                else "loop" if name in ("MainThread", "IO loop") else "other")
+        out[kind] += t.user_time + t.system_time
+    return out
+
+
+def solve_cpu(say, ud, d, b, rtol=1e-6):
+    """CPU seconds of each kind of thread (:func:`thread_cpu`) on the workers and in the driver
+    during one distributed CG solve, against its wall time: where the cores went besides the
+    blocks' own work."""
+    rt = d.runtime
+    before, drv0 = rt.client.run(thread_cpu), thread_cpu()
+    t0 = time.perf_counter()
+    _, info = ud.solve(d, b, "cg", rtol=rtol, return_info=True)
+    wall = time.perf_counter() - t0
+    after, drv1 = rt.client.run(thread_cpu), thread_cpu()
+    per = [{k: after[w][k] - before[w][k] for k in after[w]} for w in sorted(after)]
+
+    def kind(k):
+        return ", ".join(f"{p[k]:.2f}" for p in per)
+    say(f"CPU s during one distributed CG solve ({info.iterations} iterations, wall {wall:.2f} s): block threads "
+        f"{kind('block')}; worker event loops {kind('loop')}; socket readers {kind('reader')}; worker other "
+        f"{kind('other')}; driver event loop (scheduler, nannies, client) {drv1['loop'] - drv0['loop']:.2f}; {load()}")
+
+
 #: sections ``--only`` runs alone: ``(say, ud, ustc, rounds)``
-ALONE = {"map": lambda say, ud, ustc, rounds: map_throughput(say, ud, rounds), "side40": side40,
+def cpu40(say, ud, ustc, rounds):
+    """:func:`solve_cpu` on the side-40 stencil."""
+    d = ud.DTensor.from_tensor(ustc.Tensor.from_package(stencil(40)), 2)
+    ud.solve(d, np.ones(40 ** 3), "cg", rtol=1e-6)            # compiled and warm
+    for _ in range(rounds):
+        solve_cpu(say, ud, d, np.ones(40 ** 3))
+    d.free()
+
+
+ALONE = {"map": lambda say, ud, ustc, rounds: map_throughput(say, ud, rounds), "side40": side40, "cpu40": cpu40,
          "grid40": lambda say, ud, ustc, rounds: labels_and_grid_cg(say, ud, ustc, stencil(40), np.ones(40 ** 3), 40,
                                                                     rounds)}
 
@@ -436,6 +483,7 @@ def main():
         f"x relative difference {np.linalg.norm(xd - x1) / np.linalg.norm(x1):.2e}")
     say(f"scheduler transitions during the solve: {info_d.scheduler_transitions}; synchronisations "
         f"{info_d.syncs} = {(info_d.syncs - 4) / info_d.iterations:.2f} per iteration + 4 before the loop")
+    solve_cpu(say, ud, d, b)
     mpi_its, mpi_ms = mpi_cg(side, args.repeat)
     if mpi_its is None:
         say(f"CG mpi4py transport: not measured ({mpi_ms})")
