@@ -188,13 +188,20 @@ def _generated_spgemm(p: Problem, a, b, out_format) -> Route | None:
     return route if own and (rows or not cheap) else ViaRowsRoute(p, a, b, out_format)
 
 
-def _one_pass_spgemm(p: Problem, a, b, out_format) -> Route | None:
-    """The registered CSR kernel for CSR x CSR into sorted CSR on the CPU where a sample of rows
-    makes at most ``_spgemm.ONE_PASS_RATIO`` multiply-adds per output entry: it then writes each
-    row once into an upper bound and packs the rows (``_spgemm.product``), where the generated
-    kernel's counting pass repeats nearly all of its filling pass's scattered accesses. Power-law
-    200,000-row A @ A (11.3M products, 10.2M entries), interleaved: 0.82x the generated kernel's
-    time on 2 threads (load 2.4) and single-threaded."""
+def _registered_spgemm(p: Problem, a, b, out_format) -> Route | None:
+    """The registered CSR kernel (``_spgemm.product``) for CSR x CSR into sorted CSR on the CPU above
+    ``runtime.SERIAL_WORK`` (smaller products keep the generated serial twin), floating values
+    (its ``supports``): where a sample of rows makes at most ``_spgemm.ONE_PASS_RATIO``
+    multiply-adds per output entry it writes each row once into an upper bound and packs the
+    rows, else a counting pass then a filling pass. It writes the output's columns and values
+    only, where the generated kernel also writes a row coordinate per entry that assembly then
+    checks (strictly increasing, no zeros) and drops, and spans each chunk's workspace over the
+    columns its rows reach, not all of them. Side-114 stencil A @ A (36.5M entries), the whole
+    product at every call (``ustc.matmul``), alternating rounds at load 10-12: CPU ms 509 vs the
+    generated route's 928 on 1 thread, 699 vs 1213 on 2. Power-law 200,000-row A @ A (11.3M
+    products, 10.2M entries), interleaved: one pass 0.82x the generated kernel's time on 2 threads
+    (load 2.4) and single-threaded. Unlike the generated kernel it keeps an entry whose products
+    cancel, stored as zero (SciPy drops it): its pattern is every column the products reach."""
     from ..formats import CSR
     from ..kernels._spgemm import one_pass
     from ..tensor.interop import plain_format
@@ -208,10 +215,10 @@ def _one_pass_spgemm(p: Problem, a, b, out_format) -> Route | None:
         return None
     apos, acrd = a._buffers[(1, "pos")], a._buffers[(1, "crd")]
     bpos, bcrd = b._buffers[(1, "pos")], b._buffers[(1, "crd")]
-    if not one_pass(apos, acrd, bpos, bcrd, b.shape[1], int(a.nse > 0 and b.nse > 0)):
-        return None
     route = RegisteredRoute(entry, "spgemm", out_format)
-    route.info += ", one pass into row bounds"
+    # what product() will choose for these operands (it samples again at every execute)
+    single = one_pass(apos, acrd, bpos, bcrd, b.shape[1], int(a.nse > 0 and b.nse > 0))
+    route.info += ", one pass into row bounds" if single else ", a counting pass then a filling pass"
     return route
 
 
@@ -222,9 +229,8 @@ class ViaRowsRoute(Route):
     reduces every output row in a workspace in parallel, and its CSR result converts to the
     requested format (a DCSR or COO result takes the CSR's buffers: ``fastpaths_rows.from_csr``).
     Chosen where the operands' own kernel would write serially (DCSR, COO) or re-emit partial
-    products (BSR, DIA). Where the CSR product compresses little, the registered CSR kernel's one
-    pass runs instead of the generated kernel (:func:`_one_pass_spgemm`, decided at prepare on
-    the CSR temporaries)."""
+    products (BSR, DIA). Above ``runtime.SERIAL_WORK`` the registered CSR kernel runs instead of
+    the generated one (:func:`_registered_spgemm`, decided at prepare on the CSR temporaries)."""
 
     kind = "generated"
 
@@ -252,11 +258,11 @@ class ViaRowsRoute(Route):
 
     def prepare(self, a, b, out, alpha) -> None:
         ca, cb = self._rows(a, b)
-        one_pass = _one_pass_spgemm(self.p, ca, cb, self.csr)
-        self.inner = _keeps_structure(self.p, ca, cb, one_pass or self.generated)
+        registered = _registered_spgemm(self.p, ca, cb, self.csr)
+        self.inner = _keeps_structure(self.p, ca, cb, registered or self.generated)
         self.kind = self.inner.kind
         self.inner.prepare(ca, cb, None, alpha)
-        head = self._head if one_pass is None else self._head.replace("generated row-parallel", "row-parallel", 1)
+        head = self._head if registered is None else self._head.replace("generated row-parallel", "row-parallel", 1)
         self.info = f"{head}; {self.inner.info}"  # not appended: plan() may prepare again
 
     def run(self, a, b, out, alpha):
@@ -755,10 +761,10 @@ def choose(p: Problem, a, b, out_format, fused: Fusion = NO_FUSION) -> tuple[Rou
         route = _bsr_spgemm(p, a, b, out_format)
         if route is not None:
             return route, "BSR times BSR is BSR: the blocks multiply pairwise, no conversion"
-        route = _keeps_structure(p, a, b, _one_pass_spgemm(p, a, b, out_format))
+        route = _keeps_structure(p, a, b, _registered_spgemm(p, a, b, out_format))
         if route is not None:
-            return route, ("a sample of rows makes about one entry per multiply-add: writing each row once into "
-                           "an upper bound beats counting the entries first")
+            return route, ("CSR x CSR above the serial size: the registered kernel writes columns and values only, "
+                           "its workspaces spanning the columns each chunk reaches")
         route = _generated_spgemm(p, a, b, out_format)
         own = isinstance(route, GeneratedRoute)
         route = _keeps_structure(p, a, b, route) if own else route
