@@ -16,7 +16,7 @@ pytest.importorskip("distributed")
 
 import ustc  # noqa: E402
 import ustc.distributed as ud  # noqa: E402
-from ustc.distributed.quiet import PAUSED, paused  # noqa: E402
+from ustc.distributed.quiet import PAUSED, WORKER_PAUSED, paused  # noqa: E402
 
 
 class _Callback:
@@ -50,7 +50,8 @@ def test_paused_nests_and_restarts_what_it_stopped():
         assert pcs["heartbeat"].running            # liveness is never paused
     assert pcs["profile"].running and pcs["monitor"].running and pcs["profile"].starts == 1
     assert not pcs["tick"].running and pcs["tick"].starts == 0   # was not running: left alone
-    assert pcs["heartbeat"].stops == 0 and "heartbeat" not in PAUSED
+    assert pcs["heartbeat"].stops == 0 and "heartbeat" not in PAUSED + WORKER_PAUSED
+    assert "memory_monitor" in WORKER_PAUSED and "memory_monitor" not in PAUSED   # the nannies' stays
     with paused(None):                             # outside a Dask worker: nothing to pause
         pass
 
@@ -63,45 +64,51 @@ def test_paused_restarts_after_an_error():
     assert server.periodic_callbacks["profile"].running
 
 
-def _workers_running(rt) -> bool:
-    """Whether the workers' profile, tick and heartbeat callbacks all run (asked through their
-    event loops, which are free while the block threads solve)."""
-    got = rt.client.run(lambda dask_worker: all(dask_worker.periodic_callbacks[n].is_running()
-                                                for n in ("profile", "tick", "heartbeat")))
-    return all(got.values())
+def _workers(rt) -> tuple:
+    """``(paused ones running, heartbeats running)`` on the workers: whether their profile, tick
+    and memory-monitor callbacks all run, and their heartbeats (asked through their event loops,
+    which are free while the block threads solve)."""
+    got = rt.client.run(lambda dask_worker: (
+        all(dask_worker.periodic_callbacks[n].is_running() for n in ("profile", "tick", "memory_monitor")),
+        dask_worker.periodic_callbacks["heartbeat"].is_running()))
+    return all(g[0] for g in got.values()), all(g[1] for g in got.values())
 
 
 def _scheduler_running(rt) -> bool:
-    sched = rt.cluster.scheduler.periodic_callbacks
-    return sched["tick"].is_running() and sched["worker-ttl"].is_running()
+    return rt.cluster.scheduler.periodic_callbacks["tick"].is_running()
 
 
 def test_a_solve_pauses_the_bookkeeping_of_its_own_cluster(rt):
     m = poisson2d(60)
     a = ud.DTensor.from_tensor(ustc.Tensor.from_package(m), 2)
     b = np.ones(m.shape[0])
-    assert _workers_running(rt) and _scheduler_running(rt)
-    seen, done = [], threading.Event()
+    assert _workers(rt) == (True, True) and _scheduler_running(rt)
+    seen, done, solves = [], threading.Event(), [0]     # solves[0] odd: a solve is running
 
-    def watch():            # the workers asked while the scheduler showed a solve running
+    def watch():            # the workers asked while the scheduler showed the same solve running
         while not done.is_set():
-            if not _scheduler_running(rt):
-                workers = _workers_running(rt)
-                if not _scheduler_running(rt):          # still the same solve: a valid look
+            n = solves[0]
+            if n % 2 and not _scheduler_running(rt):
+                workers = _workers(rt)
+                if solves[0] == n and not _scheduler_running(rt):
                     seen.append(workers)
             time.sleep(0.002)
 
     thread = threading.Thread(target=watch)
     thread.start()
     try:
-        for _ in range(10):                        # until the watcher has looked during a solve
+        for _ in range(10):            # until a look fell inside a solve (not at its edges)
+            solves[0] += 1
             x, info = ud.solve(a, b, "cg", rtol=1e-12, return_info=True)
-            if seen:
+            solves[0] += 1
+            if (False, True) in seen:
                 break
     finally:
         done.set()
         thread.join()
-    assert seen and not any(seen)
-    assert _workers_running(rt) and _scheduler_running(rt)
+    assert (False, True) in seen                          # paused, heartbeats running
+    assert all(heartbeats for _, heartbeats in seen)
+    assert _workers(rt) == (True, True) and _scheduler_running(rt)
+    assert rt.cluster.scheduler.periodic_callbacks["worker-ttl"].is_running()
     assert info.converged and np.linalg.norm(m @ x - b) <= 1e-11 * np.linalg.norm(b)
     a.free()

@@ -9,9 +9,9 @@ profiler samples only Dask's task threads, and a block solve runs in the block a
 thread. The scheduler and the nannies of a LocalCluster run in the driver's process, on the
 client's event loop, and tick the same way (and the scheduler balances work every 100 ms, with
 no task to balance during a solve). :func:`paused` stops those callbacks for the duration of a
-solve and starts them again after it (heartbeats, keep-alives, the worker TTL and the memory
-monitors keep running, so no worker is taken for lost or left to outgrow its memory, and the
-dashboard's plots resume when the solve returns). Several blocks on one worker share one pause
+solve and starts them again after it (heartbeats, keep-alives, the worker TTL and the nannies'
+memory monitors keep running, so no worker is taken for lost or left to outgrow its memory, and
+the dashboard's plots resume when the solve returns). Several blocks on one worker share one pause
 (counted). ustc pauses only the servers of a LocalCluster it started: the block actors of its
 workers (``BlockWorker(quiet=True)``) and, from the driver, its scheduler and nannies
 (:meth:`ustc.distributed.runtime.Runtime.local_servers`).
@@ -28,14 +28,18 @@ import weakref
 
 #: the periodic callbacks of a Dask server paused during a solve: sampling and bookkeeping only
 PAUSED = ("profile", "profile-cycle", "tick", "ticks", "monitor", "find-missing", "shift_counters", "stealing")
+#: on a worker also its memory manager's 100 ms look at its RSS (it spills managed data and holds
+#: back tasks, neither of which a solve has); the nanny's, which ends a worker that outgrows its
+#: memory limit, keeps running
+WORKER_PAUSED = PAUSED + ("memory_monitor",)
 
 #: server -> [solves running, names of the callbacks this module stopped]
 _STATE: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
-def _stop(server) -> list:
+def _stop(server, names) -> list:
     stopped = []
-    for name in PAUSED:
+    for name in names:
         pc = server.periodic_callbacks.get(name)
         if pc is not None and pc.is_running():
             pc.stop()
@@ -44,16 +48,17 @@ def _stop(server) -> list:
 
 
 @contextlib.contextmanager
-def paused(server):
-    """Stop ``server``'s :data:`PAUSED` periodic callbacks (those running) until the last of the
-    nested or concurrent ``paused`` blocks on it ends, then start the same ones again. Call it
-    on the server's event loop (a block actor's coroutine is). ``server`` None: nothing paused."""
+def paused(server, names=PAUSED):
+    """Stop ``server``'s periodic callbacks ``names`` (those running) until the last of the
+    nested or concurrent ``paused`` blocks on it ends, then start the same ones again (the first
+    block's ``names`` count). Call it on the server's event loop (a block actor's coroutine is).
+    ``server`` None: nothing paused."""
     if server is None:
         yield
         return
     state = _STATE.get(server)
     if state is None:
-        state = _STATE[server] = [0, _stop(server)]
+        state = _STATE[server] = [0, _stop(server, names)]
     state[0] += 1
     try:
         yield

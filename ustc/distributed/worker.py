@@ -38,7 +38,7 @@ from .comm import ActorCommunicator, run_inline
 from .fetch import SpGEMMBlocks
 from .gridblock import GridBlock, GridBlocks
 from .kernels import ghost_product, local_product
-from .quiet import paused
+from .quiet import WORKER_PAUSED, paused
 from .sockets import SocketCommunicator
 
 
@@ -455,7 +455,7 @@ class BlockWorker(SpGEMMBlocks, GridBlocks):
         :meth:`checkpoints` (``offset``: iterations done before, for a resumed solve; ``state``:
         CG's or BiCGSTAB's state to continue from, ``{name: vector name in vecs, or scalar}``,
         vector names given as ``("vec", name)``)."""
-        with paused(self._server() if self.quiet else None):
+        with paused(self._server() if self.quiet else None, WORKER_PAUSED):
             return await self._run(self._solve, key, bname, xname, x0name, method, np.dtype(dtype), rtol,
                                    atol, maxiter, restart, jacobi, nglobal, checkpoint_every, offset, state)
 
