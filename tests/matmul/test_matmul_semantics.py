@@ -105,8 +105,11 @@ def test_reset_operands_moves_the_in_place_target(rng):
     np.testing.assert_allclose(c2, a @ b + c20)
 
 
+SCALARS = [(2.0, 0.5), (np.float64(2.0), np.float64(0.5)), (3, 1)]
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex64, np.complex128])
-@pytest.mark.parametrize("alpha,beta", [(2.0, 0.5), (np.float64(2.0), np.float64(0.5)), (3, 1)])
+@pytest.mark.parametrize("alpha,beta", SCALARS)
 def test_scalars_never_widen_the_result(dtype, alpha, beta, rng):
     A, a, b, c = _operands(rng, "CSR", dtype=dtype)
     y = ustc.matmul(A, b[:, 0], alpha=alpha)
@@ -115,10 +118,19 @@ def test_scalars_never_widen_the_result(dtype, alpha, beta, rng):
     r = ustc.matmul(A, b, c, alpha=alpha, beta=beta)
     assert r is c and c.dtype == dtype
     np.testing.assert_allclose(c, alpha * (a @ b) + beta * c0, **tol(dtype))
-    C = ustc.Tensor.from_dense(c0, "CSR")                # sparse c: the functional form
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.complex64])
+@pytest.mark.parametrize("alpha,beta", SCALARS)
+def test_scalars_never_widen_a_sparse_result(dtype, alpha, beta, rng):
+    """Sparse c, the functional form, on the narrow dtypes (the ones a float64 scalar could
+    widen): each dtype compiles its own merge of A @ B with C (~11 s). float64 with a sparse c:
+    test_products.py::test_spgemm_with_sparse_c; complex64 stands for the complex kind."""
+    A, a, b, c = _operands(rng, "CSR", dtype=dtype)
+    C = ustc.Tensor.from_dense(c, "CSR")
     S = ustc.matmul(A, ustc.Tensor.from_dense(b, "CSR"), C, alpha=alpha, beta=beta)
     assert S.dtype == dtype
-    np.testing.assert_allclose(S.to_dense(), alpha * (a @ b) + beta * c0, **tol(dtype))
+    np.testing.assert_allclose(S.to_dense(), alpha * (a @ b) + beta * c, **tol(dtype))
 
 
 def test_scalar_kind_still_counts(rng):
@@ -170,8 +182,16 @@ DENSE_FORMATS = [fmt for fmt in (p.values[0] for p in named_2d()) if fmt.all_den
     [ustc.TensorFormat.parse("(i, j) -> (j : dense, i : dense)")]
 
 
-@pytest.mark.parametrize("dense_fmt", DENSE_FORMATS, ids=str)
-@pytest.mark.parametrize("fmt", named_2d())
+def _dense_operand_cases() -> list:
+    """Every registry format as A with the first dense format as B; the other dense formats
+    (another layout of B: an SpMM kernel of its own per A format) with a row-major and a
+    column-major A (CSR, CSC)."""
+    out = [pytest.param(p.values[0], DENSE_FORMATS[0], id=f"{p.id}-{DENSE_FORMATS[0]}") for p in named_2d()]
+    return out + [pytest.param(p.values[0], d, id=f"{p.id}-{d}") for d in DENSE_FORMATS[1:]
+                  for p in named_2d() if p.id in ("CSR", "CSC")]
+
+
+@pytest.mark.parametrize("fmt,dense_fmt", _dense_operand_cases())
 def test_dense_format_tensors_are_dense_operands(dense_fmt, fmt, rng):
     A, a, b, c = _operands(rng, fmt)
     B = ustc.Tensor.from_dense(b, dense_fmt)
