@@ -18,9 +18,19 @@ def _format(rank: int, batch_level: str, inner: str) -> str:
     return f"({', '.join(names)}) -> ({', '.join(levels)})"
 
 
-@pytest.mark.parametrize("rank", [4, 5])
-@pytest.mark.parametrize("batch_level", BATCH_LEVELS)
-@pytest.mark.parametrize("inner", ["dense", "compressed"])
+def _pairwise() -> list:
+    """(rank, batch level, inner level) covering every pair of values of any two of the three
+    (each case is a format of its own: its kernels compile apiece): every batch level with
+    rank 4 and 5 and with a dense and a compressed inner level, the two ranks crossed with the
+    two inner levels."""
+    out = []
+    for k, batch_level in enumerate(BATCH_LEVELS):
+        inner = ("dense", "compressed") if k % 2 == 0 else ("compressed", "dense")
+        out += [(4, batch_level, inner[0]), (5, batch_level, inner[1])]
+    return out
+
+
+@pytest.mark.parametrize("rank,batch_level,inner", _pairwise())
 def test_sparse_batches_of_any_rank(rank, batch_level, inner, rng):
     batch = (2, 3, 2)[: rank - 2]
     a = random_dense(rng, batch + (4, 5), 0.4)
