@@ -1,6 +1,6 @@
 """CSR x CSR -> CSR (Gustavson), hand-written: a counting pass then a filling pass, or, for a
 product that compresses little (about one entry per multiply-add, as a power-law graph's
-A @ A), one pass into upper bounds then a packing copy (:func:`product` chooses).
+A @ A), one pass into upper bounds, chunks then moved down into place (:func:`product` chooses).
 
 Rows are split into chunks of about equal work (multiply-adds, not rows, so a
 few long rows do not leave one thread with all of it). Each chunk owns a
@@ -150,16 +150,18 @@ def _bucket_sort(crd, lo, hi, least, most, spare, bins):
 
 @njit_cached(nogil=True, parallel=True)
 def spgemm_rows(apos, acrd, avals, bpos, bcrd, bvals, starts, bounds, spans, crd, vals, sizes, ordered):
-    """Columns and values of every output row ``i`` written once from ``crd[starts[i]]``, ``vals[starts[i]]``;
-    columns sorted when ``ordered``, else in the order the row first reached them. The row loop of both
-    paths of :func:`product`, told apart at compile time by the argument types (Numba prunes an
-    ``is None`` branch on a None argument, so each path compiles only its own lines):
+    """Columns and values of every output row written once, the rows of a chunk ``bounds[ch] <= i <
+    bounds[ch + 1]`` one after another from ``crd[starts[bounds[ch]]]``, ``vals[starts[bounds[ch]]]``;
+    columns sorted when ``ordered``, else in the order the row first reached them. The row loop of
+    both paths of :func:`product`, told apart at compile time by the argument types (Numba prunes
+    an ``is None`` branch on a None argument, so each path compiles only its own lines):
 
-    * the filling pass after :func:`spgemm_count`: ``starts`` its positions, ``spans`` its column
-      spans, ``sizes`` None (the counting pass knew them);
-    * one pass into upper bounds: ``starts`` the cumulative work (room for each row's products),
-      ``spans`` None (each chunk finds its own, :func:`_span`), and row ``i``'s entry count stored
-      in ``sizes[i + 1]``.
+    * the filling pass after :func:`spgemm_count`: ``starts`` its positions (row ``i`` lands at
+      ``pos[i]``), ``spans`` its column spans, ``sizes`` None (the counting pass knew them);
+    * one pass into upper bounds: ``starts`` the cumulative work, ``spans`` None (each chunk finds
+      its own, :func:`_span`), and row ``i``'s entry count stored in ``sizes[i + 1]``. A chunk's
+      rows are packed from its first row's bound, each row starting at or before its own bound
+      (``work[i]``: the products of the rows before it), so it writes below ``work[i + 1]``.
 
     A bitmap of the columns instead of int32 row stamps measured ~10% slower."""
     for ch in prange(len(bounds) - 1):
@@ -172,10 +174,10 @@ def spgemm_rows(apos, acrd, avals, bpos, bcrd, bvals, starts, bounds, spans, crd
         mark = np.full(width, -1, dtype=np.int32)
         acc = np.empty(width, dtype=vals.dtype)   # a column's first product stores, later ones add
         spare, bins = np.empty(width, dtype=crd.dtype), np.empty(width + 1, dtype=np.int64)
+        top = starts[U(lo)]
         for i in range(lo, hi):
             row = np.int32(i)
-            start = starts[U(i)]
-            top = start
+            start = top
             for pa in range(apos[U(i)], apos[U(i + 1)]):
                 k = acrd[U(pa)]
                 av = avals[U(pa)]
@@ -206,9 +208,11 @@ def spgemm_rows(apos, acrd, avals, bpos, bcrd, bvals, starts, bounds, spans, crd
 # A power-law graph's A @ A makes about one output entry per multiply-add (200k rows: 11.3M
 # products, 10.2M entries), so the counting pass above repeats nearly all of the filling pass's
 # scattered workspace accesses to learn sizes it could bound: row i holds at most its products.
-# Here each row is written once at its bound's offset (the cumulative work), and a parallel copy
-# packs the rows. Chosen where a sample of rows shows at most ONE_PASS_RATIO products per entry,
-# which also bounds the scratch (the bound) at that multiple of the output.
+# Here each chunk writes its rows once, packed from its first row's bound (the cumulative work),
+# and the chunks then move down to their positions in the same buffers (the output is a prefix of
+# them: a separate packed copy measured slower). Chosen where a sample of rows shows at most
+# ONE_PASS_RATIO products per entry, which also bounds the scratch (the bound) at that multiple
+# of the output.
 
 ONE_PASS_RATIO = 1.5
 SAMPLE_ROWS = 4096
@@ -231,15 +235,17 @@ def compression(apos, acrd, bpos, bcrd, n_cols, step):
     return products, entries
 
 
-@njit_cached(nogil=True, parallel=True)
-def pack(work, pos, bounds, crd, vals, crd_out, vals_out):
-    """Row ``i``'s ``pos[i + 1] - pos[i]`` entries from ``work[i]`` to ``pos[i]``, chunks in parallel."""
-    for ch in prange(len(bounds) - 1):
-        for i in range(bounds[ch], bounds[ch + 1]):
-            src = work[U(i)]
-            for p in range(pos[U(i)], pos[U(i + 1)]):
-                crd_out[U(p)] = crd[U(src)]
-                vals_out[U(p)] = vals[U(src)]
+@njit_cached(nogil=True)
+def shift_chunks(work, pos, bounds, crd, vals):
+    """Chunk ``ch``'s ``pos[bounds[ch + 1]] - pos[bounds[ch]]`` entries from ``work[bounds[ch]]`` down
+    to ``pos[bounds[ch]]``, chunks in order (a chunk may land on the one before's old place: serial,
+    each copied forwards, as ``pos <= work``)."""
+    for ch in range(1, len(bounds) - 1):
+        src, dst, end = work[U(bounds[ch])], pos[U(bounds[ch])], pos[U(bounds[ch + 1])]
+        if src != dst:
+            for p in range(dst, end):
+                crd[U(p)] = crd[U(src)]
+                vals[U(p)] = vals[U(src)]
                 src += 1
 
 
@@ -267,10 +273,12 @@ def product(apos, acrd, avals, bpos, bcrd, bvals, n_cols: int, dtype, ordered: b
         sizes = np.zeros(n_rows + 1, dtype=np.int64)
         spgemm_rows(apos, acrd, avals, bpos, bcrd, bvals, work, bounds, None, crd, vals, sizes, ordered)
         pos = np.cumsum(sizes)
-        index = np.int32 if max(int(pos[-1]), n_cols) < 2**31 else np.int64
-        crd_out, vals_out = np.empty(int(pos[-1]), dtype=index), np.empty(int(pos[-1]), dtype=dtype)
-        pack(work, pos, bounds, crd, vals, crd_out, vals_out)
-        return pos.astype(index), crd_out, vals_out
+        shift_chunks(work, pos, bounds, crd, vals)
+        nnz = int(pos[-1])
+        index = np.int32 if max(nnz, n_cols) < 2**31 else np.int64
+        # the output keeps the buffers unless a third of them would go unused (the sample misjudged)
+        crd, vals = (crd[:nnz].copy(), vals[:nnz].copy()) if 2 * len(vals) > 3 * nnz else (crd[:nnz], vals[:nnz])
+        return pos.astype(index), crd.astype(index, copy=False), vals
     sizes, spans = spgemm_count(apos, acrd, bpos, bcrd, bounds)
     pos = np.cumsum(sizes)
     index = np.int32 if max(int(pos[-1]), n_cols) < 2**31 else np.int64
