@@ -37,6 +37,24 @@ def subset_2d(*names: str) -> list:
 # compressed, diagonal, block, delta, n:m): the subset used for extra dtypes.
 FAMILIES_2D = ("CSR", "COO", "DCSC", "DIAI", "BSR", "DELTA", "Structured")
 
+# The value dtypes other than float64 (every format runs float64 in the registry-wide tests).
+OTHER_DTYPES = (np.float32, np.int64, np.complex128)
+
+
+def rotated_dtypes(names=FAMILIES_2D, dtypes=OTHER_DTYPES, offset: int = 0) -> list:
+    """``pytest.param(format, dtype)``: format k of ``names`` with dtype ``(k + offset) % len(dtypes)``.
+
+    Each (format, dtype) pair compiles kernels of its own, so a test of extra dtypes takes one
+    per format instead of the full product: every format and every dtype (each on two or more
+    formats) still appear, and tests of one operation take different offsets so that together
+    they cover other pairs."""
+    params = []
+    for k, name in enumerate(names):
+        dtype = dtypes[(k + offset) % len(dtypes)]
+        params.append(pytest.param(NAMED_2D[name], dtype, id=f"{name}-{np.dtype(dtype).name}"))
+    return params
+
+
 SHAPES_2D = [(5, 7), (6, 4), (1, 7), (7, 1), (0, 5), (5, 0)]
 SHAPE_IDS = ["5x7", "6x4", "1x7", "7x1", "0x5", "5x0"]
 

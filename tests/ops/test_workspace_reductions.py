@@ -9,8 +9,8 @@ import pytest
 import scipy.sparse as sp
 
 import ustc
-from op_helpers import (NAMED_2D, assert_matches, assert_unchanged, named_params, seed_of, snapshot, sparse,
-                        subset_2d)
+from op_helpers import (NAMED_2D, assert_matches, assert_unchanged, named_params, rotated_dtypes, seed_of, snapshot,
+                        sparse, subset_2d)
 from ustc import formats as F
 from ustc.codegen import notation as nt
 from ustc.tensor import fastpaths_rows
@@ -57,19 +57,27 @@ def test_spgemm_einsum_into_the_operands_format(fmt, shapes):
     assert_unchanged([A, B], before)
 
 
-@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int64, np.complex128], ids=str)
-@pytest.mark.parametrize("fmt", subset_2d("CSR", "CSC", "COO", "DCSR", "DCSC", "DIAI", "BSR"))
+@pytest.mark.parametrize("fmt, dtype", rotated_dtypes(("CSR", "CSC", "COO", "DCSR", "DCSC", "DIAI", "BSR")))
 def test_spgemm_einsum_dtypes(fmt, dtype):
-    seed = seed_of("ws-dtype", fmt, dtype)
-    A = sparse(fmt, (7, 9), seed=seed, dtype=dtype)
-    B = sparse(fmt, (9, 6), seed=seed + 1, dtype=dtype)
-    C = ustc.einsum("ik,kj->ij", A, B, out_format=fmt)
-    assert C.dtype == dtype
-    assert_matches(C, A.to_dense() @ B.to_dense())
+    """float64 (the kernel of test_spgemm_einsum_into_the_operands_format) and one other dtype per
+    format, rotated: each of float32, int64, complex128 on two or three of these formats."""
+    for dtype in (np.float64, dtype):
+        seed = seed_of("ws-dtype", fmt, dtype)
+        A = sparse(fmt, (7, 9), seed=seed, dtype=dtype)
+        B = sparse(fmt, (9, 6), seed=seed + 1, dtype=dtype)
+        C = ustc.einsum("ik,kj->ij", A, B, out_format=fmt)
+        assert C.dtype == dtype
+        assert_matches(C, A.to_dense() @ B.to_dense())
 
 
-@pytest.mark.parametrize("out", subset_2d("CSR", "CSC", "COO", "DCSR", "DCSC"))
-@pytest.mark.parametrize("fmt", subset_2d("CSR", "DCSR", "COO", "CSC"))
+# A (times a CSR B) into another format: every row-major A (CSR, DCSR, COO) into one row-major and
+# one column-major output, the column-major A (CSC) into every output, so each output is written
+# from a row-major and a column-major A (each pair is a kernel; the full 4 x 5 product repeated them).
+ACROSS = [("CSR", "CSR"), ("CSR", "DCSC"), ("DCSR", "COO"), ("DCSR", "CSC"), ("COO", "DCSR"), ("COO", "DCSC"),
+          ("CSC", "CSR"), ("CSC", "CSC"), ("CSC", "COO"), ("CSC", "DCSR"), ("CSC", "DCSC")]
+
+
+@pytest.mark.parametrize("fmt, out", [pytest.param(NAMED_2D[a], NAMED_2D[o], id=f"{a}-{o}") for a, o in ACROSS])
 def test_spgemm_einsum_across_formats(fmt, out):
     seed = seed_of("ws-across", fmt, out)
     A, B = sparse(fmt, (8, 8), seed=seed, density=0.3), sparse(F.CSR, (8, 5), seed=seed + 1, density=0.3)
