@@ -1,5 +1,11 @@
-"""Run ``matrix.py MODE`` (or another case script) in a fresh process (its own kernel cache) and
-parse its JSON lines."""
+"""Run ``matrix.py MODE`` (or another case script) in a fresh process and parse its JSON lines.
+
+The process shares the test session's kernel cache (``USTC_CACHE_DIR`` and ``NUMBA_CACHE_DIR``
+as the tests see them): the CPU kernels it needs (format conversions, the library's own)
+are compiled once for the whole suite instead of once in every script run; the CUDA
+kernels under test are run, modelled or compiled to PTX afresh in each process whatever
+the cache holds.
+"""
 
 from __future__ import annotations
 
@@ -12,14 +18,13 @@ from pathlib import Path
 MATRIX = Path(__file__).with_name("matrix.py")
 
 
-def run_matrix(mode: str, cache_dir, simulator: bool, timeout: int = 600, script: Path = MATRIX) -> list[dict]:
+def run_matrix(mode: str, workdir, simulator: bool, timeout: int = 600, script: Path = MATRIX) -> list[dict]:
+    """``script mode`` run in ``workdir`` with the session's kernel cache (see the module docstring)."""
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
-    env["USTC_CACHE_DIR"] = str(cache_dir)
-    env["NUMBA_CACHE_DIR"] = str(Path(cache_dir) / "numba")
     if simulator:
         env["NUMBA_ENABLE_CUDASIM"] = "1"
     done = subprocess.run([sys.executable, str(script), mode], capture_output=True, text=True, env=env,
-                          timeout=timeout)
+                          timeout=timeout, cwd=workdir)
     assert done.returncode == 0, done.stderr[-4000:]
     records = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     assert records, f"no results from {script.name} {mode}:\n{done.stderr[-4000:]}"
