@@ -241,7 +241,8 @@ def solve(s, b, fmt="CSR", **kw):
     return host(x), info, len(plans), Counting.launches - before
 
 
-def method_case(method, pre, dtype=np.float64, n=24, fmt="CSR", restart=30):
+def method_case(method, pre, dtype=np.float64, n=16, fmt="CSR", restart=30):
+    """A solve of n rows: n = 16 is two grid strides of the simulator's 8 threads (SIM_THREADS x SIM_BLOCKS)."""
     def run():
         s = spd(n, dtype) if method in ("cg", None) else nonsymmetric(n, dtype)
         b = rand(n, dtype, 5)
@@ -299,7 +300,7 @@ def format_cases():
         fmt = nf.format()
         if fmt.ndim != 2 or any(lv.type.keyword == "structured" for lv in fmt.levels):
             continue
-        out.append(method_case("bicgstab", "jacobi", n=16, fmt=fmt))
+        out.append(method_case("bicgstab", "jacobi", fmt=fmt))
         out[-1] = (f"format_{nf.name}_bicgstab_jacobi", out[-1][1])
     return out
 
@@ -312,8 +313,8 @@ def cases():
         for pre in (None, "jacobi"):
             out.append(method_case(method, pre))
     out += [method_case("cg", "jacobi", np.float32), method_case("gmres", None, np.float32),
-            method_case("bicgstab", None, np.complex128, n=16), method_case("gmres", "jacobi", np.complex128, n=16),
-            method_case("cg", None, np.complex128, n=16), method_case("gmres", None, restart=4)]
+            method_case("bicgstab", None, np.complex128), method_case("gmres", "jacobi", np.complex128),
+            method_case("cg", None, np.complex128), method_case("gmres", None, restart=4)]
     return out + semantics_cases() + format_cases()
 
 
