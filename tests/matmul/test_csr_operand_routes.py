@@ -27,17 +27,19 @@ def rand_dense(shape, dtype, density, seed=0):
     return np.where(mask, vals, 0).astype(dtype)
 
 
-def _kinds():
-    """The registry's 2-D formats that convert to CSR by the row kernels."""
-    out = []
+def _kinds() -> dict:
+    """The registry's 2-D formats that convert to CSR by the row kernels: name -> source kind."""
+    out = {}
     for nf in NAMED:
         fmt = nf.format()
-        if fmt.ndim == 2 and fastpaths_rows.source_kind(fmt, fmt.level_shape((4, 4))) is not None:
-            out.append(nf.name if not nf.example else str(fmt))
+        kind = fastpaths_rows.source_kind(fmt, fmt.level_shape((4, 4))) if fmt.ndim == 2 else None
+        if kind is not None:
+            out[nf.name if not nf.example else str(fmt)] = kind
     return out
 
 
-KINDS = _kinds()
+SOURCE_KIND = _kinds()
+KINDS = list(SOURCE_KIND)
 
 
 def _snapshot(t):
@@ -57,9 +59,23 @@ def _no_shared(result, *operands):
             assert not any(np.shares_memory(a, r) for r in arrays)
 
 
-@pytest.mark.parametrize("fmt", KINDS)
+DTYPES = [np.float64, np.float32, np.int64, np.complex128]   # test_dia_product's too (one compile each)
+
+
+def _kinds_by_dtype() -> list:
+    """Every kind on float64; the other dtypes (each a compile of its own) on one format of each
+    route that is not the DIA product: through CSR (coo) and the BSR product (test_dia_product
+    runs the DIA product in every dtype)."""
+    picked = {}
+    for fmt, kind in SOURCE_KIND.items():
+        if kind in ("coo", "bsr"):
+            picked.setdefault(kind, fmt)
+    assert len(picked) == 2, SOURCE_KIND
+    return [(fmt, np.float64) for fmt in KINDS] + [(fmt, dtype) for fmt in picked.values() for dtype in DTYPES[1:]]
+
+
+@pytest.mark.parametrize("fmt,dtype", _kinds_by_dtype(), ids=lambda v: getattr(v, "__name__", str(v)))
 @pytest.mark.parametrize("shape", [(0, 0), (1, 9), (9, 1), (8, 8), (13, 10)], ids=str)
-@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.int64, np.complex128])
 def test_spgemm_through_csr(fmt, shape, dtype):
     a = rand_dense(shape, dtype, 0.3, seed=1)
     b = rand_dense(shape[::-1], dtype, 0.3, seed=2)
@@ -130,10 +146,16 @@ def test_from_csr_shares_the_dropped_csr():
 DIAS = [f for f in KINDS if f.startswith("DIA")]
 
 
-@pytest.mark.parametrize("fa", DIAS)
-@pytest.mark.parametrize("fb", DIAS)
+def _dia_pairs() -> list:
+    """Every (A, B) pair of the registry's DIA formats on float64; each other dtype (a kernel
+    and its DIA conversions compiled apiece) on one pair, A and B in one format, the formats in
+    turn (the product kernel takes the orientation as an argument: one compile per dtype)."""
+    out = [(fa, fb, np.float64) for fa in DIAS for fb in DIAS]
+    return out + [(DIAS[i % len(DIAS)],) * 2 + (dtype,) for i, dtype in enumerate(DTYPES[1:])]
+
+
+@pytest.mark.parametrize("fa,fb,dtype", _dia_pairs(), ids=lambda v: getattr(v, "__name__", str(v)))
 @pytest.mark.parametrize("mkn", [(0, 3, 4), (3, 0, 4), (1, 1, 1), (1, 6, 1), (7, 9, 5), (9, 7, 11), (40, 40, 40)], ids=str)
-@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.int32, np.complex128])
 def test_dia_product(fa, fb, mkn, dtype):
     m, k, n = mkn
     a, b = rand_dense((m, k), dtype, 0.3, seed=m + k), rand_dense((k, n), dtype, 0.3, seed=n)
