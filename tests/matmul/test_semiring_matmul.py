@@ -144,8 +144,13 @@ def test_min_plus_dtypes_and_shapes(dtype, shape):
 
 # -- reachability, max-times, user semirings --------------------------------------------------
 
-@pytest.mark.parametrize("fmt", [F.CSR, F.CSC, F.COO(2), F.DCSR, F.DIAI])
-@pytest.mark.parametrize("dtype", [np.bool_, np.float64])
+# float64 values in every format; bool values (their own conversions from dense: two ~2 s
+# compiles for each format built column by column or by diagonals) in the formats built by rows
+REACH = [(fmt, np.float64) for fmt in (F.CSR, F.CSC, F.COO(2), F.DCSR, F.DIAI)] + \
+    [(fmt, np.bool_) for fmt in (F.CSR, F.COO(2), F.DCSR)]
+
+
+@pytest.mark.parametrize("fmt,dtype", REACH, ids=str)
 def test_or_and_reachability_matches_bfs(fmt, dtype):
     n = 20
     g = graph(n, seed=5, density=0.08)
@@ -194,19 +199,30 @@ def test_user_semiring_equals_min_plus():
 
 @pytest.mark.parametrize("fmt", sparse_formats())
 def test_abs_prolog_on_stored_values_and_relu_epilog(fmt):
+    """A prolog on a's stored values and an epilog on c + a @ b, fused in one kernel per format."""
+    rng = np.random.default_rng(8)
+    dense = rng.standard_normal((9, 8)) * (rng.random((9, 8)) < 0.4)
+    A = stored(sp.csr_array(dense), fmt)
+    a = A.to_dense()
+    x, c = rng.standard_normal(8), rng.standard_normal(9)
+    expected = np.maximum(np.abs(a) @ x + c, 0)         # the epilog sees c + a @ b
+    got = ustc.matmul(A, x, c, prologs={"a": magnitude}, epilog=relu)
+    assert got is c
+    np.testing.assert_allclose(c, expected)
+
+
+@pytest.mark.parametrize("fmt", [F.CSR, F.BSR(2, 2)], ids=str)
+def test_prolog_alone_epilog_alone_and_a_prolog_on_b(fmt):
     rng = np.random.default_rng(8)
     dense = rng.standard_normal((9, 8)) * (rng.random((9, 8)) < 0.4)
     A = stored(sp.csr_array(dense), fmt)
     a = A.to_dense()
     x = rng.standard_normal(8)
-    y = ustc.matmul(A, x, prologs={"a": magnitude})
-    np.testing.assert_allclose(y, np.abs(a) @ x)
-    y = ustc.matmul(A, x, epilog=relu)
-    np.testing.assert_allclose(y, np.maximum(a @ x, 0))
+    np.testing.assert_allclose(ustc.matmul(A, x, prologs={"a": magnitude}), np.abs(a) @ x)
+    np.testing.assert_allclose(ustc.matmul(A, x, epilog=relu), np.maximum(a @ x, 0))
     c = rng.standard_normal(9)
-    expected = np.maximum(a @ np.abs(x) + c, 0)         # the epilog sees c + a @ b
-    got = ustc.matmul(A, x, c, prologs={"b": magnitude}, epilog=relu)
-    assert got is c
+    expected = np.maximum(a @ np.abs(x) + c, 0)
+    assert ustc.matmul(A, x, c, prologs={"b": magnitude}, epilog=relu) is c
     np.testing.assert_allclose(c, expected)
 
 
