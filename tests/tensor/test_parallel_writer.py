@@ -59,6 +59,14 @@ def check(a: Tensor, fmt, split: bool | None = True) -> Tensor:
 
 
 SPLIT_2D = ["COO", "DCSR", "BSR", "DELTA", "CROW", "DCSC", "CCOL", "BSC"]
+# Every target takes the row walk of CSR and CSC (the one in the other order transposed first).
+# The COO walk (deduplicated runs) and the unique-positions walk (DCSR / DCSC) write one target
+# of each kind of level the writer splits differently: a singleton leaf (COO), blocks whose
+# borders move to block-row starts (BSR), a delta leaf (DELTA), compressed under compressed in
+# column order (DCSC). The other targets repeat those levels: DCSR is DCSC's in row order, CROW
+# and CCOL a dense leaf under a compressed level as BSR, BSC is BSR column-major. (One kernel
+# per source walk and target: 24 -> 16 compiles.)
+WALKED_BY_EVERY_SOURCE = ("COO", "BSR", "DELTA", "DCSC")
 SHAPES = [(0, 0), (0, 7), (7, 0), (1, 13), (13, 1), (9, 11), (16, 4)]
 
 
@@ -79,7 +87,10 @@ def test_registry_targets_are_written_in_chunks_as_the_oracle(name, shape, conte
          "heavy": lambda: heavy_row(shape)}[contents]()
     dst = REGISTRY[name]
     column_major = name in ("DCSC", "CCOL", "BSC")
-    for src in (F.CSR, F.COO(2), F.CSC, F.DCSC if column_major else F.DCSR):
+    sources = (F.CSR, F.CSC)
+    if name in WALKED_BY_EVERY_SOURCE:
+        sources += (F.COO(2), F.DCSC if column_major else F.DCSR)
+    for src in sources:
         a = Tensor.from_dense(x, src)
         got = check(a, dst)  # a source walked in the other order is transposed first (CSR <-> CSC)
         np.testing.assert_array_equal(got.to_dense(), x)
@@ -134,15 +145,13 @@ def test_three_dimensional_and_batched_outputs(shape):
                "(i, j, k) -> (i : batch, j : compressed(nonunique), k : singleton)",
                "(i, j, k) -> (i : dense, j floordiv 2 : dense, k : compressed, j mod 2 : dense)",
                "(i, j, k) -> (i floordiv 2 : compressed, j : compressed, i mod 2 : dense, k : dense)"]
-    for src in (F.COO(3), F.CSF(3), F.Dense(3)):
-        a = Tensor.from_dense(x, src)
-        for dst in targets:
-            try:
-                want = oracle(a, dst)
-            except StorageError:
-                continue
-            got = check(a, dst)
-            assert_same_storage(got, want)
+    sources = (F.COO(3), F.CSF(3), F.Dense(3))  # the deduplicated, the positions' and the dense walk
+    # each target from one walk in turn (never its own format), each walk into two targets: the
+    # 2-D registry test above crosses every walk with every kind of target level
+    for k, dst in enumerate(targets):
+        a = Tensor.from_dense(x, sources[(k + 1) % len(sources)])
+        got = check(a, dst)
+        assert_same_storage(got, oracle(a, dst))
 
 
 def test_a_heavy_row_in_a_large_matrix_through_convert(monkeypatch):
@@ -155,7 +164,7 @@ def test_a_heavy_row_in_a_large_matrix_through_convert(monkeypatch):
         assert_same_storage(got, oracle(a, REGISTRY[name]))
 
 
-@settings(max_examples=examples(40), deadline=None,
+@settings(max_examples=examples(20), deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(src=formats(max_rank=3, allow_structured=False), dst=formats(max_rank=3, allow_structured=False),
        data=st.data())
