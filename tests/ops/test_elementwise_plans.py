@@ -22,7 +22,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import ustc
-from op_helpers import FAMILIES_2D, NAMED_2D, assert_matches, assert_unchanged, named_params, snapshot, sparse
+from op_helpers import (FAMILIES_2D, NAMED_2D, assert_matches, assert_unchanged, named_params, rotated_dtypes, snapshot,
+                        sparse)
 from ustc import Tensor
 from ustc.codegen import notation as nt
 from ustc.ops import elementwise, plan_cache, runtime
@@ -33,7 +34,6 @@ from ustc.ops.plan_cache import ELEMENTWISE, DirectCall, KernelPlan
 from ustc.tensor import fastpaths, kernels
 
 OPS = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b}
-DTYPES = (np.float32, np.float64, np.int64, np.complex128)
 SHAPES = ((0, 0), (0, 4), (4, 0), (1, 9), (9, 1), (6, 4), (5, 7))
 
 
@@ -70,15 +70,25 @@ def _hits() -> int:
 # -- operators over the registry -------------------------------------------------------------
 
 
-@pytest.mark.parametrize("fmt", named_params(NAMED_2D))
-def test_repeated_operators_every_registry_format(fmt):
+def _registry_ops() -> list:
+    """Every registry format with the operators it runs here: all three for the families (their
+    kernels are test_dtypes_and_edge_shapes' float64 ones), ``-`` for the others (each operator is
+    a kernel per format, and test_elementwise.py::test_add_and_mul_mixed_formats runs + and * on
+    every format; the plan cache keys and hits the same way whichever operator it is)."""
+    return [pytest.param(fmt, tuple(OPS) if name in FAMILIES_2D else ("-",),
+                         id=name if name in FAMILIES_2D else f"{name}-sub") for name, fmt in NAMED_2D.items()]
+
+
+@pytest.mark.parametrize("fmt, ops", _registry_ops())
+def test_repeated_operators_every_registry_format(fmt, ops):
     """Same-format pairs: the second call of each operator is a hit; both calls equal NumPy and
     the unplanned runtime; new values and a new pattern of the same kinds still hit and are right."""
     if fmt.all_dense:
         pytest.skip("all-dense Tensors are dense operands (NumPy's operator)")
     A, B = sparse(fmt, (6, 5), seed=1), sparse(fmt, (6, 5), seed=2)
     before = snapshot(A, B)
-    for op, f in OPS.items():
+    for op in ops:
+        f = OPS[op]
         first = f(A, B)
         hits = _hits()
         second = f(A, B)
@@ -96,18 +106,23 @@ def test_repeated_operators_every_registry_format(fmt):
     assert_unchanged([A, B], before)
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("fmt", named_params({n: NAMED_2D[n] for n in FAMILIES_2D}))
+@pytest.mark.parametrize("fmt, dtype", rotated_dtypes(offset=0))
 def test_dtypes_and_edge_shapes(fmt, dtype):
-    for shape in SHAPES:
-        for zero in (False, True):
-            A = sparse(fmt, shape, dtype, seed=5, zero=zero)
-            B = sparse(fmt, shape, dtype, seed=6)
-            for op, f in OPS.items():
-                for _ in range(2):
-                    C = f(A, B)
-                    assert C.dtype == np.dtype(dtype)
-                    assert_matches(C, f(A.to_dense(), B.to_dense()), dtype)
+    """float64 (its kernels are those of the registry-wide test above) and one other dtype per
+    family, rotated (test_elementwise.py::test_add_other_dtypes takes the others); every edge
+    shape, all-zero or not, is a plan of its own but no new kernel."""
+    for dtype in (np.float64, dtype):
+        for shape in SHAPES:
+            for zero in (False, True):
+                A = sparse(fmt, shape, dtype, seed=5, zero=zero)
+                B = sparse(fmt, shape, dtype, seed=6)
+                for op, f in OPS.items():
+                    for _ in range(2):
+                        C = f(A, B)
+                        assert C.dtype == np.dtype(dtype)
+                        assert C.format == (fmt if op == "*" else union_format(fmt, fmt))
+                        C.validate()
+                        assert_matches(C, f(A.to_dense(), B.to_dense()), dtype)
 
 
 @pytest.mark.parametrize("fmt", named_params({n: NAMED_2D[n] for n in FAMILIES_2D}))
