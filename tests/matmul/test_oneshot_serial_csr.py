@@ -1,5 +1,5 @@
 """A repeated plain one-shot ``ustc.matmul(A, x)`` on a small CSR ``A`` runs the hand-written
-serial row loop (``ops.matmul.SerialCsrCall``, ``kernels._narrow_spmv.csr_spmv_serial``) instead
+serial row loop (``ops.matmul.SerialCsrCall``, ``ops._vector.csr_rows``, the fused solvers' row loop) instead
 of the generated serial twin. Oracle: SciPy on the operands' current values."""
 
 from __future__ import annotations

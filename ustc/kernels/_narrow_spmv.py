@@ -73,28 +73,6 @@ def _row(vals, x, off, base, begin, end, zero):
     return acc, acc_1
 
 
-@njit_cached(nogil=True)
-def csr_spmv_serial(y, pos, crd, vals, x):
-    """``y[i] = sum_p vals[p] * x[crd[p]]`` over row ``i``'s entries ``[pos[i], pos[i + 1])``, on one
-    thread, each row in two sums as :func:`_row`: the one-shot path's CSR SpMV below
-    ``runtime.SERIAL_WORK`` (``ops.matmul``). The generated serial twin's row loop (a branch on
-    rows of 16 entries, a remainder loop ahead of an 8-way unrolled body) took ~1.3x SciPy's
-    ``csr_matvec`` on the 4,096-row stencil's rows of 4-7 entries; this loop matches it. The
-    caller guarantees the buffers passed ``tensor.safety`` and ``len(y)`` rows."""
-    zero = y.dtype.type(0)
-    end = np.int64(pos[0])
-    for i in range(len(y)):   # _row's body written out: inlined here it kept an NRT incref / decref a row
-        p, end = end, np.int64(pos[U(i + 1)])
-        acc, acc_1 = zero, zero
-        while p + 1 < end:
-            acc += vals[U(p)] * x[U(crd[U(p)])]
-            acc_1 += vals[U(p + 1)] * x[U(crd[U(p + 1)])]
-            p += 2
-        if p < end:
-            acc += vals[U(p)] * x[U(crd[U(p)])]
-        y[U(i)] = acc + acc_1
-
-
 def _row_end(rows, i, begin):
     """Row ``i``'s end: ``begin + rows[i]`` where ``rows`` holds uint8 lengths, else ``rows[i + 1]``
     (row pointers). Chosen by ``rows``' dtype when the kernel compiles (:func:`_row_end_of`)."""

@@ -442,8 +442,9 @@ def csr_rows(pos, crd, vals, x, out, lo, hi, left, zero):
     add latency (44 -> 37 us for the 10^4-row Poisson matrix). Called once per product or
     chunk of rows: a helper called per row cost 650 us a product (array arguments per call)."""
     d = zero
+    end = np.int64(pos[U(lo)])
     for i in range(lo, hi):
-        e, end = pos[U(i)], pos[U(i + 1)]
+        e, end = end, np.int64(pos[U(i + 1)])   # each row pointer loaded once
         a = zero
         b = zero
         while e + 1 < end:

@@ -25,12 +25,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..formats import CSR
-from ..kernels._narrow_spmv import csr_spmv_serial
 from ..tensor import packages
 from ..tensor.interop import plain_format
 from ..tensor.storage import Layout
 from ..tensor.tensor import Tensor
 from . import narrow, plan_cache, runtime
+from ._vector import csr_rows
 from .operands import checked
 from .plan import Bound, Matmul, bind
 from .plan_cache import MATMUL, DirectCall, KernelPlan
@@ -113,8 +113,8 @@ class Repeat:
 
 @dataclass(frozen=True)
 class SerialCsrCall:
-    """A small plain CSR SpMV (below ``runtime.SERIAL_WORK``) on the hand-written serial row loop
-    (``kernels._narrow_spmv.csr_spmv_serial``) instead of the generated serial twin: 4,096-row
+    """A small plain CSR SpMV (below ``runtime.SERIAL_WORK``) on the fused solvers' serial row loop
+    (``ops._vector.csr_rows``) instead of the generated serial twin: 4,096-row
     stencil, alternating rounds, thread CPU time minimum 22.9-24.5 us against the twin's 32.2 and
     SciPy csr_matvec's 23.4 (load 17). ``n_rows`` rows of ``dtype``."""
 
@@ -125,7 +125,7 @@ class SerialCsrCall:
     def run(self, kernel, a: Tensor, b: np.ndarray) -> np.ndarray:
         out = np.empty(self.n_rows, self.dtype)
         buffers = a._buffers
-        kernel(out, buffers[(1, "pos")], buffers[(1, "crd")], a._values, b)
+        kernel(buffers[(1, "pos")], buffers[(1, "crd")], a._values, b, out, 0, self.n_rows, None, self.dtype.type(0))
         return out
 
 
@@ -170,6 +170,6 @@ def _remember(a, b, bound: Bound, route) -> None:
     if len(_REPEATS) >= _REPEATS_LIMIT:
         _REPEATS.clear()
     serial = _serial_csr(a, b, bound, work)
-    call, kernel = (serial, csr_spmv_serial) if serial is not None else (plan.direct, plan.direct.kernel(work))
+    call, kernel = (serial, csr_rows) if serial is not None else (plan.direct, plan.direct.kernel(work))
     _REPEATS[id(a._layout)] = Repeat(a._layout, a._values.dtype, index, a.package, b.shape, b.dtype, call, kernel,
                                      MATMUL.generation)
