@@ -22,8 +22,8 @@ import numpy as np
 from numba import prange
 
 from ..cache._lean import njit_cached
-from ._narrow_spmv import StructureSample
-from ._spgemm import U, chunk_bounds
+from ._narrow_spmv import StructureSample, chunked_for, row_chunks
+from ._spgemm import U
 
 MAX_DIAGONALS = 32   # masks up to uint32
 MIN_ENTRIES = 1 << 18   # below this the operand sits in cache: fewer bytes buy nothing for the analysis
@@ -156,7 +156,7 @@ class Diagonals:
         nnz = int(pos[-1]) if n_rows >= 1 else 0
         if nnz < MIN_ENTRIES:
             return None
-        bounds = chunk_bounds(pos.astype(np.int64) + np.arange(n_rows + 1), max(1, min(n_rows, threads)))
+        bounds = row_chunks(pos, threads)
         table, counts = chunk_offsets(pos, crd, bounds, MAX_DIAGONALS)
         if counts.max() > MAX_DIAGONALS:
             return None
@@ -173,7 +173,7 @@ class Diagonals:
     def matches(self, pos: np.ndarray, crd: np.ndarray, n_vals: int, threads: int) -> bool:
         """Whether these are the buffers the masks were made from, for as many threads, with values
         for every entry, and the sampled structure unchanged (:meth:`StructureSample.same`)."""
-        return len(self.bounds) - 1 == max(1, min(len(pos) - 1, threads)) and n_vals >= self.nnz \
+        return chunked_for(self.bounds, pos, threads) and n_vals >= self.nnz \
             and self.sample.same(pos, crd)
 
     def spmv(self, y: np.ndarray, vals: np.ndarray, x: np.ndarray, alpha, accumulate: bool) -> None:

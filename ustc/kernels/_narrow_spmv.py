@@ -127,6 +127,22 @@ def _identity(*arrays) -> tuple:
     return tuple((id(a), a.__array_interface__["data"][0], a.shape, a.dtype.str) for a in arrays)
 
 
+def row_chunks(pos: np.ndarray, threads: int) -> np.ndarray:
+    """The rows of the CSR pointers ``pos`` in chunks of about equal work (entries plus one a row),
+    one per thread and at most one per row: the split the planned SpMV kernels run in parallel."""
+    return chunk_bounds(pos.astype(np.int64) + np.arange(len(pos)), _chunk_count(pos, threads))
+
+
+def chunked_for(bounds: np.ndarray, pos: np.ndarray, threads: int) -> bool:
+    """Whether ``bounds`` (from :func:`row_chunks`) has as many chunks as ``threads`` threads get
+    over the rows of ``pos``."""
+    return len(bounds) - 1 == _chunk_count(pos, threads)
+
+
+def _chunk_count(pos: np.ndarray, threads: int) -> int:
+    return max(1, min(len(pos) - 1, threads))
+
+
 @dataclass(frozen=True, eq=False)
 class StructureSample:
     """What a planned SpMV compares at every execute to trust a structure it derived from a CSR
@@ -191,8 +207,7 @@ class NarrowColumns:
         if crd.dtype.itemsize <= 2 or n_rows < 1:
             return None
         nnz = int(pos[-1])
-        work = pos.astype(np.int64) + np.arange(n_rows + 1)
-        bounds = chunk_bounds(work, max(1, min(n_rows, threads)))
+        bounds = row_chunks(pos, threads)
         if n_cols <= ABSOLUTE_COLUMNS:
             scale, dtype, lo, hi = 0, np.uint16, 0, ABSOLUTE_COLUMNS - 1
         else:
@@ -215,7 +230,7 @@ class NarrowColumns:
         if n_rows < 1 or pos.dtype.type not in (np.int32, np.int64) or crd.dtype.type not in (np.int32, np.int64):
             return None
         nnz = int(pos[-1])
-        bounds = chunk_bounds(pos.astype(np.int64) + np.arange(n_rows + 1), max(1, min(n_rows, threads)))
+        bounds = row_chunks(pos, threads)
         return cls(pos, None, crd[:nnz], 0, bounds, pos[bounds].astype(np.int64),
                    StructureSample.of(pos, crd, nnz), own=True)
 
@@ -223,7 +238,7 @@ class NarrowColumns:
         """Whether these are the buffers the copy was made from (same objects, addresses, shapes,
         dtypes), for as many threads, with values for every entry, and the sampled row pointers
         and columns unchanged (:meth:`StructureSample.same`)."""
-        return len(self.bounds) - 1 == max(1, min(len(pos) - 1, threads)) and n_vals >= len(self.off) \
+        return chunked_for(self.bounds, pos, threads) and n_vals >= len(self.off) \
             and self.sample.same(pos, crd)
 
     def spmv(self, y: np.ndarray, vals: np.ndarray, x: np.ndarray, alpha, accumulate: bool) -> None:
