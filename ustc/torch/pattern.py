@@ -68,9 +68,10 @@ def share(source: Tensor, target: Tensor, *, same_coords: bool = True, transpose
     if same_coords and source in _COORDS:
         _COORDS[target] = _COORDS[source]
     elif transposed and source in _COORDS:  # the same slots at swapped coordinates
-        _COORDS[target] = {key: ((coords[1], coords[0]), index, full)
-                           for key, (coords, index, full) in _COORDS[source].items()
-                           if isinstance(key, torch.device) and len(coords) == 2}
+        # device keys only: ("flat", device) holds row-major positions, which swapping does not give
+        _COORDS[target] = {key: ((entry[0][1], entry[0][0]), entry[1], entry[2])
+                           for key, entry in _COORDS[source].items()
+                           if isinstance(key, torch.device) and len(entry[0]) == 2}
     return target
 
 
