@@ -211,7 +211,8 @@ def transposed(values, crd, n_out: int, n_in: int, pos=None, major=None, rows_dt
     swapped: ``n_out`` output rows (the old minor extent), each holding its entries in the old
     major order (coordinates below ``n_in``, the old major extent); ``rows`` is every entry's
     output row in ``rows_dtype`` (a COO target's first level), None without it. Explicit zeros
-    are dropped. Stable, in parallel passes (``kernels.transpose_*``): each chunk of the source
+    are dropped: the passes first assume there are none (the count reads no values), and run
+    again dropping them where the fill meets one (:func:`_transposed`). Stable, in parallel passes (``kernels.transpose_*``): each chunk of the source
     counts its nonzeros per output row, a prefix
     places every chunk's run of every row (or block of rows), then
 
@@ -223,12 +224,25 @@ def transposed(values, crd, n_out: int, n_in: int, pos=None, major=None, rows_dt
       least :data:`BLOCKED_FROM_ROWS` output rows, each chunk moves its entries to a few dozen
       blocks of output rows (:func:`blocking`), then each block is sorted by row through
       sub-blocks in buffers that stay in cache (``kernels.partition_blocks``, ``sort_blocks``).
-      The row within the block travels in the low bits of the major coordinate, or in ``rows``.
+      The row within the block travels in the low bits of the major coordinate, or in ``rows``;
+      a COO target's ``rows`` are written row by row after each sub-block, while it is in L1.
 
     Extra memory: chunks x output rows counts (int32 when positions fit), freed before a
     blocked transpose allocates the outputs in their final dtypes (int32 positions and
     coordinates when they fit) and one block per thread (at most :data:`BLOCK_BUFFER` of the
     output, else the scatter is direct)."""
+    for drop in (False, True):
+        out = _transposed(values, crd, n_out, n_in, pos, major, rows_dtype, drop)
+        if out is not None:
+            return out
+    raise AssertionError("the transpose that drops zeros always completes")
+
+
+def _transposed(values, crd, n_out: int, n_in: int, pos, major, rows_dtype, drop: bool):
+    """:func:`transposed`; ``drop``: zeros are dropped in the count and the fill; else the count
+    reads no values (the common case: no explicit zeros; ``values`` is most of the source's
+    bytes) and the fill counts the zeros it meets, None when there were any (its outputs are
+    freed; the caller runs again dropping them)."""
     from . import kernels
 
     nnz = len(values)
@@ -238,10 +252,10 @@ def transposed(values, crd, n_out: int, n_in: int, pos=None, major=None, rows_dt
     counts = np.zeros((chunks, n_out), dtype=wide)
     if pos is not None:
         bounds = row_bounds(pos, goals)
-        kernels.transpose_counts(pos, crd, values, bounds, counts)
+        kernels.transpose_counts(pos, crd, values, bounds, counts, drop)
     else:
         bounds = goals
-        kernels.transpose_counts_coo(crd, values, bounds, counts)
+        kernels.transpose_counts_coo(crd, values, bounds, counts, drop)
     band = _band(crd, nnz, n_out, n_in, pos, major)
     pos_out = np.empty(n_out + 1, dtype=wide)
     crd_dtype = _fitting(max(n_in - 1, 0))
@@ -252,16 +266,18 @@ def transposed(values, crd, n_out: int, n_in: int, pos=None, major=None, rows_dt
     starts = None if cut is None else _block_starts(kernels, counts, pos_out, cut, chunks)
     if starts is not None:
         del counts  # the outputs are allocated after the table is freed
-        return _blocked(kernels, values, crd, pos, major, bounds, starts, pos_out, cut, crd_dtype, rows_dtype)
+        return _blocked(kernels, values, crd, pos, major, bounds, starts, pos_out, cut, crd_dtype, rows_dtype, drop)
     nblocks = max(1, min(n_out, chunks * BLOCKS_PER_THREAD))
     blocks = np.arange(nblocks + 1, dtype=np.int64) * n_out // nblocks
     total = int(kernels.column_starts(counts, pos_out, blocks))
     crd_out = np.empty(total, dtype=crd_dtype)
     values_out = np.empty(total, dtype=values.dtype)
     if pos is not None:
-        kernels.transpose_fill(pos, crd, values, bounds, counts, crd_out, values_out)
+        zeros = kernels.transpose_fill(pos, crd, values, bounds, counts, crd_out, values_out, drop)
     else:
-        kernels.transpose_fill_coo(major, crd, values, bounds, counts, crd_out, values_out)
+        zeros = kernels.transpose_fill_coo(major, crd, values, bounds, counts, crd_out, values_out, drop)
+    if zeros and not drop:
+        return None
     rows = None
     if rows_dtype is not None:
         rows = np.empty(total, dtype=rows_dtype)
@@ -286,23 +302,23 @@ def _block_edges(pos_out, shift: int) -> np.ndarray:
     return np.append(pos_out[:len(pos_out) - 1:1 << shift], pos_out[-1])
 
 
-def _blocked(kernels, values, crd, pos, major, bounds, starts, pos_out, cut: Blocking, crd_dtype, rows_dtype):
-    """:func:`transposed`'s blocked path, the starts placed (:func:`_block_starts`)."""
+def _blocked(kernels, values, crd, pos, major, bounds, starts, pos_out, cut: Blocking, crd_dtype, rows_dtype,
+             drop: bool):
+    """:func:`transposed`'s blocked path, the starts placed (:func:`_block_starts`); None where
+    zeros were met and not ``drop`` (:func:`_transposed`)."""
     chunks, total = len(starts), int(pos_out[-1])
     crd_out, values_out = np.empty(total, dtype=crd_dtype), np.empty(total, dtype=values.dtype)
     local = np.empty(0 if rows_dtype is None else total, dtype=crd_dtype if rows_dtype is None else rows_dtype)
-    args = (bounds, cut.shift, starts, cut.packed, crd_out, values_out, local)
+    args = (bounds, cut.shift, starts, cut.packed, crd_out, values_out, local, drop)
     if pos is not None:
-        kernels.partition_blocks(pos, crd, values, *args)
+        zeros = kernels.partition_blocks(pos, crd, values, *args)
     else:
-        kernels.partition_blocks_coo(major, crd, values, *args)
+        zeros = kernels.partition_blocks_coo(major, crd, values, *args)
+    if zeros and not drop:
+        return None
     edges = _block_edges(pos_out, cut.shift)
     work = np.arange(chunks + 1, dtype=np.int64) * total // chunks
-    rows_later = cut.packed and rows_dtype is not None
-    kernels.sort_blocks(pos_out, cut.shift, cut.sub, row_bounds(edges, work), cut.packed, crd_out, values_out,
-                        local[:0] if rows_later else local)
-    if rows_later:
-        kernels.expand_rows(pos_out, local, chunks)
+    kernels.sort_blocks(pos_out, cut.shift, cut.sub, row_bounds(edges, work), cut.packed, crd_out, values_out, local)
     return pos_out, crd_out, values_out, (None if rows_dtype is None else local)
 
 

@@ -272,30 +272,33 @@ def _zeros_parallel(values):
 # Chunk t of the source (rows [bounds[t], bounds[t + 1]) of a compressed level, or positions of a
 # COO source) counts its nonzeros per output row in counts[t]; column_starts turns the table into
 # where each chunk writes each output row (the chunks before it first: the transpose is stable)
-# and the output's pos; the fill scatters. Explicit zeros are dropped in both passes. Extra memory:
+# and the output's pos; the fill scatters. Explicit zeros are dropped in both passes when ``drop``; else
+# the count never reads the values and the fill reports the zeros it met (the caller runs again). Extra memory:
 # the table (chunks x output rows) beside the output.
 
 
 @njit_cached(parallel=True)
-def transpose_counts(pos, crd, values, bounds, counts):
-    """``counts[t, b]`` += nonzeros at minor coordinate ``b`` in majors ``[bounds[t], bounds[t + 1])``.
-    One flat loop over the chunk's positions: a count needs no major coordinate, and a loop per
-    short row cost more than its body (random 200k^2: 16 -> 4 ms CPU; stencil 114^3: 16 -> 14).
-    Reading the values here measured cheaper than a zero count first and a count without them."""
+def transpose_counts(pos, crd, values, bounds, counts, drop):
+    """``counts[t, b]`` += entries at minor coordinate ``b`` in majors ``[bounds[t], bounds[t + 1])``,
+    only the nonzero ones when ``drop`` (else ``values`` is never read: a third of the bytes
+    of a float64 / int32 source). One flat loop over the chunk's positions: a count needs no
+    major coordinate, and a loop per short row cost more than its body (random 200k^2: 16 -> 4
+    ms CPU; stencil 114^3: 16 -> 14)."""
     for t in prange(bounds.size - 1):
         row = counts[t]
         for q in range(pos[U(bounds[t])], pos[U(bounds[t + 1])]):
-            if values[U(q)] != 0:
+            if not drop or values[U(q)] != 0:
                 row[U(crd[U(q)])] += 1
 
 
 @njit_cached(parallel=True)
-def transpose_counts_coo(crd, values, bounds, counts):
-    """``counts[t, b]`` += nonzeros at minor coordinate ``b`` in positions ``[bounds[t], bounds[t + 1])``."""
+def transpose_counts_coo(crd, values, bounds, counts, drop):
+    """``counts[t, b]`` += entries (nonzero ones when ``drop``) at minor coordinate ``b`` in
+    positions ``[bounds[t], bounds[t + 1])``."""
     for t in prange(bounds.size - 1):
         row = counts[t]
         for q in range(bounds[t], bounds[t + 1]):
-            if values[U(q)] != 0:
+            if not drop or values[U(q)] != 0:
                 row[U(crd[U(q)])] += 1
 
 
@@ -331,34 +334,45 @@ def column_starts(counts, pos_out, blocks):
 
 
 @njit_cached(parallel=True)
-def transpose_fill(pos, crd, values, bounds, offsets, crd_out, values_out):
-    """Each nonzero of majors ``[bounds[t], bounds[t + 1])`` to ``offsets[t, minor]`` (then moved
-    on), with its major coordinate."""
+def transpose_fill(pos, crd, values, bounds, offsets, crd_out, values_out, drop):
+    """Each entry of majors ``[bounds[t], bounds[t + 1])`` (each nonzero one when ``drop``) to
+    ``offsets[t, minor]`` (then moved on), with its major coordinate. Returns the zeros met
+    (written where not ``drop``: the caller then runs again dropping them)."""
+    zeros = 0
     for t in prange(bounds.size - 1):
+        z = 0
         for a in range(bounds[t], bounds[t + 1]):
             for q in range(pos[U(a)], pos[U(a + 1)]):
                 v = values[U(q)]
-                if v != 0:
+                z += v == 0
+                if not drop or v != 0:
                     b = U(crd[U(q)])
                     o = offsets[t, b]
                     crd_out[U(o)] = a
                     values_out[U(o)] = v
                     offsets[t, b] = o + 1
+        zeros += z
+    return zeros
 
 
 @njit_cached(parallel=True)
-def transpose_fill_coo(major, crd, values, bounds, offsets, crd_out, values_out):
-    """Each nonzero of positions ``[bounds[t], bounds[t + 1])`` to ``offsets[t, minor]``, with
-    ``major[q]``."""
+def transpose_fill_coo(major, crd, values, bounds, offsets, crd_out, values_out, drop):
+    """Each entry (nonzero one when ``drop``) of positions ``[bounds[t], bounds[t + 1])`` to
+    ``offsets[t, minor]``, with ``major[q]``. Returns the zeros met (:func:`transpose_fill`)."""
+    zeros = 0
     for t in prange(bounds.size - 1):
+        z = 0
         for q in range(bounds[t], bounds[t + 1]):
             v = values[U(q)]
-            if v != 0:
+            z += v == 0
+            if not drop or v != 0:
                 b = U(crd[U(q)])
                 o = offsets[t, b]
                 crd_out[U(o)] = major[U(q)]
                 values_out[U(o)] = v
                 offsets[t, b] = o + 1
+        zeros += z
+    return zeros
 
 
 # -- the blocked transpose: partition by blocks of output rows, then sort each block in cache ------
@@ -417,34 +431,44 @@ def _place(packed, shift, o, a, b, v, major_out, values_out, local):
 
 
 @njit_cached(parallel=True)
-def partition_blocks(pos, crd, values, bounds, shift, starts, packed, major_out, values_out, local):
-    """Each nonzero of majors ``[bounds[t], bounds[t + 1])`` of a compressed level to
-    ``starts[t, crd >> shift]`` (then moved on), with its major coordinate and its minor one
-    (:func:`_place`)."""
+def partition_blocks(pos, crd, values, bounds, shift, starts, packed, major_out, values_out, local, drop):
+    """Each entry (nonzero one when ``drop``) of majors ``[bounds[t], bounds[t + 1])`` of a
+    compressed level to ``starts[t, crd >> shift]`` (then moved on), with its major coordinate
+    and its minor one (:func:`_place`). Returns the zeros met (:func:`transpose_fill`)."""
+    zeros = 0
     for t in prange(bounds.size - 1):
+        z = 0
         for a in range(bounds[t], bounds[t + 1]):
             for q in range(pos[U(a)], pos[U(a + 1)]):
                 v = values[U(q)]
-                if v != 0:
+                z += v == 0
+                if not drop or v != 0:
                     b = np.intp(crd[U(q)])
                     k = U(b >> shift)
                     o = U(starts[t, k])
                     starts[t, k] = o + 1
                     _place(packed, shift, o, a, b, v, major_out, values_out, local)
+        zeros += z
+    return zeros
 
 
 @njit_cached(parallel=True)
-def partition_blocks_coo(major, crd, values, bounds, shift, starts, packed, major_out, values_out, local):
+def partition_blocks_coo(major, crd, values, bounds, shift, starts, packed, major_out, values_out, local, drop):
     """:func:`partition_blocks` for COO positions ``[bounds[t], bounds[t + 1])`` and ``major[q]``."""
+    zeros = 0
     for t in prange(bounds.size - 1):
+        z = 0
         for q in range(bounds[t], bounds[t + 1]):
             v = values[U(q)]
-            if v != 0:
+            z += v == 0
+            if not drop or v != 0:
                 b = np.intp(crd[U(q)])
                 k = U(b >> shift)
                 o = U(starts[t, k])
                 starts[t, k] = o + 1
                 _place(packed, shift, o, np.intp(major[U(q)]), b, v, major_out, values_out, local)
+        zeros += z
+    return zeros
 
 
 @njit_cached(inline="always")
@@ -465,7 +489,7 @@ def sort_blocks(pos_out, shift, sub, ranges, packed, major_out, values_out, loca
     from that buffer to its rows (its lines stay in L1). An entry's row within its block is the
     low ``shift`` bits of its major coordinate, which then drop (``packed``), else ``local``'s
     value minus the block's first row. ``local``, when not empty, receives every entry's row
-    (a COO target's row coordinates) in both modes."""
+    (a COO target's row coordinates) in both modes, written row by row after each sub-block."""
     n = pos_out.size - 1
     mask, sub_mask = (1 << shift) - 1, (1 << sub) - 1
     rows = local.size > 0
@@ -510,8 +534,10 @@ def sort_blocks(pos_out, shift, sub, ranges, packed, major_out, values_out, loca
                     fill[f] = o + 1
                     values_out[o] = vals[U(e)]
                     major_out[o] = m >> shift if packed else m
-                    if rows:
-                        local[o] = r0 + r
+                if rows:  # in a run per row, the sub-block's positions in L1 (a pass of its own cost more)
+                    for r in range(s0, s1):
+                        for e in range(pos_out[U(r)], pos_out[U(r + 1)]):
+                            local[U(e)] = r
 
 
 @njit_cached(parallel=True)
