@@ -318,8 +318,20 @@ def _blocked(kernels, values, crd, pos, major, bounds, starts, pos_out, cut: Blo
         return None
     edges = _block_edges(pos_out, cut.shift)
     work = np.arange(chunks + 1, dtype=np.int64) * total // chunks
-    kernels.sort_blocks(pos_out, cut.shift, cut.sub, row_bounds(edges, work), cut.packed, crd_out, values_out, local)
+    kernels.sort_blocks(pos_out, cut.shift, cut.sub, row_bounds(edges, work), cut.packed, crd_out, as_bits(values_out),
+                        local)
     return pos_out, crd_out, values_out, (None if rows_dtype is None else local)
+
+
+_BITS = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+
+
+def as_bits(values: np.ndarray) -> np.ndarray:
+    """The contiguous ``values`` viewed as unsigned integers of their item size (1, 2, 4, 8
+    bytes), for kernels that only move them: one compile per item size instead of one per dtype,
+    bit for bit (-0.0 and NaN payloads kept); 16-byte values (complex128) as they are."""
+    bits = _BITS.get(values.dtype.itemsize)
+    return values if bits is None or values.dtype.kind == "V" else values.view(bits)
 
 
 BAND_SAMPLE = 4096  # entries whose distance from the diagonal estimates the band

@@ -298,9 +298,11 @@ def dia_from_dense(x: np.ndarray, fmt: TensorFormat, package, mode: int, mask):
 def dia_from_csr(t, fmt: TensorFormat):
     """The CSR ``t`` (rows major, ordered unique columns) as a DIA tensor in ``fmt`` (DIAI or DIAJ),
     or None where this does not apply: one parallel pass over the columns sets a bit per
-    diagonal holding a nonzero (:func:`dia_from_dense`'s bit sets), then one parallel pass puts
-    each nonzero on its diagonal (found by a binary search in the few stored offsets) in zeroed
-    values. Extra memory: the output and the bit sets. Budget refusal as :func:`dia_from_dense`."""
+    diagonal holding an entry (:func:`dia_from_dense`'s bit sets), then one parallel pass puts
+    each entry on its diagonal (the next stored one, else a binary search in the few stored
+    offsets) in zeroed values. The flags read no values; where the fill meets an explicit zero,
+    both passes run again dropping zeros (a diagonal of zeros only is not stored). Extra memory:
+    the output and the bit sets. Budget refusal as :func:`dia_from_dense`."""
     fam = family(t.format)
     if fam is None or fam.kind != "csr" or fam.major != 0 or t.device != "cpu" or not dia_target(fmt) \
             or not compiled_dtype(t.dtype):
@@ -312,13 +314,24 @@ def dia_from_csr(t, fmt: TensorFormat):
     chunks = _chunks(kernels, int(pos[-1]))
     bounds = row_bounds(pos, np.arange(chunks + 1, dtype=np.int64) * int(pos[-1]) // chunks)
 
-    def flag(flags):
-        kernels.csr_diagonal_flags(pos, crd, values, bounds, flags)
+    for drop in (False, True):  # first as if no entry were zero: the flags then read no values
+        met = []
 
-    def fill(offsets, by_row, length, out):
-        kernels.csr_dia_fill(pos, crd, values, bounds, offsets, by_row, length, out)
+        def flag(flags, drop=drop):
+            kernels.csr_diagonal_flags(pos, crd, values, bounds, flags, drop)
 
-    return _dia_tensor(fmt, t.shape, t.dtype, chunks, flag, fill, t.package, "matrix")
+        def fill(offsets, by_row, length, out, drop=drop):
+            met.append(kernels.csr_dia_fill(pos, crd, values, bounds, offsets, by_row, length, out, drop))
+
+        try:
+            result = _dia_tensor(fmt, t.shape, t.dtype, chunks, flag, fill, t.package, "matrix")
+        except StorageError:
+            if drop:
+                raise
+            continue  # diagonals of explicit zeros only may be what passes the budget
+        if drop or not met[0]:
+            return result
+        del result  # a diagonal may hold explicit zeros only: flagged again, dropping them
 
 
 def _dia_tensor(fmt, shape, dtype, chunks: int, flag, fill, package, what: str):

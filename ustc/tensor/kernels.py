@@ -1077,38 +1077,52 @@ def diagonal_flags(x2, mode, mask, bounds, flags):
 
 
 @njit_cached(parallel=True)
-def csr_diagonal_flags(pos, crd, values, bounds, flags):
-    """:func:`diagonal_flags` for the nonzeros of a CSR's rows ``[bounds[t], bounds[t + 1])``."""
+def csr_diagonal_flags(pos, crd, values, bounds, flags, drop):
+    """:func:`diagonal_flags` for the entries (the nonzero ones when ``drop``, else ``values`` is
+    never read) of a CSR's rows ``[bounds[t], bounds[t + 1])``."""
     rows = pos.size - 1
     for t in prange(bounds.size - 1):
         for i in range(bounds[t], bounds[t + 1]):
             for q in range(pos[U(i)], pos[U(i + 1)]):
-                if values[U(q)] != 0:
+                if not drop or values[U(q)] != 0:
                     d = np.intp(crd[U(q)]) - i + rows - 1
                     flags[t, U(d >> 6)] |= np.uint64(1) << np.uint64(d & 63)
 
 
 @njit_cached(parallel=True)
-def csr_dia_fill(pos, crd, values, bounds, offsets, by_row, length, out):
-    """Each nonzero ``(i, j)`` of a CSR (unique columns) at ``out[d * length + k]``, ``d`` its
-    diagonal's place in the ascending ``offsets`` (a binary search: they are few) and ``k`` the
-    row (``by_row``, DIAI) or the column (DIAJ); chunk ``t`` takes rows ``[bounds[t], bounds[t + 1])``."""
+def csr_dia_fill(pos, crd, values, bounds, offsets, by_row, length, out, drop):
+    """Each entry ``(i, j)`` of a CSR (unique columns; nonzero ones when ``drop``) at
+    ``out[d * length + k]``, ``d`` its diagonal's place in the ascending ``offsets`` and ``k``
+    the row (``by_row``, DIAI) or the column (DIAJ); chunk ``t`` takes rows ``[bounds[t],
+    bounds[t + 1])``. A row's columns ascend, so its next entry usually lies on the next stored
+    diagonal (a banded matrix): that is tried first, else a binary search above the last one.
+    Returns the zeros met."""
     nd = offsets.size
+    zeros = 0
     for t in prange(bounds.size - 1):
+        z = 0
         for i in range(bounds[t], bounds[t + 1]):
+            lo = -1
             for q in range(pos[U(i)], pos[U(i + 1)]):
                 v = values[U(q)]
-                if v != 0:
+                z += v == 0
+                if not drop or v != 0:
                     j = np.intp(crd[U(q)])
                     off = j - i
-                    lo, hi = 0, nd
-                    while hi - lo > 1:
-                        mid = (lo + hi) >> 1
-                        if offsets[U(mid)] <= off:
-                            lo = mid
-                        else:
-                            hi = mid
+                    if lo + 1 < nd and offsets[U(lo + 1)] == off:
+                        lo += 1
+                    else:
+                        a, hi = max(lo, 0), nd
+                        while hi - a > 1:
+                            mid = (a + hi) >> 1
+                            if offsets[U(mid)] <= off:
+                                a = mid
+                            else:
+                                hi = mid
+                        lo = a
                     out[U(lo * length + (i if by_row else j))] = v
+        zeros += z
+    return zeros
 
 
 DENSE_DIA_ROWS = 256  # rows per chunk of dense_dia_fill (their lines of every diagonal stay in cache)
