@@ -18,6 +18,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.modules import module as _module
 
 from . import inference
 from .subclass import TorchUST
@@ -27,6 +28,17 @@ _FAKE = torch._C._TorchDispatchModeKey.FAKE
 
 class SparseLinear(nn.Linear):
     """``nn.Linear`` whose eager inference calls skip the tensor-subclass dispatch (module docstring)."""
+
+    def __call__(self, *args, **kwargs):
+        # nn.Module.__call__ has nothing to do without hooks or a compiled call (~1.5 µs of the call):
+        # straight to the planned product where it applies, else nn.Module.__call__ (looked up now, so
+        # fx's patched one while it traces)
+        if len(args) == 1 and not kwargs and not _hooked(self):
+            params = self._parameters
+            out = eager(args[0], params.get("weight"), params.get("bias"))
+            if out is not None:
+                return out
+        return nn.Module.__call__(self, *args, **kwargs)
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         if not torch.jit.is_scripting():
@@ -43,6 +55,15 @@ def eager(x, weight, bias):
     if type(weight) is not TorchUST or torch.compiler.is_compiling() or _intercepted():
         return None
     return inference.linear(x, weight, bias)
+
+
+def _hooked(module: nn.Module) -> bool:
+    """Whether ``nn.Module.__call__`` would do more than call ``forward``: hooks (the module's own or
+    global ones) to run, or a compiled call (``module.compile()``) to make instead."""
+    m = _module
+    return bool(module._compiled_call_impl is not None or module._forward_hooks or module._forward_pre_hooks or
+                module._backward_hooks or module._backward_pre_hooks or m._global_forward_hooks or m._global_forward_pre_hooks or
+                m._global_backward_hooks or m._global_backward_pre_hooks)
 
 
 def _intercepted() -> bool:
