@@ -95,35 +95,53 @@ def linear(x, weight: TorchUST, bias):
         with torch._C.DisableTorchFunctionSubclass():
             if x.requires_grad or weight.requires_grad or (bias is not None and bias.requires_grad):
                 return None
-    shape = x.shape
-    if len(shape) == 0 or len(weight._ust.shape) != 2 or shape[-1] != weight._ust.shape[1] or \
-            (bias is not None and (not isinstance(bias, torch.Tensor) or isinstance(bias, TorchUST))):
+    if bias is not None and (not isinstance(bias, torch.Tensor) or isinstance(bias, TorchUST)):
         return None
-    return planned_linear(x, weight, bias)
+    shape = x.shape
+    last = _last(weight, x, shape)
+    if last is None:  # a new storage, shape or dtype: check that the product is defined before planning
+        if len(shape) == 0 or len(weight._ust.shape) != 2 or shape[-1] != weight._ust.shape[1]:
+            return None
+        last = _remember(x, weight)
+    return _call(x, shape, last, bias, False)
 
 
 def planned_linear(x, weight: TorchUST, bias, *, contiguous: bool = False):
     """``F.linear(x, weight, bias)`` (dense CPU ``x`` and ``bias``) through the weight's planned Matmul;
     ``contiguous``: a batch-major result in row-major order (a copy instead of a transposed view)."""
-    shape, ust = x.shape, weight.ust
-    last = weight.__dict__.get("_last")  # (storage, input shape, input dtype, dtype, plan) of the last call
-    if last is not None and last[0] is ust and last[2] is x.dtype and last[1] == shape:
-        dtype, plan = last[3], last[4]
-    else:
-        dtype, plan = _plan_for(x, weight)
-        weight._last = (ust, shape, x.dtype, dtype, plan)
+    shape = x.shape
+    last = _last(weight, x, shape)
+    return _call(x, shape, last if last is not None else _remember(x, weight), bias, contiguous)
+
+
+def _last(weight: TorchUST, x, shape):
+    """``(storage, input shape, input dtype, dtype, plan)`` of the weight's last call if ``x`` can reuse it."""
+    last = weight.__dict__.get("_last")
+    if last is not None and last[0] is weight._ust and last[2] is x.dtype and last[1] == shape:
+        return last
+    return None
+
+
+def _remember(x, weight: TorchUST) -> tuple:
+    dtype, plan = _plan_for(x, weight)
+    weight._last = last = (weight.ust, x.shape, x.dtype, dtype, plan)
+    return last
+
+
+def _call(x, shape, last: tuple, bias, contiguous: bool):
+    dtype, plan = last[3], last[4]
     if x.dtype != dtype:
         x = x.to(dtype)
     dims = len(shape)
     if plan.batch == 1:  # (out_features,), or (1, out_features) for a 2-D x
         if dims <= 2:
             return plan.run(x, dtype, bias, row=dims == 2)
-        return plan.run(x.reshape(-1), dtype, bias).view(*shape[:-1], ust.shape[0])
+        return plan.run(x.reshape(-1), dtype, bias).view(*shape[:-1], last[0].shape[0])
     out = plan.run(x if dims == 2 else x.reshape(-1, shape[-1]), dtype, bias)
     out = out.t()  # (out_features, batch): the batch-major result, transposed (a view)
     if contiguous:
         out = out.contiguous()
-    return out if dims == 2 else out.reshape(*shape[:-1], ust.shape[0])
+    return out if dims == 2 else out.reshape(*shape[:-1], last[0].shape[0])
 
 
 def _plan_for(x, weight: TorchUST):
