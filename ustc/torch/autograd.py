@@ -23,8 +23,8 @@ import torch
 from ..errors import UnsupportedOperation
 from ..tensor.tensor import Tensor
 from .matmul import is_sparse, matmul2d
-from .pattern import pattern_coords, slot_count
-from .rows import column_major, row_product
+from .pattern import pattern_coords, pattern_flat, pattern_slots, slot_count
+from .rows import column_major, compute_dtype, kernel_wins, pattern_sddmm, row_product
 from .subclass import TorchUST, dense_of, wrap_like
 
 _CHUNK = 1 << 22  # gathered elements per SDDMM chunk
@@ -53,31 +53,43 @@ def sddmm(pattern, left, right) -> TorchUST:
     return wrap_like(ust, values.to(dtype))
 
 
-#: below this share of stored entries :func:`pattern_product` is an SDDMM, above a sampled dense product
+#: below this share of stored entries :func:`pattern_product` is the torch SDDMM (:func:`sddmm`) where
+#: the SDDMM kernel does not apply (not the CPU, not a float dtype), else a sampled dense product
 SDDMM_MAX_DENSITY = 0.02
 
 
 def pattern_product(pattern, left, right) -> TorchUST:
-    """``left @ right`` at ``pattern``'s pattern, as :func:`sddmm` gives it, by the faster way: above
-    :data:`SDDMM_MAX_DENSITY` stored entries torch's dense product sampled at the pattern (on the
-    project's CPU torch's GEMM does a multiply-add about 25x faster than the generated SDDMM kernel and
-    70x faster than the chunked gather of :func:`sddmm`; it costs one dense temporary), else
+    """``left @ right`` at ``pattern``'s pattern, as :func:`sddmm` gives it, by the fastest way.
+
+    On the CPU, float dtypes: the SDDMM kernel (:func:`ustc.torch.rows.pattern_sddmm`) where it
+    beats torch's GEMM over the whole matrix (:func:`ustc.torch.rows.kernel_wins`: below about 25%
+    stored entries), else the GEMM sampled at the pattern. Elsewhere: above
+    :data:`SDDMM_MAX_DENSITY` stored entries the sampled GEMM (it costs one dense temporary), below
     :func:`sddmm`."""
     ust = pattern.ust if isinstance(pattern, TorchUST) else pattern
-    rows, cols = ust.shape
-    if ust.ndim != 2 or ust.nse < SDDMM_MAX_DENSITY * rows * cols or left.dim() != 2 or right.dim() != 2:
+    if ust.ndim != 2 or left.dim() != 2 or right.dim() != 2:
         return sddmm(pattern, left, right)
+    rows, cols = ust.shape
     dtype = torch.promote_types(left.dtype, right.dtype)
-    wide = torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+    out_dtype = pattern.dtype if isinstance(pattern, TorchUST) else dtype
+    wide = compute_dtype(dtype)
+    if left.device.type == "cpu" and right.device.type == "cpu" and wide in (torch.float32, torch.float64) \
+            and kernel_wins(ust, "sddmm"):
+        return wrap_like(ust, pattern_sddmm(ust, left, right, wide).to(out_dtype))
+    if ust.nse < SDDMM_MAX_DENSITY * rows * cols:
+        return sddmm(pattern, left, right)
     dense = left.to(wide) @ right.to(wide)
-    return sample(ust, dense.to(pattern.dtype if isinstance(pattern, TorchUST) else dtype))
+    return sample(ust, dense.to(out_dtype))
 
 
 def sample(pattern: Tensor, dense) -> TorchUST:
     """``dense`` (any rank) read at ``pattern``'s coordinates, as a TorchUST of that pattern (0 outside it)."""
-    coords, index = pattern_coords(pattern, dense.device)
+    _, index, full = pattern_slots(pattern, dense.device)
+    picked = dense.reshape(-1).index_select(0, pattern_flat(pattern, dense.device))  # flat: faster than coords
+    if full:
+        return wrap_like(pattern, picked)
     values = torch.zeros(slot_count(pattern), dtype=dense.dtype, device=dense.device)
-    values[index] = dense[coords]
+    values.index_copy_(0, index, picked)
     return wrap_like(pattern, values)
 
 

@@ -2,23 +2,21 @@
 
 ``F.linear(x, W, bias)`` with a 2-D TorchUST ``W`` on the CPU, when autograd
 has something to record, runs :class:`LinearFn` instead of the general route
-(``x @ Wᵀ`` through :class:`~ustc.torch.autograd.MatmulFn`):
+(``x @ Wᵀ`` through :class:`~ustc.torch.autograd.MatmulFn`). Each of its three
+products runs either a kernel over the pattern (``ustc.kernels._sddmm``, the
+parallel loop outermost, one parallel region a call) or torch's GEMM on the
+dense twin of ``W`` (:func:`dense_weight`), whichever
+:func:`ustc.torch.rows.kernel_wins` expects faster from the share of stored
+entries (a kernel does a multiply-add 4-10x slower than the GEMM, so it runs
+below about 10-25% stored entries):
 
-* forward: ``W @ xᵀ`` through the weight's planned Matmul
-  (:func:`ustc.torch.inference.planned_linear`), the bias added there;
-* ``dx = g @ W``: ``(Wᵀ @ gᵀ)ᵀ`` with ``Wᵀ`` stored as CSR (:func:`transposed_rows`,
-  index buffers built once per pattern, values gathered at every backward), so
-  the product walks rows and runs the same row-parallel SpMM kernel as the
-  forward. The general route multiplied by the transposed view (a CSC walk),
-  whose generated kernel can only parallelise the loop over the batch: one
-  parallel region per stored entry, 20-60x the dense model's backward;
-* ``dW = gᵀ @ x`` at the pattern (:func:`weight_grad`): above
-  ``autograd.SDDMM_MAX_DENSITY`` stored entries, a dense product (torch's GEMM)
-  sampled at the pattern; below, the SDDMM that computes the stored entries
-  only (:func:`ustc.torch.autograd.sddmm`). On the project's CPU torch's GEMM
-  does a multiply-add about 25x faster than the generated SDDMM's inner
-  product and 70x faster than the chunked gather, so the dense product wins
-  from a few percent of stored entries up;
+* forward ``y = x @ Wᵀ``: ``(W @ xᵀ)ᵀ`` by an SpMM over ``W``'s rows
+  (:func:`ustc.torch.rows.pattern_matmul`), bias added;
+* ``dx = g @ W``: ``(Wᵀ @ gᵀ)ᵀ`` by the same SpMM over ``Wᵀ`` (index buffers and
+  the slot permutation built once per pattern; values gathered at every call,
+  so optimizer steps are seen);
+* ``dW = gᵀ @ x`` at the pattern (:func:`weight_grad`): the SDDMM kernel, else
+  the GEMM sampled at the pattern (:func:`ustc.torch.autograd.pattern_product`);
 * ``dbias = Σ g``.
 
 The weight's gradient is a TorchUST of its pattern (0 at frozen slots), as on
@@ -27,13 +25,15 @@ the general route, so optimizers keep the pruning mask.
 
 from __future__ import annotations
 
+import weakref
+
 import torch
 
-from .. import matmul as ustc_matmul
+from ..tensor.tensor import Tensor
 from .autograd import pattern_product
-from .inference import planned_linear
-from .rows import compute_dtype, transposed_rows
-from .subclass import TorchUST, host, to_torch
+from .pattern import pattern_flat, pattern_slots
+from .rows import compute_dtype, kernel_wins, pattern_matmul, product_kind
+from .subclass import TorchUST
 
 _DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 
@@ -63,7 +63,7 @@ class LinearFn(torch.autograd.Function):
     def forward(ctx, x, weight, bias):
         ctx.save_for_backward(x, weight)
         ctx.has_bias = bias is not None
-        return planned_linear(x, weight, bias)
+        return forward_product(x, weight, bias)
 
     @staticmethod
     def backward(ctx, g):
@@ -80,17 +80,57 @@ class LinearFn(torch.autograd.Function):
         return grad_x, grad_w, grad_b
 
 
+def forward_product(x, weight: TorchUST, bias):
+    """``F.linear(x, weight, bias)``: the SpMM kernel over ``W`` (:func:`ustc.torch.rows.pattern_matmul`)
+    where it beats torch's GEMM (:func:`ustc.torch.rows.kernel_wins`), else ``x @`` the dense twin of
+    ``W`` (:func:`dense_weight`); computed in float32 / float64, returned in the promoted dtype."""
+    ust = weight.ust
+    rows, cols = ust.shape
+    x2 = x.detach().reshape(-1, cols)
+    dtype = torch.promote_types(compute_dtype(weight.dtype), compute_dtype(x.dtype))
+    if kernel_wins(ust, product_kind(ust, transpose=False)):
+        y = pattern_matmul(ust, weight._v, x2.t(), transpose=False).t()
+    else:
+        y = x2.to(dtype) @ dense_weight(weight).to(dtype).t()
+    if bias is not None:
+        y = y + bias.detach().to(dtype)
+    return y.reshape(*x.shape[:-1], rows).to(torch.promote_types(x.dtype, weight.dtype))
+
+
 def input_grad(weight: TorchUST, g2):
-    """``g2 @ W`` (``g2``: (batch, rows)) as ``(Wᵀ @ g2ᵀ)ᵀ`` with ``Wᵀ`` row-major (:func:`transposed_rows`)."""
+    """``g2 @ W`` (``g2``: (batch, rows)): the SpMM kernel over ``Wᵀ``
+    (:func:`ustc.torch.rows.pattern_matmul`, a transposed view of its row-major result) where it beats
+    torch's GEMM (:func:`ustc.torch.rows.kernel_wins`), else ``g2 @`` the dense twin of ``W``
+    (:func:`dense_weight`). Float32 / float64, narrow dtypes computed in float32."""
+    ust = weight.ust
+    if kernel_wins(ust, product_kind(ust, transpose=True)):
+        return pattern_matmul(ust, weight._v, g2.t(), transpose=True).t()
     dtype = torch.promote_types(compute_dtype(weight.dtype), compute_dtype(g2.dtype))
-    wt = transposed_rows(weight, dtype)
-    if g2.shape[0] == 1:  # one row: an SpMV
-        out = to_torch(ustc_matmul(wt, host(g2.reshape(-1).to(dtype).contiguous())))
-        return out.reshape(1, -1)
-    right = host(g2.t().to(dtype).contiguous())
-    return to_torch(ustc_matmul(wt, right)).t()
+    return g2.to(dtype) @ dense_weight(weight).to(dtype)
 
 
 def weight_grad(weight: TorchUST, g2, x2) -> TorchUST:
     """``g2ᵀ @ x2`` at ``W``'s pattern, a TorchUST of it (:func:`ustc.torch.autograd.pattern_product`)."""
     return pattern_product(weight, g2.t(), x2)
+
+
+_DENSE: "weakref.WeakKeyDictionary[Tensor, tuple]" = weakref.WeakKeyDictionary()
+
+
+def dense_weight(weight: TorchUST):
+    """``W`` as a dense tensor (float32 for narrow dtypes), kept with ``W``'s storage and refreshed at
+    every call: the values in the pattern are written, every other entry is 0 from the start and
+    never written (so a refresh never shows a half-written matrix, and costs what the pattern
+    costs); a new pattern (``freeze_zeros_``) gets a new tensor. A dense model holds such a tensor
+    per weight too."""
+    ust = weight.ust
+    flat = pattern_flat(ust, "cpu")
+    cached = _DENSE.get(ust)
+    if cached is None or cached[0] is not flat:  # new, or a pattern changed by freeze_zeros_
+        cached = _DENSE[ust] = (flat, torch.zeros(ust.shape, dtype=compute_dtype(weight.dtype)))
+    dense = cached[1]
+    _, index, full = pattern_slots(ust, "cpu")
+    values = weight._v.detach().reshape(-1)
+    values = (values if full else values.index_select(0, index)).to(dense.dtype)
+    dense.view(-1).index_copy_(0, flat, values)
+    return dense
