@@ -88,12 +88,18 @@ def forward_product(x, weight: TorchUST, bias):
     rows, cols = ust.shape
     x2 = x.detach().reshape(-1, cols)
     dtype = torch.promote_types(compute_dtype(weight.dtype), compute_dtype(x.dtype))
+    bias = bias.detach().to(dtype) if bias is not None else None
     if kernel_wins(ust, product_kind(ust, transpose=False)):
-        y = pattern_matmul(ust, weight._v, x2.t(), transpose=False).t()
+        yt = pattern_matmul(ust, weight._v, x2.t(), transpose=False).t()  # a transposed view
+        y = torch.empty(yt.shape, dtype=dtype)  # batch-major: one pass adds the bias and transposes
+        if bias is None:
+            y.copy_(yt)
+        else:
+            torch.add(yt, bias, out=y)
     else:
         y = x2.to(dtype) @ dense_weight(weight).to(dtype).t()
-    if bias is not None:
-        y = y + bias.detach().to(dtype)
+        if bias is not None:
+            y.add_(bias)
     return y.reshape(*x.shape[:-1], rows).to(torch.promote_types(x.dtype, weight.dtype))
 
 
