@@ -23,7 +23,7 @@ from ._spgemm import U, chunk_bounds, row_work, spgemm_count
 def spgemm_numeric(apos, acrd, avals, bpos, bcrd, bvals, pos, kept, bounds, spans, crd, vals):
     """Row ``i`` of ``a @ b`` whose columns are ``kept[pos[i]:pos[i + 1]]`` (exactly the distinct
     columns its products reach, in any order): the columns copied to ``crd``, the sums to
-    ``vals``, each sum in the order of the two-pass fill (``_spgemm.spgemm_rows``)."""
+    ``vals``, each sum in the order of the two-pass fill (``_spgemm.spgemm_fill``, ``_spgemm.spgemm_bounded``)."""
     for ch in prange(len(bounds) - 1):
         lo, hi = bounds[ch], bounds[ch + 1]
         first = spans[ch, 0]
