@@ -122,3 +122,29 @@ def test_edge_shapes_and_empty_patterns(route, monkeypatch):
         yd.sum().backward()
         torch.testing.assert_close(x.grad, xd.grad)
         torch.testing.assert_close(W.grad.to_dense(), wd.grad * W.pattern_mask())
+
+
+def test_dense_reads_of_gradients_through_the_scratch_buffer():
+    """In-place ops on dense optimizer state read TorchUST operands through this thread's reused scratch
+    buffer: a new pattern of the same shape leaves nothing of the old one, and in-place changes of the
+    values (through torch, which bumps no version counter below autograd, or the NumPy view) are seen."""
+    A, a = torch_ust(ustc.formats.CSR, random_weight((7, 9), 0.5, seed=1))
+    B, b = torch_ust(ustc.formats.CSR, random_weight((7, 9), 0.3, seed=2))
+    state = torch.zeros(7, 9, dtype=torch.float64)
+    want = torch.zeros(7, 9, dtype=torch.float64)
+    for T, t in [(A, a), (B, b), (A, a), (A, a)]:
+        state.lerp_(T, 0.5)
+        want.lerp_(t, 0.5)
+        torch.testing.assert_close(state, want, rtol=0, atol=0)
+    A.mul_(2.0)  # same values tensor, changed in place
+    a = a * 2.0
+    state.addcmul_(A, A, value=0.25)
+    want.addcmul_(a, a, value=0.25)
+    torch.testing.assert_close(state, want, rtol=0, atol=0)
+    A.requires_grad_()
+    with torch.no_grad():
+        A.stored_values().numpy()[:] += 1.0  # through NumPy
+        a[a != 0] += 1.0
+    state.add_(A)
+    want.add_(a)
+    torch.testing.assert_close(state, want, rtol=0, atol=0)
