@@ -90,12 +90,10 @@ def forward_product(x, weight: TorchUST, bias):
     dtype = torch.promote_types(compute_dtype(weight.dtype), compute_dtype(x.dtype))
     bias = bias.detach().to(dtype) if bias is not None else None
     if kernel_wins(ust, product_kind(ust, transpose=False)):
-        yt = pattern_matmul(ust, weight._v, x2.t(), transpose=False).t()  # a transposed view
-        y = torch.empty(yt.shape, dtype=dtype)  # batch-major: one pass adds the bias and transposes
-        if bias is None:
-            y.copy_(yt)
-        else:
-            torch.add(yt, bias, out=y)
+        # a transposed view; + bias keeps its layout (torch.add(.., out=) a batch-major y took 2x as long)
+        y = pattern_matmul(ust, weight._v, x2.t(), transpose=False).t()
+        if bias is not None:
+            y = y + bias
     else:
         y = x2.to(dtype) @ dense_weight(weight).to(dtype).t()
         if bias is not None:
