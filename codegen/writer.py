@@ -105,6 +105,31 @@ def write_strategies(fmt: TensorFormat | None, indices: tuple[str, ...],
     return tuple(out)
 
 
+def walked_indices(order: tuple[str, ...], derived: dict, loopvars: dict) -> tuple[str, ...]:
+    """The walk ``order`` (loop variables) in terms of the indices it walks: an index derived as
+    ``c * a + b`` (``derived``: name -> ``space.Derived``) from the adjacent loops ``a`` then
+    ``b``, ``b`` a ``mod c`` level's variable (in ``[0, c)``: ``loopvars``' modulus), stands in
+    their place, as their lexicographic order is its ascending order (an n:m operand's
+    ``j floordiv m``, ``j mod m`` loops walk ``j``). Other loops are left as they are."""
+    first = {}
+    for name, d in derived.items():
+        e = d.expr
+        if isinstance(e, fx.Add) and isinstance(e.left, fx.Mul) and isinstance(e.left.operand, fx.Dimension) \
+                and isinstance(e.right, fx.Dimension) and e.right.name in loopvars \
+                and loopvars[e.right.name].modulus == e.left.factor > 0:
+            first[e.left.operand.name] = (name, e.right.name)
+    out, k = [], 0
+    while k < len(order):
+        pair = first.get(order[k])
+        if pair is not None and k + 1 < len(order) and order[k + 1] == pair[1]:
+            out.append(pair[0])
+            k += 2
+        else:
+            out.append(order[k])
+            k += 1
+    return tuple(out)
+
+
 def write_passes(fmt: TensorFormat, strategies: tuple[Strategy, ...]) -> int:
     """How many times the kernel runs to write ``fmt`` by ``strategies``: 3 with a workspace
     level or one that ``collects`` (count, collect, fill), else 2 (count, fill)."""
