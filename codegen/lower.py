@@ -50,7 +50,7 @@ from . import workspace as wsp
 from .iterators import Cursor
 from .names import FreshNames, buffer_name
 from .functions import Function
-from .writer import Strategy, Writer, write_strategies
+from .writer import Strategy, Writer, walked_indices, write_strategies
 from .space import Replan, Space, exactness, linear_in, plain_format, to_loop
 
 NARROW_FLOATS = frozenset({"float16", "bfloat16"})
@@ -158,15 +158,16 @@ class Lowering:
         if self.stmt.accumulate:
             return None  # '+=' merges the old entries on the host
         indices = self.stmt.lhs.indices
-        strategies = write_strategies(self.out.format, indices, self.written_order())
-        if strategies is None or any(v in self.space.derived for v in indices):
+        order = walked_indices(self.written_order(), self.space.derived, self.space.loopvars)
+        strategies = write_strategies(self.out.format, indices, order)
+        if strategies is None or any(v in self.space.derived and v not in order for v in indices):
             return None
         if self.tuning.gpu_writer and (Strategy.WORKSPACE in strategies
                                        or any(lv.type.collects for lv in self.out.format.levels)):
             return None  # kernel-local workspaces, sorts, a serial refusal pass: not on a GPU
-        extents = {v: self.space.loopvars[v].extent for v in indices}
+        extents = {v: self.space.loopvars[v].extent if v in self.space.loopvars else ir.Var(f"n_{v}") for v in indices}
         return Writer(self.out.tensor, self.out.format, indices, strategies, self.names, ir.Var("emit"), extents,
-                      self.written_order(), parallel=self.ws is None)
+                      order, parallel=self.ws is None)
 
     def reserved(self) -> set[str]:
         """Names fresh variables must avoid: tensors, indices, loop variables, scalars, and every
