@@ -58,6 +58,7 @@ class _Plan:
         self.b_in = b_torch.view(1, rows) if batch == 1 else b_torch.t()
         self.mm = Matmul(a, self.b)
         self.mm.plan()
+        self.product = _product(self.mm)
         self.lock = threading.Lock()
         self.batch = batch
         self.out = (None, None, None)  # (the Matmul's result array, its torch views: as computed, as one row)
@@ -69,7 +70,7 @@ class _Plan:
             if self.wide is not None:
                 self.wide[0].copy_(self.wide[1])
             self.b_in.copy_(x2d)
-            array = self.mm.execute()  # the Matmul's own buffer: copied out below, under the lock
+            array = self.product()  # the Matmul's own buffer: copied out below, under the lock
             views = self.out if array is self.out[0] else self._views(array)
             out = views[2] if row else views[1]
             if bias is not None and self.batch != 1:
@@ -84,6 +85,29 @@ class _Plan:
         out = to_torch(array)
         self.out = (array, out, out.view(1, -1) if self.batch == 1 else None)
         return self.out
+
+
+def _product(mm: Matmul):
+    """A call computing ``mm``'s product into its own result buffer and returning that buffer: the route
+    run directly where ``execute`` would only do that (a dense result of the compute dtype, no ``c``, no
+    narrow twins to refresh, no fusion; the route still checks its bound arguments), else ``execute``.
+
+    ``mm`` is the plan's own: its operands are the weight's buffers (values edited in place are read by
+    the kernel) and the plan's input buffer, never reset, so ``execute``'s per-call checks have nothing
+    to find; a weight given new storage gets a new plan (``_last``). Saves ~1.2 µs of a 21 µs product."""
+    bound, route, out = mm._bound, mm._route, mm._out
+    if mm._wide is not None or bound.refresh or bound.c is not None or bound.inplace is not None or out is None \
+            or mm.problem.out_format or bound.result_dtype != bound.dtype or out.shape != bound.shape \
+            or mm._fusion.active:
+        return mm.execute
+    run, a, b, alpha = route.run, bound.a, bound.b, bound.alpha
+    if route.overwrites:
+        return lambda: run(a, b, out, alpha)
+
+    def product():
+        out.fill(0)  # the route adds into its output
+        return run(a, b, out, alpha)
+    return product
 
 
 def linear(x, weight: TorchUST, bias):
@@ -103,6 +127,9 @@ def linear(x, weight: TorchUST, bias):
         if len(shape) == 0 or len(weight._ust.shape) != 2 or shape[-1] != weight._ust.shape[1]:
             return None
         last = _remember(x, weight)
+    plan = last[4]
+    if plan.batch == 1 and len(shape) <= 2 and x.dtype is last[3]:  # the common call, one frame fewer
+        return plan.run(x, last[3], bias, row=len(shape) == 2)
     return _call(x, shape, last, bias, False)
 
 
