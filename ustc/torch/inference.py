@@ -20,6 +20,7 @@ alone (``docs/torch.md``).
 
 from __future__ import annotations
 
+import functools
 import threading
 import weakref
 
@@ -34,6 +35,7 @@ from .subclass import TorchUST, host, to_torch
 ENABLED = {"on": True}  # off: every call takes the general route (benchmarks/bench_torch.py compares them)
 _PLANS: "weakref.WeakKeyDictionary[Tensor, dict]" = weakref.WeakKeyDictionary()  # ust -> {key: _Plan}
 _MAX_SHAPES = 8  # input shapes kept per weight
+_DENSE = (torch.nn.Parameter, torch.Tensor)  # a bias of these exact types is a dense tensor, not a TorchUST
 
 
 class _Plan:
@@ -61,6 +63,7 @@ class _Plan:
         self.product = _product(self.mm)
         self.lock = threading.Lock()
         self.batch = batch
+        self.exact = batch == 1 and dtype != torch.bfloat16  # one() applies: the result comes in dtype
         self.out = (None, None, None)  # (the Matmul's result array, its torch views: as computed, as one row)
 
     def run(self, x2d, dtype: torch.dtype, bias, row: bool = False):
@@ -78,6 +81,18 @@ class _Plan:
             if out.dtype != dtype:
                 out = out.to(dtype)
                 return out if bias is None else out.add_(bias)
+            return out.clone() if bias is None else torch.add(out, bias)
+
+    def one(self, x, bias, row: bool):
+        """:meth:`run` at batch 1 where the result comes in the call's dtype (``exact``), with fewer
+        branches: ``x`` is ``(rows,)`` or ``(1, rows)`` (``row``: the result is ``(1, out)``)."""
+        with self.lock:
+            if self.wide is not None:
+                self.wide[0].copy_(self.wide[1])
+            self.b_in.copy_(x)
+            array = self.product()
+            views = self.out if array is self.out[0] else self._views(array)
+            out = views[2] if row else views[1]
             return out.clone() if bias is None else torch.add(out, bias)
 
     def _views(self, array) -> tuple:
@@ -102,7 +117,7 @@ def _product(mm: Matmul):
         return mm.execute
     run, a, b, alpha = route.run, bound.a, bound.b, bound.alpha
     if route.overwrites:
-        return lambda: run(a, b, out, alpha)
+        return functools.partial(run, a, b, out, alpha)  # no Python frame of its own
 
     def product():
         out.fill(0)  # the route adds into its output
@@ -119,17 +134,18 @@ def linear(x, weight: TorchUST, bias):
         with torch._C.DisableTorchFunctionSubclass():
             if x.requires_grad or weight.requires_grad or (bias is not None and bias.requires_grad):
                 return None
-    if bias is not None and (not isinstance(bias, torch.Tensor) or isinstance(bias, TorchUST)):
-        return None
-    shape = x.shape
-    last = _last(weight, x, shape)
-    if last is None:  # a new storage, shape or dtype: check that the product is defined before planning
+    if bias is not None and type(bias) not in _DENSE and (not isinstance(bias, torch.Tensor) or isinstance(bias, TorchUST)):
+        return None  # (isinstance on a tensor costs ~150 ns: the common types are checked first)
+    shape, dtype = x.shape, x.dtype
+    last = weight.__dict__.get("_last")  # _last() inlined: this is the per-call path
+    if last is None or last[0] is not weight._ust or last[2] is not dtype or last[1] != shape:
+        # a new storage, shape or dtype: check that the product is defined before planning
         if len(shape) == 0 or len(weight._ust.shape) != 2 or shape[-1] != weight._ust.shape[1]:
             return None
         last = _remember(x, weight)
     plan = last[4]
-    if plan.batch == 1 and len(shape) <= 2 and x.dtype is last[3]:  # the common call, one frame fewer
-        return plan.run(x, last[3], bias, row=len(shape) == 2)
+    if plan.exact and dtype is last[3] and len(shape) <= 2:  # the common call: straight to the plan
+        return plan.one(x, bias, len(shape) == 2)
     return _call(x, shape, last, bias, False)
 
 
