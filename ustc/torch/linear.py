@@ -33,11 +33,10 @@ class SparseLinear(nn.Linear):
         # nn.Module.__call__ has nothing to do without hooks or a compiled call (~1.5 µs of the call):
         # straight to the planned product where it applies, else nn.Module.__call__ (looked up now, so
         # fx's patched one while it traces)
-        if len(args) == 1 and not kwargs and not _hooked(self):
+        if len(args) == 1 and not kwargs:
             params = self._parameters
             weight = params.get("weight")
-            # eager() inlined: one frame fewer on the batch-1 path
-            if type(weight) is TorchUST and not torch.compiler.is_compiling() and not _intercepted():
+            X
                 out = inference.linear(args[0], weight, params.get("bias"))
                 if out is not None:
                     return out
@@ -60,13 +59,16 @@ def eager(x, weight, bias):
     return inference.linear(x, weight, bias)
 
 
-def _hooked(module: nn.Module) -> bool:
-    """Whether ``nn.Module.__call__`` would do more than call ``forward``: hooks (the module's own or
-    global ones) to run, or a compiled call (``module.compile()``) to make instead."""
+def _plain_call(module: nn.Module) -> bool:
+    """Whether ``nn.Module.__call__`` would only call ``forward`` (no hooks of the module's own or global
+    ones, no compiled call from ``module.compile()``), nothing compiles, and nothing but ustc must see
+    ``F.linear`` (:func:`_intercepted`): ``SparseLinear.__call__``'s checks in one frame (~0.1 µs each)."""
     m = _module
-    return bool(module._compiled_call_impl is not None or module._forward_hooks or module._forward_pre_hooks or
-                module._backward_hooks or module._backward_pre_hooks or m._global_forward_hooks or m._global_forward_pre_hooks or
-                m._global_backward_hooks or m._global_backward_pre_hooks)
+    return not (module._compiled_call_impl is not None or module._forward_hooks or module._forward_pre_hooks or
+                module._backward_hooks or module._backward_pre_hooks or m._global_forward_hooks or
+                m._global_forward_pre_hooks or m._global_backward_hooks or m._global_backward_pre_hooks or
+                _compiling() or _autocast() or _function_mode() or _dispatch_stack() > 0 or
+                _dispatch_mode(_FAKE) is not None or _tracing() is not None)
 
 
 def _intercepted() -> bool:
@@ -80,6 +82,7 @@ def _intercepted() -> bool:
 _autocast, _function_mode = torch._C._is_any_autocast_enabled, torch._C._is_torch_function_mode_enabled
 _dispatch_stack, _dispatch_mode = torch._C._len_torch_dispatch_stack, torch._C._get_dispatch_mode
 _tracing = torch._C._get_tracing_state
+_compiling = torch.compiler.is_compiling
 
 
 def plain_forward(module: nn.Module) -> bool:
