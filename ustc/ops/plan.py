@@ -284,6 +284,34 @@ class Matmul:
             store()
             return out
 
+    def runner(self):
+        """A callable computing the planned product into the plan's result buffer and returning that
+        buffer (the array :meth:`execute` would wrap), for a caller that executes one plan many times
+        on operand buffers it refills in place (``ustc.torch``'s batch-1 ``nn.Linear``). It runs the
+        route alone (the route still checks what it keeps of the operands) where that is all
+        :meth:`execute` does: a dense result of the compute dtype, no ``c``, no bfloat16 twins, no
+        fusion; for any other plan it is :meth:`execute` itself. It takes no lock (the caller
+        serialises calls) and is stale after :meth:`reset_operands` or :meth:`release`: ask again."""
+        with self._lock:
+            bound = self._require()
+            if self._route is None:
+                self.plan()
+            if self._out is None and self._wide is None and not self.problem.out_format:
+                self._out = self._allocate(bound)
+            route, out = self._route, self._out
+            if self._wide is not None or bound.refresh or bound.c is not None or bound.inplace is not None \
+                    or out is None or self.problem.out_format or bound.result_dtype != bound.dtype \
+                    or out.shape != bound.shape or self._fusion.active:
+                return self.execute
+            run, a, b, alpha = route.run, bound.a, bound.b, bound.alpha
+            if route.overwrites:
+                return functools.partial(run, a, b, out, alpha)  # no Python frame of its own
+
+            def product():
+                out.fill(0)  # the route adds into its output
+                return run(a, b, out, alpha)
+            return product
+
     def _execute(self, out):
         """:meth:`execute` of operands ustc computes as they are (the caller holds the lock)."""
         bound = self._require()

@@ -20,7 +20,6 @@ alone (``docs/torch.md``).
 
 from __future__ import annotations
 
-import functools
 import threading
 import weakref
 
@@ -60,7 +59,7 @@ class _Plan:
         self.b_in = b_torch.view(1, rows) if batch == 1 else b_torch.t()
         self.mm = Matmul(a, self.b)
         self.mm.plan()
-        self.product = _product(self.mm)
+        self.product = self.mm.runner()  # the route alone where execute would do nothing more
         self.lock = threading.Lock()
         self.batch = batch
         self.exact = batch == 1 and dtype != torch.bfloat16  # one() applies: the result comes in dtype
@@ -100,29 +99,6 @@ class _Plan:
         out = to_torch(array)
         self.out = (array, out, out.view(1, -1) if self.batch == 1 else None)
         return self.out
-
-
-def _product(mm: Matmul):
-    """A call computing ``mm``'s product into its own result buffer and returning that buffer: the route
-    run directly where ``execute`` would only do that (a dense result of the compute dtype, no ``c``, no
-    narrow twins to refresh, no fusion; the route still checks its bound arguments), else ``execute``.
-
-    ``mm`` is the plan's own: its operands are the weight's buffers (values edited in place are read by
-    the kernel) and the plan's input buffer, never reset, so ``execute``'s per-call checks have nothing
-    to find; a weight given new storage gets a new plan (``_last``). Saves ~1.2 µs of a 21 µs product."""
-    bound, route, out = mm._bound, mm._route, mm._out
-    if mm._wide is not None or bound.refresh or bound.c is not None or bound.inplace is not None or out is None \
-            or mm.problem.out_format or bound.result_dtype != bound.dtype or out.shape != bound.shape \
-            or mm._fusion.active:
-        return mm.execute
-    run, a, b, alpha = route.run, bound.a, bound.b, bound.alpha
-    if route.overwrites:
-        return functools.partial(run, a, b, out, alpha)  # no Python frame of its own
-
-    def product():
-        out.fill(0)  # the route adds into its output
-        return run(a, b, out, alpha)
-    return product
 
 
 def linear(x, weight: TorchUST, bias):
