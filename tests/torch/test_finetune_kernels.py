@@ -14,7 +14,8 @@ torch = pytest.importorskip("torch")
 import torch.nn.functional as F  # noqa: E402
 
 import ustc  # noqa: E402
-from ustc.kernels._sddmm import column_chunks, csr_sddmm, csr_spmm, csr_spmm_t, row_chunks  # noqa: E402
+from ustc.kernels._narrow_spmv import row_chunks  # noqa: E402
+from ustc.kernels._sddmm import column_chunks, csr_sddmm, csr_spmm, csr_spmm_t  # noqa: E402
 from ustc.torch import TorchUST, rows  # noqa: E402
 
 

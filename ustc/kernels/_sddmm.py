@@ -25,16 +25,9 @@ import numpy as np
 from numba import prange
 
 from ..cache._lean import njit_cached
-from ._spgemm import U, chunk_bounds
+from ._spgemm import U
 
 _FAST = {"reassoc", "contract"}
-
-
-def row_chunks(pos: np.ndarray, threads: int) -> np.ndarray:
-    """Row bounds splitting CSR pointers ``pos`` into ``threads`` chunks of about equal work
-    (entries plus one a row), at most one chunk a row."""
-    chunks = max(1, min(len(pos) - 1, threads))
-    return chunk_bounds(pos.astype(np.int64) + np.arange(len(pos)), chunks)
 
 
 def column_chunks(width: int, threads: int) -> np.ndarray:

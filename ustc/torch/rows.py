@@ -20,7 +20,8 @@ from torch.utils.weak import WeakIdKeyDictionary
 from .. import matmul as ustc_matmul
 from ..formats import CSR
 from ..format.ir import TensorFormat
-from ..kernels._sddmm import column_chunks, csr_sddmm, csr_spmm, csr_spmm_t, row_chunks
+from ..kernels._narrow_spmv import row_chunks
+from ..kernels._sddmm import column_chunks, csr_sddmm, csr_spmm, csr_spmm_t
 from ..tensor.tensor import Tensor
 from .pattern import pattern_coords, slot_count
 from .subclass import TorchUST, host, to_torch
