@@ -16,7 +16,7 @@ import torch.nn.functional as F  # noqa: E402
 import ustc  # noqa: E402
 from ustc.kernels._narrow_spmv import row_chunks  # noqa: E402
 from ustc.kernels._sddmm import column_chunks, csr_sddmm, csr_spmm, csr_spmm_t  # noqa: E402
-from ustc.torch import TorchUST, rows  # noqa: E402
+from ustc.torch import TorchUST, rows, training  # noqa: E402
 
 
 def _csr(mask: np.ndarray):
@@ -79,6 +79,7 @@ def test_linear_routes_match_the_dense_masked_model(route, fmt, dtype, shape, mo
     scatter SpMM, SDDMM over W or Wᵀ) and through the dense GEMM, against the dense masked model;
     BSR's explicit zeros inside blocks get no gradient."""
     monkeypatch.setattr(rows, "SLOWDOWN", {k: (0.0 if route == "kernel" else 1e9) for k in rows.SLOWDOWN})
+    monkeypatch.setattr(training, "GEMM_MIN_BATCH", 0)  # 21 rows of x: the forward's GEMM too
     w = random_weight(shape, 0.4, seed=5)
     W, dense = torch_ust(ustc.Tensor.from_dense(np.eye(4), fmt).format, w)
     W = TorchUST.from_torch(dense.to(dtype), W.ust.format) if dtype != torch.float64 else W
@@ -149,3 +150,22 @@ def test_dense_reads_of_gradients_through_the_scratch_buffer():
     state.add_(A)
     want.add_(a)
     torch.testing.assert_close(state, want, rtol=0, atol=0)
+
+
+def test_small_batches_forward_through_the_planned_product(monkeypatch):
+    """Below ``training.GEMM_MIN_BATCH`` rows the forward runs the planned product even where the GEMM
+    would win (no dense twin refreshed per call); the result and gradients are the dense masked model's."""
+    monkeypatch.setattr(rows, "SLOWDOWN", {k: 1e9 for k in rows.SLOWDOWN})
+    twins = []
+    original = training.dense_weight
+    monkeypatch.setattr(training, "dense_weight", lambda w: twins.append(w) or original(w))
+    W, dense = torch_ust(ustc.Tensor.from_dense(np.eye(4), "CSR").format, random_weight((9, 6), 0.5, seed=1))
+    W.requires_grad_()
+    wd = dense.clone().requires_grad_()
+    x = torch.randn(1, 6, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    y = F.linear(x, W)
+    assert not twins  # the forward took no GEMM
+    torch.testing.assert_close(y, F.linear(x, wd), rtol=1e-12, atol=1e-12)
+    y.sum().backward()
+    F.linear(x, wd).sum().backward()
+    torch.testing.assert_close(W.grad.to_dense(), wd.grad * W.pattern_mask(), rtol=1e-12, atol=1e-12)

@@ -37,6 +37,10 @@ from .rows import compute_dtype, kernel_wins, pattern_matmul, product_kind
 from .subclass import TorchUST
 
 _DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
+#: inputs of fewer rows than this take the planned product in the forward whatever the density: the GEMM
+#: route rewrites the dense twin's pattern entries at every call, which at batch 1 costs 6-8x the planned
+#: product (2048 x 2048 2:4: 4.7 ms against 0.55; bench_torch's general-route column at ebda9de)
+GEMM_MIN_BATCH = 32
 
 
 def applies(x, weight, bias) -> bool:
@@ -90,7 +94,7 @@ def forward_product(x, weight: TorchUST, bias):
     x2 = x.detach().reshape(-1, cols)
     dtype = torch.promote_types(compute_dtype(weight.dtype), compute_dtype(x.dtype))
     bias = bias.detach().to(dtype) if bias is not None else None
-    if kernel_wins(ust, product_kind(ust, transpose=False)):
+    if x2.shape[0] < GEMM_MIN_BATCH or kernel_wins(ust, product_kind(ust, transpose=False)):
         # the weight's planned Matmul, as inference runs it: its route's kernel (a CSR row walk vectorised
         # over the batch, n:m selects, ...) and a plan kept per input shape; at batch 1 a tenth of the
         # pattern kernel's per-call work (512 x 512 at 90%: ~33 against ~330 µs a call)
