@@ -558,42 +558,36 @@ def _csr_spmm(p: Problem, a, b, op) -> Route | None:
     return CsrOperandRoute(p, a)
 
 
-class LinearCsrRoute(Route):
-    """CSR SpMV / SpMM on the CPU by ``kernels._linear_csr`` (a row's sum vectorised with gathers of
-    ``x``; a row's entries eight at a time, each pass one loop over the batch): chosen by
-    :func:`_linear_csr` for the products of a pruned ``nn.Linear``. Each execute whose ``b`` or
-    ``out`` the kernels do not take (another dtype, not C-contiguous) runs ``inner``, the generated
-    kernel, compiled on that first use."""
+class KernelFirstRoute(Route):
+    """A hand-written CPU kernel for the operands it takes, ``inner`` for any other ``b`` or ``out``
+    (another dtype, not C-contiguous), prepared on that first use. ``kernel`` has ``run`` and
+    ``compile(a, b, out, alpha, accumulate, launch)``; subclasses say which operands it takes
+    (:meth:`takes`) and how it is launched (:meth:`launch`: threads, or parallel or not)."""
 
     kind = "registered kernel"
 
-    def __init__(self, p: Problem, op: str):
-        from ..kernels._linear_csr import LinearCsr
+    def __init__(self, kernel, inner: Route, accumulate: bool):
+        self.kernel, self.inner, self.accumulate = kernel, inner, accumulate
+        self.overwrites = not accumulate  # without c every element of out is stored
+        self._inner_ready = False
 
-        self.kernel, self.op, self.accumulate = LinearCsr(), op, p.c is not None
-        self.overwrites = not self.accumulate  # without c every element of out is stored
-        self.inner, self._inner_ready = GeneratedRoute(p, "cpu", None), False
-        self.info = (f"registered kernel: linear_csr_{op} (cpu; "
-                     + ("a row's sum vectorised with gathers of x)" if op == "spmv" else
-                        "a row's entries 8 at a time, each pass vectorised over the batch)"))
+    def takes(self, a, b) -> bool:
+        raise NotImplementedError
+
+    def launch(self, a, b):
+        raise NotImplementedError
 
     def _fits(self, a, b, out) -> bool:
-        from ..kernels._linear_csr import accepts
-
         return isinstance(out, np.ndarray) and out.dtype == a._values.dtype and out.flags.c_contiguous \
-            and accepts(a._buffers[(1, "pos")], a._buffers[(1, "crd")], a._values, b)
+            and self.takes(a, b)
 
     def prepare(self, a, b, out, alpha) -> None:
-        import numba
-
         if out is not None and self._fits(a, b, out):
-            self.kernel.compile(a, b, out, alpha, self.accumulate, numba.get_num_threads())
+            self.kernel.compile(a, b, out, alpha, self.accumulate, self.launch(a, b))
 
     def run(self, a, b, out, alpha):
-        import numba
-
         if self._fits(a, b, out):
-            self.kernel.run(a, b, out, alpha, self.accumulate, numba.get_num_threads())
+            self.kernel.run(a, b, out, alpha, self.accumulate, self.launch(a, b))
             return out
         if not self._inner_ready:
             self.inner.prepare(a, b, out, alpha)
@@ -607,6 +601,32 @@ class LinearCsrRoute(Route):
 
     def release(self) -> None:
         self.inner.release()
+        self._inner_ready = False
+
+
+class LinearCsrRoute(KernelFirstRoute):
+    """CSR SpMV / SpMM on the CPU by ``kernels._linear_csr`` (a row's sum vectorised with gathers of
+    ``x``; a row's entries eight at a time, each pass one loop over the batch): chosen by
+    :func:`_linear_csr` for the products of a pruned ``nn.Linear``; ``inner`` is the generated kernel."""
+
+    def __init__(self, p: Problem, op: str):
+        from ..kernels._linear_csr import LinearCsr
+
+        super().__init__(LinearCsr(), GeneratedRoute(p, "cpu", None), p.c is not None)
+        self.op = op
+        self.info = (f"registered kernel: linear_csr_{op} (cpu; "
+                     + ("a row's sum vectorised with gathers of x)" if op == "spmv" else
+                        "a row's entries 8 at a time, each pass vectorised over the batch)"))
+
+    def takes(self, a, b) -> bool:
+        from ..kernels._linear_csr import accepts
+
+        return accepts(a._buffers[(1, "pos")], a._buffers[(1, "crd")], a._values, b)
+
+    def launch(self, a, b) -> int:
+        import numba
+
+        return numba.get_num_threads()
 
 
 def _linear_csr(p: Problem, a, b, op) -> Route | None:
@@ -629,39 +649,24 @@ def _linear_csr(p: Problem, a, b, op) -> Route | None:
     return LinearCsrRoute(p, op)
 
 
-class LinearNmRoute(Route):
+class LinearNmRoute(KernelFirstRoute):
     """n:m structured SpMV (``m`` up to 4) on the CPU by ``kernels._linear_nm``: ``x`` spread into ``m``
     rows of one slot each, a row's sum a select among ``m`` contiguous loads instead of a gather per
-    slot. Chosen by :func:`_linear_nm` in place of the built-in ``structured_spmv`` (``inner``), which
-    runs each execute whose ``b`` or ``out`` this kernel does not take (compiled on that first use)."""
-
-    kind = "registered kernel"
+    slot. Chosen by :func:`_linear_nm` in place of the built-in ``structured_spmv`` (``inner``)."""
 
     def __init__(self, inner: RegisteredRoute, nm: tuple[int, int], accumulate: bool):
         from ..kernels._linear_nm import NmSelect
 
-        self.inner, self.kernel, self.accumulate = inner, NmSelect(*nm), accumulate
-        self.overwrites = not accumulate  # without c every element of out is stored
+        super().__init__(NmSelect(*nm), inner, accumulate)
         self.info = f"registered kernel: linear_nm_spmv ({nm[0]}:{nm[1]}, cpu; x spread by in-group column, no gathers)"
 
-    def _fits(self, a, b, out) -> bool:
+    def takes(self, a, b) -> bool:
         from ..kernels._linear_nm import accepts
 
-        return isinstance(out, np.ndarray) and out.dtype == a._values.dtype and out.flags.c_contiguous \
-            and accepts(self.kernel.n, self.kernel.m, a, b)
+        return accepts(self.kernel.n, self.kernel.m, a, b)
 
-    def prepare(self, a, b, out, alpha) -> None:
-        if out is not None and self._fits(a, b, out):
-            self.kernel.compile(a, b, out, alpha, self.accumulate, _parallel(a, b))
-
-    def run(self, a, b, out, alpha):
-        if self._fits(a, b, out):
-            self.kernel.run(a, b, out, alpha, self.accumulate, _parallel(a, b))
-            return out
-        self.inner.prepare(a, b, out, alpha)  # compiled on first use (a loaded kernel after that)
-        if self.overwrites and not self.inner.overwrites:
-            out[...] = 0
-        return self.inner.run(a, b, out, alpha)
+    def launch(self, a, b) -> bool:
+        return _parallel(a, b)
 
 
 def _parallel(a, b) -> bool:

@@ -103,7 +103,6 @@ def _csr_parts(shape, rows, cols, index) -> tuple:
 #: the SDDMM 5.0 vs 12.5 and 12.5 vs 10.7, the gather SpMM 5.3 vs 11.4 and 10.5 vs 9.6, the
 #: scatter SpMM 7.6 vs 10.6 and 22.0 vs 10.4. The kernel runs where ``density * slowdown < 1``.
 SLOWDOWN = {"sddmm": 4.0, "gather": 4.0, "scatter": 10.0}
-_KERNEL_DTYPES = (torch.float32, torch.float64)
 
 
 def kernel_wins(ust: Tensor, kind: str) -> bool:
