@@ -11,7 +11,8 @@ so the result is a canonical CSR (ordered, unique), as the format promises —
 unless the caller asks for CSR with a nonordered column level, which skips the
 per-row sort (SciPy's SpGEMM does not sort either). Short rows are insertion-sorted; longer
 ones are read off the row markers where dense in their span, else bucketed by high bits (the
-one pass into bounds reads them off two levels of bitmaps instead).
+one pass into bounds insertion-sorts rows up to TINY with their values and reads longer ones off
+two levels of bitmaps).
 
 Subscripts are cast to ``np.uintp``: Numba then drops its negative-index
 wraparound branch from every access, which halved the time of both passes.
@@ -31,7 +32,7 @@ from ..cache._lean import njit_cached
 U = np.uintp  # an unsigned subscript: no wraparound test (every subscript here is >= 0)
 SHORT = 48  # rows up to this long are insertion-sorted
 BIN = 32    # a long row's buckets are insertion-sorted when none holds more than this
-TINY = 16   # rows up to this long sort by insertion in the one pass, longer ones by bitmaps
+TINY = 32   # rows up to this long sort by insertion (values moving along) in the one pass, longer ones by bitmaps
 
 
 @njit_cached(nogil=True, parallel=True)
@@ -123,24 +124,37 @@ def _sort_long(crd, lo, hi, mark, row, spare, bins):
             p += 1
 
 
-@njit_cached(nogil=True, inline="always")
-def _sort_bits(crd, lo, hi, bits, summary):
-    """Sort the distinct columns ``crd[lo:hi]`` and clear their marks: each column ``j`` is set in
-    the bitmap ``bits`` and its word ``j >> 6`` in ``summary`` (a bitmap of ``bits``' nonzero
-    words). Rows up to :data:`TINY` are insertion-sorted; longer ones read off the summary's words
-    over the row's span, then each nonzero word of ``bits``: O(entries + span / 4096), where a
-    bucket sort made several passes over the entries."""
-    n = hi - lo
-    if n <= TINY:
-        _sort_small(crd, lo, hi)
-        for p in range(lo, hi):
-            bits[U(crd[U(p)] >> 6)] = 0
-            summary[U(crd[U(p)] >> 12)] = 0
-        return
-    least, most = crd[U(lo)], crd[U(lo)]
+@njit_cached(nogil=True)
+def _sort_pairs(crd, vals, lo, hi, first):
+    """Insertion sort of the columns ``crd[lo:hi]`` with their values ``vals[lo:hi]`` (a short row,
+    in L1), then ``first`` added to each column."""
     for p in range(lo + 1, hi):
-        least, most = min(least, crd[U(p)]), max(most, crd[U(p)])
+        c, v = crd[U(p)], vals[U(p)]
+        q = p - 1
+        while q >= lo and crd[U(q)] > c:
+            crd[U(q + 1)], vals[U(q + 1)] = crd[U(q)], vals[U(q)]
+            q -= 1
+        crd[U(q + 1)], vals[U(q + 1)] = c, v
+    for p in range(lo, hi):
+        crd[U(p)] += first
+
+
+@njit_cached(nogil=True)
+def _sort_bits(crd, vals, lo, hi, first, mark, bits, summary, held):
+    """Sort the distinct columns ``crd[lo:hi]`` (offsets from ``first``; ``mark[j]`` is column
+    ``j``'s position) with their values, then add ``first``: each column is set in the bitmap
+    ``bits`` and its word ``j >> 6`` in ``summary`` (a bitmap of ``bits``' nonzero words; both in
+    L1 and left clear), the values copied aside into ``held``, then the summary's words over the
+    row's span and each nonzero word of ``bits`` read off in order, each value fetched through
+    its column's mark: O(entries + span / 4096)."""
     one = np.uint64(1)
+    least, most = crd[U(lo)], crd[U(lo)]
+    for p in range(lo, hi):
+        j = U(crd[U(p)])
+        least, most = min(least, crd[U(p)]), max(most, crd[U(p)])
+        bits[j >> U(6)] |= one << np.uint64(j & U(63))
+        summary[j >> U(12)] |= one << np.uint64((j >> U(6)) & U(63))
+        held[U(p - lo)] = vals[U(p)]
     p = lo
     for s in range(least >> 12, (most >> 12) + 1):
         high = summary[U(s)]
@@ -151,7 +165,9 @@ def _sort_bits(crd, lo, hi, bits, summary):
             word = bits[U(w)]
             bits[U(w)] = 0
             while word:
-                crd[U(p)] = (w << 6) + np.int64(trailing_zeros(word))
+                j = (w << 6) + np.int64(trailing_zeros(word))
+                crd[U(p)] = j + first
+                vals[U(p)] = held[U(mark[U(j)] - lo)]
                 p += 1
                 word &= word - one
 
@@ -251,16 +267,16 @@ def _dense_chunk(apos, acrd, avals, bpos, bcrd, bvals, starts, lo, hi, first, la
 def _inplace_chunk(apos, acrd, avals, bpos, bcrd, bvals, starts, lo, hi, crd, vals, sizes, ordered):
     """Rows ``lo <= i < hi`` packed from ``starts[lo]``, each row's count into ``sizes[i + 1]``.
     Column ``j``'s sum accumulates at its output position ``mark[j]`` (positions grow through
-    the chunk, so one at or past the row's start marks a column of this row: no reset); two
-    levels of bitmaps of the row's columns (a 64th and a 4096th of the span: in L1) sort them
-    (:func:`_sort_bits`), the values then moved with their columns through ``held``."""
+    the chunk, so one at or past the row's start marks a column of this row: no reset). A sorted
+    row up to :data:`TINY` entries is insertion-sorted with its values (:func:`_sort_pairs`), a
+    longer one through two levels of bitmaps (a 64th and a 4096th of the span: in L1) set after
+    the row is summed, not in its product loop (:func:`_sort_bits`)."""
     first, last = _span(apos, acrd, bpos, bcrd, lo, hi)
     width = max(last - first + 1, 0)
     mark = np.full(width, -1, dtype=crd.dtype)   # positions fit crd's width (it indexes them)
     bits = np.zeros((width + 63) >> 6 if ordered else 0, dtype=np.uint64)
     summary = np.zeros((width + 4095) >> 12 if ordered else 0, dtype=np.uint64)
     held = np.empty(width if ordered else 0, dtype=vals.dtype)
-    one = np.uint64(1)
     top = starts[U(lo)]
     for i in range(lo, hi):
         start = top
@@ -275,19 +291,12 @@ def _inplace_chunk(apos, acrd, avals, bpos, bcrd, bvals, starts, lo, hi, crd, va
                     crd[U(top)] = j
                     vals[U(top)] = av * bvals[U(pb)]
                     top += 1
-                    if ordered:
-                        bits[j >> U(6)] |= one << np.uint64(j & U(63))
-                        summary[j >> U(12)] |= one << np.uint64((j >> U(6)) & U(63))
                 else:
                     vals[U(p)] += av * bvals[U(pb)]
-        if ordered:
-            _sort_bits(crd, start, top, bits, summary)
-            for p in range(start, top):
-                held[U(p - start)] = vals[U(p)]
-            for p in range(start, top):
-                j = U(crd[U(p)])
-                vals[U(p)] = held[U(mark[j] - start)]
-                crd[U(p)] = j + first
+        if ordered and top - start <= TINY:
+            _sort_pairs(crd, vals, start, top, first)
+        elif ordered:
+            _sort_bits(crd, vals, start, top, first, mark, bits, summary, held)
         else:
             for p in range(start, top):
                 crd[U(p)] += first
