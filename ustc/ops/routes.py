@@ -649,6 +649,52 @@ def _linear_csr(p: Problem, a, b, op) -> Route | None:
     return LinearCsrRoute(p, op)
 
 
+class RowSpmmRoute(KernelFirstRoute):
+    """SpMM on the CPU for a DCSR, row-sorted COO or BSR(2, 2) ``a`` by ``kernels._spmm_rows`` (the CSR
+    route's kernel over DCSR's stored rows or COO's row runs found at plan time; BSR(2, 2): two output
+    rows a block row, register blocked): chosen by :func:`_row_spmm`; ``inner`` is the generated
+    kernel, for a ``b`` or ``out`` it does not take or rows out of order."""
+
+    def __init__(self, p: Problem, kind: str):
+        from ..kernels._spmm_rows import RowSpmm
+
+        super().__init__(RowSpmm(kind), GeneratedRoute(p, "cpu", None), p.c is not None)
+        self.info = f"registered kernel: {kind}_spmm (cpu; " + (
+            "two output rows a block row, two blocks a pass over the batch)" if kind == "bsr22" else
+            "a row's entries 8 at a time, each pass vectorised over the batch)")
+
+    def takes(self, a, b) -> bool:
+        return self.kernel.takes(a, b, self.launch(a, b))
+
+    def release(self) -> None:
+        super().release()
+        self.kernel.forget()
+
+    def launch(self, a, b) -> int:
+        import numba
+
+        return numba.get_num_threads()
+
+
+def _row_spmm(p: Problem, a, b, op) -> Route | None:
+    """:class:`RowSpmmRoute` for SpMM on the CPU with a DCSR, COO or BSR(2, 2) ``a`` (blocks tiling its
+    shape) of float32 / float64 values times a C-contiguous NumPy ``b`` of their dtype, at least
+    ``runtime.SERIAL_WORK`` input elements. Stencil of side 80 (512,000 rows) times 64 float64
+    columns: see ``kernels._spmm_rows``."""
+    from ..formats import BSR, COO, DCSR
+    from ..kernels._spmm_rows import accepts
+    from ..tensor.interop import plain_format
+
+    if op != "spmm" or p.target != "cpu" or a.device != "cpu" or not accepts(a._values, b) \
+            or runtime.input_work((a, b)) < runtime.SERIAL_WORK:
+        return None
+    fmt = plain_format(a.format)
+    kind = {plain_format(f): k for f, k in ((DCSR, "dcsr"), (COO, "coo"), (BSR(2, 2), "bsr22"))}.get(fmt)
+    if kind == "bsr22" and tuple(a.shape) != (2 * a.level_shape[0], 2 * a.level_shape[1]):
+        return None
+    return None if kind is None else RowSpmmRoute(p, kind)
+
+
 class LinearNmRoute(KernelFirstRoute):
     """n:m structured SpMV (``m`` up to 4) on the CPU by ``kernels._linear_nm``: ``x`` spread into ``m``
     rows of one slot each, a row's sum a select among ``m`` contiguous loads instead of a gather per
@@ -902,6 +948,9 @@ def choose(p: Problem, a, b, out_format, fused: Fusion = NO_FUSION) -> tuple[Rou
             return route, f"each output row is reduced in a workspace and written once, {where}"
         tried.append("no generated workspace SpGEMM for these values or this output order")
     if forced is None and op == "spmm":
+        route = _row_spmm(p, a, b, op)
+        if route is not None:
+            return route, "DCSR / row-sorted COO / BSR(2, 2) with float values above the serial size: the CSR kernel's row walk"
         route = _csr_spmm(p, a, b, op)
         if route is not None:
             return route, "converting a to CSR in parallel and the CSR kernel measured faster than a's own kernel"
