@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from .. import Matmul
+from ..kernels._simd import aligned_empty
 from ..tensor.tensor import Tensor
 from .matmul import operand
 from .subclass import TorchUST, host, to_torch
@@ -54,7 +55,8 @@ class _Plan:
         else:
             a = operand(weight)
         compute = np.float32 if dtype == torch.bfloat16 else host(torch.empty(0, dtype=dtype)).dtype
-        self.b = np.zeros((rows,) if batch == 1 else (rows, batch), dtype=compute)
+        self.b = aligned_empty((rows,) if batch == 1 else (rows, batch), compute)  # vector loads in whole lines
+        self.b.fill(0)
         b_torch = torch.from_numpy(self.b)
         self.b_in = b_torch.view(1, rows) if batch == 1 else b_torch.t()
         self.mm = Matmul(a, self.b)
