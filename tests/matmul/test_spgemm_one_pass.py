@@ -14,6 +14,8 @@ import scipy.sparse as sp
 import ustc
 from ustc.kernels import _spgemm
 
+from pairwise import pairwise
+
 
 def _canonical(a, b):
     ref = sp.csr_array(a @ b)
@@ -29,10 +31,14 @@ def _power_law(n, rng, alpha=1.1):
     return sp.csr_array((rng.standard_normal(rows.size), (rows, cols)), shape=(n, n))
 
 
-def _run(a, b, dtype, ordered, one_pass, monkeypatch):
-    """``_spgemm.product`` forced into one path (the ratio the sample is held to)."""
+def _run(a, b, dtype, index, ordered, one_pass, monkeypatch):
+    """``_spgemm.product`` forced into one path (the ratio the sample is held to), on operands whose
+    index buffers have the dtypes ``index`` names (a's, b's)."""
     monkeypatch.setattr(_spgemm, "ONE_PASS_RATIO", np.inf if one_pass else 0.0)
-    a, b = sp.csr_array(a).astype(dtype), sp.csr_array(b).astype(dtype)
+    a, b = (sp.csr_array(x).astype(dtype) for x in (a, b))
+    a_index, b_index = INDEX[index]
+    a.indptr, a.indices = a.indptr.astype(a_index), a.indices.astype(a_index)
+    b.indptr, b.indices = b.indptr.astype(b_index), b.indices.astype(b_index)
     before = [x.copy() for x in (a.indptr, a.indices, a.data, b.indptr, b.indices, b.data)]
     pos, crd, vals = _spgemm.product(a.indptr, a.indices, a.data, b.indptr, b.indices, b.data, b.shape[1],
                                      np.result_type(a.dtype, b.dtype), ordered, 2)
@@ -61,19 +67,30 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("case", list(CASES))
-@pytest.mark.parametrize("one_pass", [True, False], ids=["one pass", "count then fill"])
-@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.complex128])
-def test_both_paths_match_scipy(case, one_pass, dtype, rng, monkeypatch):
+# The kernels compile once per value dtype, path and index dtypes (each case only varies the data):
+# a pairwise cover of those three axes (9 kernels, not 18), every case through each of them, but
+# for products with no row or no multiply-add: one_pass() sends those to the counting pass
+# whatever the ratio, so they run under the counting triples only (each dtype and index pair
+# still meets them there) rather than compile the filling pass under the one-pass triples too.
+INDEX = {"int32": (np.int32, np.int32), "int64": (np.int64, np.int64), "int32 @ int64": (np.int32, np.int64)}
+KERNELS = pairwise([np.float64, np.float32, np.complex128], [True, False], list(INDEX))
+COUNTED_ANYWAY = ("empty", "all zero")
+RUNS = [pytest.param(case, dtype, one_pass, index,
+                     id=f"{np.dtype(dtype).name}-{'one pass' if one_pass else 'count then fill'}-{index}-{case}")
+        for dtype, one_pass, index in KERNELS for case in CASES if not (one_pass and case in COUNTED_ANYWAY)]
+
+
+@pytest.mark.parametrize("case, dtype, one_pass, index", RUNS)
+def test_both_paths_match_scipy(case, dtype, one_pass, index, rng, monkeypatch):
     a, b = CASES[case](rng)
     ref = _canonical(a.astype(dtype), b.astype(dtype))
-    pos, crd, vals = _run(a, b, dtype, True, one_pass, monkeypatch)
+    pos, crd, vals = _run(a, b, dtype, index, True, one_pass, monkeypatch)
     np.testing.assert_array_equal(pos, ref.indptr)
     np.testing.assert_array_equal(crd, ref.indices)     # exact: sorted, cancelled zeros kept
     assert vals.dtype == ref.dtype
     tol = 1e-5 if dtype == np.float32 else 1e-12
     np.testing.assert_allclose(vals, ref.data, rtol=tol, atol=tol)
-    pos, crd, vals = _run(a, b, dtype, False, one_pass, monkeypatch)   # unsorted rows: the same entries
+    pos, crd, vals = _run(a, b, dtype, index, False, one_pass, monkeypatch)   # unsorted rows: the same entries
     got = sp.csr_array((vals, crd, pos), shape=ref.shape)
     np.testing.assert_array_equal(pos, ref.indptr)
     np.testing.assert_allclose(got.toarray(), ref.toarray(), rtol=tol, atol=tol)
