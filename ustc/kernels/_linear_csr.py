@@ -28,6 +28,7 @@ import numpy as np
 from numba import prange
 
 from ..cache._lean import njit_cached
+from . import _linear_csr_bitmap as bitmap
 from ._narrow_spmv import gather_spmv, row_chunks
 
 U = np.uintp
@@ -83,6 +84,7 @@ class LinearCsr:
 
     def __init__(self):
         self._key, self._bounds = None, None
+        self._masks = bitmap.Bitmap()  # SpMV at MIN_DENSITY or more kept: kernels._linear_csr_bitmap
 
     def bounds(self, pos: np.ndarray, threads: int) -> np.ndarray:
         key = (id(pos), pos.__array_interface__["data"][0], len(pos), threads)
@@ -100,7 +102,22 @@ class LinearCsr:
             return gather_spmv, (out, pos, starts, crd, 0, vals, b, bounds, scale, accumulate)
         return csr_spmm, (pos, crd, vals, b, out, scale, bounds, accumulate)
 
+    def _bitmap(self, a, b, out, alpha, accumulate: bool, force: bool = False):
+        """``(kernel, args)`` of the mask SpMV where it takes these operands, else None."""
+        pos, vals = a._buffers[(1, "pos")], a._values
+        if not bitmap.accepts(a.shape, pos, vals, b) or not self._masks.ready(a.shape, pos, a._buffers[(1, "crd")], force):
+            return None
+        m = self._masks
+        return bitmap.bitmap_spmv, (pos, m.counts, m.bits, vals, m.padded(b), out, out.dtype.type(alpha), accumulate)
+
     def run(self, a, b, out, alpha, accumulate: bool, threads: int) -> None:
+        masked = self._bitmap(a, b, out, alpha, accumulate)
+        if masked is not None:
+            if masked[0](*masked[1]):
+                return
+            masked = self._bitmap(a, b, out, alpha, accumulate, force=True)  # a row's length changed: new masks
+            if masked is not None and masked[0](*masked[1]):
+                return
         kernel, args = self.arguments(a, b, out, alpha, accumulate, self.bounds(a._buffers[(1, "pos")], threads))
         kernel(*args)
 
@@ -108,5 +125,7 @@ class LinearCsr:
         """Compile (or load from Numba's cache) the kernel these operands take, without running it."""
         import numba
 
-        kernel, args = self.arguments(a, b, out, alpha, accumulate, self.bounds(a._buffers[(1, "pos")], threads))
+        masked = self._bitmap(a, b, out, alpha, accumulate)
+        kernel, args = masked if masked is not None else \
+            self.arguments(a, b, out, alpha, accumulate, self.bounds(a._buffers[(1, "pos")], threads))
         kernel.compile(tuple(numba.typeof(x) for x in args))

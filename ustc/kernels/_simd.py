@@ -136,3 +136,68 @@ def aligned_empty(shape, dtype, align: int = ALIGN) -> np.ndarray:
 def is_aligned(array: np.ndarray, align: int = ALIGN) -> bool:
     """Whether ``array``'s first element sits at a multiple of ``align`` bytes."""
     return array.ctypes.data % align == 0
+
+
+@functools.lru_cache(maxsize=None)
+def masked_ops(lanes: int) -> tuple:
+    """``(load1, expand, total)`` for vectors of ``lanes``: ``load1(a, j)`` is ``a[j : j + lanes]`` of a 1-D
+    C-contiguous array; ``expand(a, p, mask)`` puts ``a[p], a[p + 1], ...`` into the lanes whose bit is set
+    in the ``lanes``-bit unsigned ``mask`` (zeros elsewhere), reading exactly ``popcount(mask)`` elements
+    (AVX-512 ``vexpandps``); ``total(v)`` is the sum of the lanes (any order)."""
+    mask_type = {8: types.uint8, 16: types.uint16}[lanes]
+
+    @intrinsic
+    def load1(typingctx, array, j):
+        vec = Vec(array.dtype, lanes)
+
+        def codegen(context, builder, sig, args):
+            _wide(builder)
+            a = context.make_array(sig.args[0])(context, builder, args[0])
+            pointer = builder.gep(a.data, [args[1]])
+            vty = context.get_value_type(vec)
+            return builder.load(builder.bitcast(pointer, vty.as_pointer()), align=array.dtype.bitwidth // 8)
+
+        return vec(array, j), codegen
+
+    @intrinsic
+    def expand(typingctx, array, p, mask):
+        vec = Vec(array.dtype, lanes)
+
+        def codegen(context, builder, sig, args):
+            _wide(builder)
+            a = context.make_array(sig.args[0])(context, builder, args[0])
+            pointer = builder.gep(a.data, [args[1]])
+            vty = context.get_value_type(vec)
+            bits = builder.bitcast(builder.trunc(args[2], ir.IntType(lanes)), ir.VectorType(ir.IntType(1), lanes))
+            name = f"llvm.masked.expandload.v{lanes}f{vty.element.intrinsic_name[1:]}"
+            fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(
+                vty, [vty.element.as_pointer(), bits.type, vty]), name)
+            return builder.call(fn, [pointer, bits, ir.Constant(vty, None)])
+
+        return vec(array, p, mask_type), codegen
+
+    @intrinsic
+    def total(typingctx, v):
+        def codegen(context, builder, sig, args):
+            _wide(builder)
+            vty = args[0].type
+            name = f"llvm.vector.reduce.fadd.v{vty.count}f{vty.element.intrinsic_name[1:]}"
+            fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vty.element, [vty.element, vty]), name)
+            return builder.call(fn, [ir.Constant(vty.element, 0.0), args[0]])
+
+        return v.dtype(v), codegen
+
+    return load1, expand, total
+
+
+@intrinsic
+def popcount(typingctx, mask):
+    """The number of set bits of an unsigned integer, as a ``uintp`` (``llvm.ctpop``)."""
+
+    def codegen(context, builder, sig, args):
+        ity = args[0].type
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ity, [ity]), f"llvm.ctpop.i{ity.width}")
+        count = builder.call(fn, args)
+        return builder.zext(count, ir.IntType(64)) if ity.width < 64 else count
+
+    return types.uintp(mask), codegen

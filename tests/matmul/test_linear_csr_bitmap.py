@@ -1,0 +1,98 @@
+"""CSR SpMV through a bit mask of the pattern (``kernels._linear_csr_bitmap``): the kernel a planned
+float32 ``ustc.Matmul`` SpMV of a CSR operand with at least ``MIN_DENSITY`` of its entries stored runs
+inside ``routes.LinearCsrRoute``, its refusals, and a pattern changed in place. Oracle: NumPy in float64."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import ustc
+from ustc.formats import CSR
+from ustc.kernels import _linear_csr_bitmap as bitmap
+from ustc.ops import routes, runtime
+from ustc.torch.reformat import with_widths
+from matmul_helpers import random_dense
+
+
+@pytest.fixture
+def every_size(monkeypatch):
+    """Small operands take the route too (normally above ``runtime.SERIAL_WORK`` only)."""
+    monkeypatch.setattr(runtime, "SERIAL_WORK", 0)
+
+
+def _weight(rng, shape, density, width=16):
+    w = random_dense(rng, shape, density, np.float32)
+    w[::5] = 0  # empty rows
+    if shape[0] > 3:
+        w[3] = rng.standard_normal(shape[1])  # a full row
+    return w, ustc.Tensor.from_dense(w, with_widths(CSR, crd_width=width))
+
+
+def _masked(mm) -> bool:
+    return isinstance(mm._route, routes.LinearCsrRoute) and mm._route.kernel._masks.bits is not None
+
+
+def _check(got, want):
+    np.testing.assert_allclose(np.asarray(got, np.float64), want, rtol=1e-5, atol=1e-5 * (1 + np.abs(want).max()))
+
+
+# 37 and 45 columns: the last mask is partial (x padded); 16: one mask; 2048: the layer's width
+@pytest.mark.parametrize("shape, density, width", [((40, 37), 0.5, 16), ((9, 16), 0.9, 8), ((3, 45), 0.8, 16),
+                                                   ((6, 2048), 0.3, 16)])
+def test_matches_numpy(shape, density, width, rng, every_size):
+    w, a = _weight(rng, shape, density, width)
+    x = rng.standard_normal(shape[1]).astype(np.float32)
+    x_before, values_before = x.copy(), a._values.copy()
+    mm = ustc.Matmul(a, x).plan()
+    for _ in range(2):  # overwrites its result: nothing left from the last execute
+        _check(mm.execute(), w.astype(np.float64) @ x)
+    assert _masked(mm), mm.plan_info
+    np.testing.assert_array_equal(x, x_before)
+    np.testing.assert_array_equal(a._values, values_before)
+
+
+def test_alpha_beta_c_and_values_edited_in_place(rng, every_size):
+    w, a = _weight(rng, (30, 40), 0.5)
+    x, c = rng.standard_normal(40).astype(np.float32), rng.standard_normal(30).astype(np.float32)
+    mm = ustc.Matmul(a, x, c=c.copy(), alpha=-1.5, beta=0.5).plan()
+    _check(mm.execute(), -1.5 * w.astype(np.float64) @ x + 0.5 * c)
+    assert _masked(mm)
+    mm = ustc.Matmul(a, x).plan()
+    mm.execute()
+    a._values[:] *= 2  # values are read in place at every execute
+    _check(mm.execute(), 2 * w.astype(np.float64) @ x)
+
+
+def test_a_pattern_changed_in_place_is_seen(rng, every_size):
+    """Row lengths changed in the operand's own buffers: the kernel refuses before reading and the masks
+    are made again."""
+    w, a = _weight(rng, (8, 32), 0.5)
+    x = rng.standard_normal(32).astype(np.float32)
+    mm = ustc.Matmul(a, x).plan()
+    mm.execute()
+    pos, crd = a._buffers[(1, "pos")], a._buffers[(1, "crd")]
+    row = 1  # its last entry moves to the start of row 2 (both keep increasing columns if the column fits)
+    moved = int(crd[pos[row + 1] - 1])
+    if pos[row + 2] > pos[row + 1] and moved >= int(crd[pos[row + 1]]):
+        crd[pos[row + 1] - 1] = 0 if int(crd[pos[row + 1]]) > 0 else moved
+    pos[row + 1] -= 1
+    dense = np.zeros((8, 32))
+    for i in range(8):
+        dense[i, crd[pos[i]:pos[i + 1]]] = a._values[pos[i]:pos[i + 1]]
+    _check(mm.execute(), dense @ x)
+
+
+def test_refusals(rng, every_size):
+    """Below MIN_DENSITY, float64, 2-D ``b``, fewer than 16 columns: the gather / SpMM kernels. Columns
+    out of order within a row: no masks (the gather kernel, same results)."""
+    w, a = _weight(rng, (20, 64), 0.1)
+    assert not bitmap.accepts(a.shape, a._buffers[(1, "pos")], a._values, np.ones(64, np.float32))
+    assert not bitmap.accepts((20, 8), np.zeros(21, np.int32), np.ones(160, np.float32), np.ones(8, np.float32))
+    assert not bitmap.accepts((2, 16), np.zeros(3, np.int32), np.ones(32), np.ones(16))
+    assert not bitmap.accepts((2, 16), np.zeros(3, np.int32), np.ones(32, np.float32), np.ones((16, 2), np.float32))
+    masks = bitmap.Bitmap()
+    assert not masks.ready((1, 32), np.array([0, 2], np.int32), np.array([5, 3], np.uint16))
+    assert not masks.ready((1, 32), np.array([0, 2], np.int32), np.array([3, 3], np.uint16))
+    assert masks.ready((1, 32), np.array([0, 2], np.int32), np.array([3, 31], np.uint16))
+    assert masks.bits.tolist() == [[1 << 3, 1 << 15]] and masks.counts.tolist() == [2]
