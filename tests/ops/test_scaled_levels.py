@@ -15,6 +15,7 @@ import pytest
 
 import ustc
 from op_helpers import assert_matches, rand_dense, sparse
+from pairwise import pairwise
 from ustc import Tensor
 from ustc import formats as F
 
@@ -45,14 +46,17 @@ def _dense(x):
     return x.to_dense() if isinstance(x, Tensor) else x
 
 
-def _check_binary(A, B):
-    """A + B and A * B with the scaled operand first, B - A with it second. ``-`` lowers to the
-    union ``+`` does (its own kernel, so A - B, a kernel more, is left to the plain formats'
-    tests in test_elementwise.py): the union runs with the scaled operand on both sides."""
+# A + B and A * B with the scaled operand first, B - A with it second. ``-`` lowers to the union
+# ``+`` does (its own kernel, so A - B, a kernel more, is left to the plain formats' tests in
+# test_elementwise.py): the union runs with the scaled operand on both sides. Each is a kernel
+# per (format, partner), so the cases take them pairwise with the formats and partners.
+OPS = {"A + B": lambda a, b: a + b, "A * B": lambda a, b: a * b, "B - A": lambda a, b: b - a}
+
+
+def _check_binary(A, B, ops=tuple(OPS)):
     a, b = _dense(A), _dense(B)
-    assert_matches(A + B, a + b)
-    assert_matches(A * B, a * b)
-    assert_matches(B - A, b - a)
+    for op in ops:
+        assert_matches(OPS[op](A, B), OPS[op](a, b))
 
 
 def test_union_dense_with_scaled_level_3():
@@ -62,41 +66,43 @@ def test_union_dense_with_scaled_level_3():
 
 
 def _pairwise_1d() -> list:
-    """The scale c, the level kind and the partner, pairwise: each kind meets both sparse-storage
-    partners (dense, compressed), once with c = 2 and once with c = 3, and each partner meets
-    both scales; a NumPy-array partner (no kernel) meets every scaled format."""
-    params = []
-    for k, kind in enumerate(("dense", "compressed", "delta(1)")):
-        for p, partner in enumerate(("dense", "compressed")):
-            c = 2 if (k + p) % 2 == 0 else 3
-            params.append((f"(d) -> ({c} * d : {kind})", partner))
-    return params + [(text, "array") for text in SCALED_1D]
+    """The level kind, the sparse-storage partner (dense, compressed), the scale c and the
+    operator, pairwise: each kind meets both partners, both scales and every operator, each
+    partner both scales and every operator; a NumPy-array partner (no kernel) meets every scaled
+    format with every operator."""
+    params = [(f"(d) -> ({c} * d : {kind})", partner, (op,))
+              for kind, partner, c, op in pairwise(("dense", "compressed", "delta(1)"), ("dense", "compressed"), (2, 3),
+                                                  tuple(OPS))]
+    return params + [(text, "array", tuple(OPS)) for text in SCALED_1D]
 
 
-@pytest.mark.parametrize("text, partner", _pairwise_1d())
-def test_binary_1d(text, partner):
+@pytest.mark.parametrize("text, partner, ops", _pairwise_1d())
+def test_binary_1d(text, partner, ops):
     fmt = P(text)
     for n, seed in ((9, 1), (1, 2), (0, 3)):
         A = sparse(fmt, (n,), seed=seed, density=0.5)
-        _check_binary(A, _partner(partner, fmt, (n,), seed + 10))
+        _check_binary(A, _partner(partner, fmt, (n,), seed + 10), ops)
 
 
-@pytest.mark.parametrize("partner", PARTNERS_2D)
-@pytest.mark.parametrize("text", SCALED_2D)
-def test_binary_2d(text, partner):
+# every (format, partner), (format, operator) and (partner, operator) pair once
+CASES_2D = pairwise(SCALED_2D, PARTNERS_2D, tuple(OPS))
+
+
+@pytest.mark.parametrize("text, partner, op", CASES_2D)
+def test_binary_2d(text, partner, op):
     fmt = P(text)
     for k, shape in enumerate(SHAPES_2D):
         A = sparse(fmt, shape, seed=k)
-        _check_binary(A, _partner(partner, fmt, shape, 20 + k))
+        _check_binary(A, _partner(partner, fmt, shape, 20 + k), (op,))
 
 
 @pytest.mark.parametrize("text", SCALED_2D)
 def test_all_zero_operands(text):
     fmt = P(text)
     A, Z = sparse(fmt, (4, 6), seed=5), sparse(fmt, (4, 6), zero=True)
-    for partner in PARTNERS_2D:
-        _check_binary(Z, _partner(partner, fmt, (4, 6), 6))
-        _check_binary(A, _partner(partner, fmt, (4, 6), 6, zero=True))
+    for partner, op in [(partner, op) for t, partner, op in CASES_2D if t == text]:   # test_binary_2d's kernels
+        _check_binary(Z, _partner(partner, fmt, (4, 6), 6), (op,))
+        _check_binary(A, _partner(partner, fmt, (4, 6), 6, zero=True), (op,))
     assert_matches(Z.sum(0), np.zeros(6))
     assert_matches(ustc.matmul(Z, np.ones(6)), np.zeros(4))
 
