@@ -1,6 +1,7 @@
-"""CSR SpMV through a bit mask of the pattern (``kernels._linear_csr_bitmap``): the kernel a planned
-float32 ``ustc.Matmul`` SpMV of a CSR operand with at least ``MIN_DENSITY`` of its entries stored runs
-inside ``routes.LinearCsrRoute``, its refusals, and a pattern changed in place. Oracle: NumPy in float64."""
+"""SpMV through a bit mask of the pattern (``kernels._linear_csr_bitmap``): the kernel a planned float32
+``ustc.Matmul`` SpMV of a CSR operand with at least ``MIN_DENSITY`` of its entries stored runs inside
+``routes.LinearCsrRoute``, and of an n:m operand whose groups tile 16 columns inside
+``routes.LinearNmRoute``; refusals, and a pattern changed in place. Oracle: NumPy in float64."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ import numpy as np
 import pytest
 
 import ustc
+from ustc import formats
 from ustc.formats import CSR
-from ustc.kernels import _linear_csr_bitmap as bitmap
+from ustc.kernels import _linear_csr_bitmap as bitmap, _linear_nm
 from ustc.ops import routes, runtime
 from ustc.torch.reformat import with_widths
 from matmul_helpers import random_dense
@@ -96,3 +98,27 @@ def test_refusals(rng, every_size):
     assert not masks.ready((1, 32), np.array([0, 2], np.int32), np.array([3, 3], np.uint16))
     assert masks.ready((1, 32), np.array([0, 2], np.int32), np.array([3, 31], np.uint16))
     assert masks.bits.tolist() == [[1 << 3, 1 << 15]] and masks.counts.tolist() == [2]
+
+
+# n:m SpMV (routes.LinearNmRoute, kernels._linear_nm.NmSelect): float32 groups tiling 16 columns take the masks
+@pytest.mark.parametrize("nm, shape", [((2, 4), (33, 64)), ((1, 2), (5, 22)), ((3, 4), (4, 36))])
+def test_nm_spmv_through_the_masks(nm, shape, rng, every_size):
+    w = random_dense(rng, shape, 0.8, np.float32)
+    a = ustc.Tensor.from_dense(w, formats.Structured(*nm), prune=True)
+    x = rng.standard_normal(shape[1]).astype(np.float32)
+    mm = ustc.Matmul(a, x, c=np.ones(shape[0], np.float32), alpha=2.0, beta=-1.0).plan()
+    _check(mm.execute(), 2.0 * a.to_dense().astype(np.float64) @ x - 1.0)
+    assert isinstance(mm._route, routes.LinearNmRoute) and mm._route.kernel._masks is not None
+
+
+def test_nm_masks_refused():
+    """A partial last group, a group of 3 columns (not tiling 16), coordinates out of order or out of
+    range: no masks (the select kernel runs)."""
+    crd = np.array([0, 1, 2, 3], np.uint8)
+    assert _linear_nm.nm_masks(2, 4, (1, 8), crd) is not None
+    assert _linear_nm.nm_masks(2, 4, (1, 7), crd) is None
+    assert _linear_nm.nm_masks(1, 3, (1, 12), crd) is None
+    assert _linear_nm.nm_masks(2, 4, (1, 8), np.array([1, 0, 2, 3], np.uint8)) is None
+    assert _linear_nm.nm_masks(2, 4, (1, 8), np.array([0, 4, 2, 3], np.uint8)) is None
+    pos, counts, bits = _linear_nm.nm_masks(2, 4, (1, 8), np.array([0, 3, 1, 2], np.uint8))
+    assert bits.tolist() == [[0b0110_1001]] and counts.tolist() == [4] and pos.tolist() == [0, 4]

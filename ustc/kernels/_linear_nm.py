@@ -21,6 +21,7 @@ import numpy as np
 from numba import prange
 
 from ..cache._lean import njit_cached
+from . import _linear_csr_bitmap as bitmap
 
 U = np.uintp
 MAX_M = 4  # groups of up to this many columns: a select among m loads beats a gather up to here
@@ -72,12 +73,50 @@ def accepts(n: int, m: int, a, b) -> bool:
         and len(vals) == a.shape[0] * -(-a.shape[1] // m) * n
 
 
+def nm_masks(n: int, m: int, shape, crd: np.ndarray):
+    """``(pos, counts, bits)`` for :func:`kernels._linear_csr_bitmap.bitmap_spmv` over a ``Structured(n, m)``
+    operand's slots (values in slot order), or None where the masks cannot stand for the slots: ``m`` not
+    dividing 16, a partial last group, or a group's coordinates not strictly increasing below ``m``."""
+    rows, columns = shape
+    if 16 % m or columns % m or rows == 0 or columns == 0:
+        return None
+    slots = columns // m * n
+    inner = crd.reshape(rows, columns // m, n).astype(np.int64)
+    if inner.size and (inner.max() >= m or (n > 1 and (np.diff(inner, axis=2) <= 0).any())):
+        return None
+    column = (np.arange(columns // m, dtype=np.int64) * m)[None, :, None] + inner
+    bit = np.left_shift(np.uint16(1), (column % 16).astype(np.uint16)).reshape(rows, slots)
+    word = (column // 16).reshape(rows, slots)
+    bits = np.zeros((rows, -(-columns // 16)), np.uint16)
+    np.bitwise_or.at(bits, (np.repeat(np.arange(rows), slots), word.ravel()), bit.ravel())
+    pos = np.arange(rows + 1, dtype=np.int64) * slots
+    return pos, np.full(rows, slots, np.int64), bits
+
+
 class NmSelect:
     """One planned product's kernel and its ``xs`` scratch (kept between executes; the Matmul's lock
-    serialises them)."""
+    serialises them). float32 values whose groups tile 16 columns take the mask kernel of
+    ``kernels._linear_csr_bitmap`` instead (masks made from the coordinates on first use, remade when
+    the coordinate buffer changes): 2048 x 2048 at 2:4, one thread, CPU time, 46 copies cycled (weights
+    from memory), load 10-11: 0.67x dense ``torch.mv``'s time against 1.08x for the select."""
 
     def __init__(self, n: int, m: int):
         self.n, self.m, self._xs = n, m, None
+        self._masks_key, self._masks, self._x = None, None, bitmap.Padded()
+
+    def _masked(self, a, b, out, alpha, accumulate: bool):
+        """``(kernel, args)`` of the mask kernel where it takes these operands, else None."""
+        if out.dtype != np.float32 or a._values.dtype != np.float32:
+            return None
+        crd = a._buffers[(2, "crd")]
+        key = (id(crd), crd.__array_interface__["data"][0], len(crd), a.shape)
+        if key != self._masks_key:
+            self._masks_key, self._masks = key, nm_masks(self.n, self.m, a.shape, crd)
+        if self._masks is None:
+            return None
+        pos, counts, bits = self._masks
+        return bitmap.bitmap_spmv, (pos, counts, bits, a._values, self._x.of(b, bits.shape[1]), out,
+                                    out.dtype.type(alpha), accumulate)
 
     def arguments(self, a, b, out, alpha, accumulate: bool, parallel: bool) -> tuple:
         slots = -(-a.shape[1] // self.m) * self.n
@@ -88,11 +127,15 @@ class NmSelect:
             (a._buffers[(2, "crd")], a._values, b, xs, out, out.dtype.type(alpha), a.shape[0], slots, accumulate)
 
     def run(self, a, b, out, alpha, accumulate: bool, parallel: bool) -> None:
+        masked = self._masked(a, b, out, alpha, accumulate)
+        if masked is not None and masked[0](*masked[1]):  # (False: the values no longer fit the masks)
+            return
         kernel, args = self.arguments(a, b, out, alpha, accumulate, parallel)
         kernel(*args)
 
     def compile(self, a, b, out, alpha, accumulate: bool, parallel: bool) -> None:
         import numba
 
-        kernel, args = self.arguments(a, b, out, alpha, accumulate, parallel)
+        masked = self._masked(a, b, out, alpha, accumulate)
+        kernel, args = masked if masked is not None else self.arguments(a, b, out, alpha, accumulate, parallel)
         kernel.compile(tuple(numba.typeof(x) for x in args))

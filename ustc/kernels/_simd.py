@@ -201,3 +201,20 @@ def popcount(typingctx, mask):
         return builder.zext(count, ir.IntType(64)) if ity.width < 64 else count
 
     return types.uintp(mask), codegen
+
+
+@intrinsic
+def prefetch(typingctx, array, p):
+    """Hint that ``array[p]`` (a 1-D array; any index, never dereferenced) will be read soon
+    (``llvm.prefetch``: read, high locality, data cache)."""
+
+    def codegen(context, builder, sig, args):
+        a = context.make_array(sig.args[0])(context, builder, args[0])
+        pointer = builder.bitcast(builder.gep(a.data, [args[1]]), ir.IntType(8).as_pointer())
+        i32 = ir.IntType(32)
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), [pointer.type, i32, i32, i32]),
+                                            "llvm.prefetch.p0i8")
+        builder.call(fn, [pointer, ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])
+        return context.get_dummy_value()
+
+    return types.none(array, p), codegen
