@@ -325,6 +325,7 @@ def _inplace_chunk(apos, acrd, avals, bpos, bcrd, bvals, starts, lo, hi, crd, va
 # of the output.
 
 ONE_PASS_RATIO = 1.5
+SEGMENT = 1 << 16   # shift_chunks moves a chunk in parallel segments of its gap from this gap
 SAMPLE_ROWS = 4096
 
 
@@ -345,18 +346,35 @@ def compression(apos, acrd, bpos, bcrd, n_cols, step):
     return products, entries
 
 
+@njit_cached(nogil=True, parallel=True)
+def _move(crd, vals, src, dst, n):
+    """``crd[dst:dst + n] = crd[src:src + n]`` (and ``vals``) for ranges that do not overlap, in
+    parallel blocks."""
+    blocks = (n + 65535) >> 16
+    for t in prange(blocks):
+        lo = t << 16
+        for q in range(lo, min(lo + 65536, n)):
+            crd[U(dst + q)] = crd[U(src + q)]
+            vals[U(dst + q)] = vals[U(src + q)]
+
+
 @njit_cached(nogil=True)
 def shift_chunks(work, pos, bounds, crd, vals):
     """Chunk ``ch``'s ``pos[bounds[ch + 1]] - pos[bounds[ch]]`` entries from ``work[bounds[ch]]`` down
-    to ``pos[bounds[ch]]``, chunks in order (a chunk may land on the one before's old place: serial,
-    each copied forwards, as ``pos <= work``)."""
+    to ``pos[bounds[ch]]``, chunks in order (a chunk may land on the one before's old place, and on
+    its own: ``pos <= work``). A chunk whose gap (``work - pos``) is at least :data:`SEGMENT` moves
+    in segments as long as the gap, each landing on the one before's old place only, so each is one
+    parallel copy (:func:`_move`); a smaller gap, one serial forward copy."""
     for ch in range(1, len(bounds) - 1):
         src, dst, end = work[U(bounds[ch])], pos[U(bounds[ch])], pos[U(bounds[ch + 1])]
-        if src != dst:
-            for p in range(dst, end):
-                crd[U(p)] = crd[U(src)]
-                vals[U(p)] = vals[U(src)]
-                src += 1
+        gap, n = src - dst, end - dst
+        if gap < SEGMENT:   # short segments: one serial forward copy
+            for q in range(n if gap > 0 else 0):
+                crd[U(dst + q)] = crd[U(src + q)]
+                vals[U(dst + q)] = vals[U(src + q)]
+            continue
+        for done in range(0, n, gap):
+            _move(crd, vals, src + done, dst + done, min(gap, n - done))
 
 
 def one_pass(apos, acrd, bpos, bcrd, n_cols, products: int) -> bool:
@@ -376,7 +394,7 @@ def product(apos, acrd, avals, bpos, bcrd, bvals, n_cols: int, dtype, ordered: b
     n_rows = len(apos) - 1
     # chunks own a workspace over their rows' column span each; prange splits them evenly over
     # the threads (static), so two a thread balance no better than one: the one pass takes one
-    # a thread, as every chunk past the first moves in shift_chunks (serial), the filling pass two
+    # a thread, as every chunk past the first moves in shift_chunks, the filling pass two
     work = row_work(apos, acrd, bpos, n_rows)
     if one_pass(apos, acrd, bpos, bcrd, n_cols, int(work[-1])):
         bounds = chunk_bounds(work, min(max(n_rows, 1), threads))
