@@ -32,6 +32,7 @@ from ustc.ops import runtime
 from ustc.ops import written as written_host
 
 from fresh_peak import fresh_peak, random_dense_source
+from pairwise import pairwise
 from test_golden import COPY, GOLDEN, emitted
 
 TARGETS = {str(f): f for f in (F.Structured(2, 4), F.Structured(1, 4), F.Structured(2, 8), F.Structured(4, 4),
@@ -85,9 +86,12 @@ def check_written(a: Tensor, dst: TensorFormat, dense: np.ndarray) -> Tensor:
     return got
 
 
-@pytest.mark.parametrize("dst", TARGETS.values(), ids=TARGETS.keys())
-@pytest.mark.parametrize("src", WALKED)
-@pytest.mark.parametrize("shape", SHAPES, ids=str)
+# every (source, target) pair (a kernel each), every shape with every source and every target
+WALKED_CASES = [pytest.param(shape, src, TARGETS[dst], id=f"{shape}-{src}-{dst}")
+                for shape, src, dst in pairwise(SHAPES, WALKED, list(TARGETS))]
+
+
+@pytest.mark.parametrize("shape, src, dst", WALKED_CASES)
 def test_conversions_from_walked_sources_equal_the_pack_oracle(dst, src, shape):
     """Column-major targets from a row-major source: CSR and COO are transposed by the counting
     kernel first; DCSR and delta sources would need a generated conversion, and fall back."""
@@ -100,17 +104,20 @@ def test_conversions_from_walked_sources_equal_the_pack_oracle(dst, src, shape):
     check_written(a, dst, x)
 
 
-@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
-@pytest.mark.parametrize("contents", ["random", "zero", "full"])
-def test_dtypes_all_zero_and_full_blocks(dtype, contents):
+# every (dtype, source) pair (a kernel each), every contents with every dtype and every source
+CONTENTS_CASES = [pytest.param(contents, dtype, src, id=f"{contents}-{np.dtype(dtype).name}-{src}")
+                  for contents, dtype, src in pairwise(["random", "zero", "full"], DTYPES, ["CSR", "COO", "Dense"])]
+
+
+@pytest.mark.parametrize("contents, dtype, src", CONTENTS_CASES)
+def test_dtypes_all_zero_and_full_blocks(contents, dtype, src):
     """Full rows (every block holds exactly n: no padding), all-zero (every block padding only)."""
     dst = F.Structured(2, 4)
     x = {"random": rand_dense((9, 14), dtype, 0.5, seed=3), "zero": np.zeros((9, 14), dtype),
          "full": rand_dense((9, 14), dtype, 1.0, seed=4)}[contents]
     x = fitted(x, dst)
-    for src in (F.CSR, F.COO(2), F.Dense(2)):
-        got = check_written(Tensor.from_dense(x, src), dst, x)
-        assert got.values.dtype == np.dtype(dtype)
+    got = check_written(Tensor.from_dense(x, SOURCES[src]), dst, x)
+    assert got.values.dtype == np.dtype(dtype)
 
 
 def test_explicit_zeros_and_duplicates_of_the_source_become_padding():
@@ -289,7 +296,7 @@ def structured_targets(draw):
     return fmt, shape
 
 
-@settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(15), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(target=structured_targets(), density=st.sampled_from([0.0, 0.3, 0.7, 1.0]),
        dtype=st.sampled_from([np.float64, np.float32, np.int32]), seed=st.integers(0, 2**16),
        source=st.sampled_from(["COO", "Dense", "CSR"]))
