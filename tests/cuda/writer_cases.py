@@ -2,7 +2,7 @@
 a script in a process of its own (the simulator replaces ``numba.cuda`` at import).
 
     python tests/cuda/writer_cases.py sim   # NUMBA_ENABLE_CUDASIM=1: run every kernel, compare with the oracle
-    python tests/cuda/writer_cases.py ptx   # no simulator: PTX for sm_90 + nvJitLink cubins of a cover of the pairs
+    python tests/cuda/writer_cases.py ptx   # no simulator: PTX for sm_90 + nvJitLink cubin per writer kernel
     python tests/cuda/writer_cases.py gpu   # a real GPU: the sim cases, tensors on the device in CuPy arrays
 
 ``Tensor.convert`` of a tensor on 'cuda' for every (source, target) pair of the format registry
@@ -219,37 +219,11 @@ def ptx_case(source_name: str, target_name: str, formats: dict):
     return f"ptx_convert_{source_name}_to_{target_name}", run
 
 
-def covering_pairs(pairs: list) -> list:
-    """Pairs of ``pairs`` holding every source and every target of them: first those whose source
-    and target are both new, then one for each left out. A writer kernel is its source's walk
-    and its target's writes, so each walk and each write is linked without all their products."""
-    cover, sources, targets = [], set(), set()
-    for both in (True, False):
-        for s, t in pairs:
-            new = (s not in sources) + (t not in targets)
-            if new == 2 or (not both and new):
-                cover.append((s, t))
-                sources.add(s)
-                targets.add(t)
-    return cover
-
-
-def cover_case(ndim: int, pairs: list, cover: list):
-    """The cover's record: every source and every target of the written pairs is linked."""
-    def run() -> dict:
-        ok = {s for s, _ in cover} == {s for s, _ in pairs} and {t for _, t in cover} == {t for _, t in pairs}
-        return {"ok": ok, "pairs": len(pairs), "linked": len(cover)}
-
-    return f"ptx_cover_{ndim}d", run
-
-
 def ptx_cases():
     out = []
     for formats in (TWO_D, THREE_D):
-        pairs = [(s, t) for s in formats for t in formats if s != t and device_writes(formats[s], formats[t])]
-        cover = covering_pairs(pairs)
-        out += [cover_case(next(iter(formats.values())).ndim, pairs, cover)]
-        out += [ptx_case(s, t, formats) for s, t in cover]
+        out += [ptx_case(s, t, formats) for s in formats for t in formats
+                if s != t and device_writes(formats[s], formats[t])]
     return out
 
 
