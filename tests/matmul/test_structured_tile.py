@@ -35,7 +35,8 @@ def _check(got, want):
     np.testing.assert_allclose(np.asarray(got, dtype=np.float64), want, rtol=1e-5, atol=2e-6 * scale)
 
 
-# batch 64 and 128: the wide tile (one row, 64 columns); 16 and 48: the tall tile (four rows, 16 columns);
+# batch 128: the widest tile (one row, 128 columns); 64: the wide tile (64 columns); 16 and 48: the tall
+# tile (four rows, 16 columns);
 # 70 rows: chunks of 32 and a last chunk of 6 (the tall tile repeats its last row); 1 row; 0 rows
 @pytest.mark.parametrize("nm, shape, batch", [((2, 4), (70, 64), 64), ((2, 4), (70, 64), 16),
                                               ((2, 4), (5, 2048), 48), ((1, 4), (33, 24), 128),

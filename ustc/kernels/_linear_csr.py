@@ -105,7 +105,8 @@ class LinearCsr:
     def _bitmap(self, a, b, out, alpha, accumulate: bool, force: bool = False):
         """``(kernel, args)`` of the mask SpMV where it takes these operands, else None."""
         pos, vals = a._buffers[(1, "pos")], a._values
-        if not bitmap.accepts(a.shape, pos, vals, b) or not self._masks.ready(a.shape, pos, a._buffers[(1, "crd")], force):
+        if not bitmap.accepts(a.shape, pos, vals, b) \
+                or not self._masks.ready(a.shape, pos, a._buffers[(1, "crd")], force):
             return None
         m = self._masks
         return bitmap.bitmap_spmv, (pos, m.counts, m.bits, vals, m.padded(b), out, out.dtype.type(alpha), accumulate)

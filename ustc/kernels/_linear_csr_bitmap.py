@@ -100,9 +100,10 @@ class Bitmap:
 
     def ready(self, shape, pos: np.ndarray, crd: np.ndarray, force: bool = False) -> bool:
         """Make the masks for these buffers if they are new; False where the pattern has no mask order."""
-        key = (id(pos), id(crd), pos.__array_interface__["data"][0], crd.__array_interface__["data"][0],
-               len(pos), len(crd), shape)
-        if key == self._key and not force:
+        key = (pos, crd, pos.__array_interface__["data"][0], crd.__array_interface__["data"][0], len(pos), len(crd),
+               shape)  # the arrays themselves: kept alive, their ids cannot name other arrays later
+        old = self._key
+        if not force and old is not None and old[0] is pos and old[1] is crd and old[2:] == key[2:]:
             return self.bits is not None
         words = -(-shape[1] // LANES)
         bits, counts = np.zeros((shape[0], words), np.uint16), np.zeros(shape[0], np.int64)

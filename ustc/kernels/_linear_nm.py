@@ -109,8 +109,9 @@ class NmSelect:
         if out.dtype != np.float32 or a._values.dtype != np.float32:
             return None
         crd = a._buffers[(2, "crd")]
-        key = (id(crd), crd.__array_interface__["data"][0], len(crd), a.shape)
-        if key != self._masks_key:
+        key = (crd, crd.__array_interface__["data"][0], len(crd), a.shape)  # (crd kept alive: its id stays its own)
+        old = self._masks_key
+        if old is None or old[0] is not crd or old[1:] != key[1:]:
             self._masks_key, self._masks = key, nm_masks(self.n, self.m, a.shape, crd)
         if self._masks is None:
             return None

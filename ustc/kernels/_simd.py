@@ -212,8 +212,8 @@ def prefetch(typingctx, array, p):
         a = context.make_array(sig.args[0])(context, builder, args[0])
         pointer = builder.bitcast(builder.gep(a.data, [args[1]]), ir.IntType(8).as_pointer())
         i32 = ir.IntType(32)
-        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), [pointer.type, i32, i32, i32]),
-                                            "llvm.prefetch.p0i8")
+        signature = ir.FunctionType(ir.VoidType(), [pointer.type, i32, i32, i32])
+        fn = cgutils.get_or_insert_function(builder.module, signature, "llvm.prefetch.p0i8")
         builder.call(fn, [pointer, ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])
         return context.get_dummy_value()
 

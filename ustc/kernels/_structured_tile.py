@@ -12,8 +12,9 @@ accumulators, so eight FMA chains are in flight. Blocks of columns whose rows of
 ``BLOCK_BYTES`` keep those rows in L1 across a chunk of ``CHUNK`` rows; ``Y``'s tile is loaded and
 stored once per block. Tasks (a chunk of rows by a tile of the batch) run in parallel.
 
-Two shapes of tile: ``wide`` (one row, 4 vectors: 64 columns of the batch) and ``tall`` (4 rows,
-one vector: 16 columns), chosen by the batch (:func:`kernel_for`). A slot whose column lies past
+Three shapes of tile: ``widest`` (one row, 8 vectors: 128 columns of the batch), ``wide`` (one row, 4
+vectors: 64 columns) and ``tall`` (4 rows, one vector: 16 columns), chosen by the batch
+(:func:`kernel_for`). A slot whose column lies past
 ``B``'s rows (an in-group coordinate of ``m`` or more) ends its block, so nothing is read outside
 ``B``: :func:`accepts` requires whole groups (columns a multiple of ``m``) and an even number of slots
 a row, so valid coordinates never reach that test.
@@ -41,7 +42,7 @@ def _block(tile_columns: int) -> int:
     return max(2, BLOCK_BYTES // (tile_columns * 4) // 2 * 2)
 
 
-WIDE_BLOCK, TALL_BLOCK = _block(4 * LANES), _block(LANES)
+WIDEST_BLOCK, WIDE_BLOCK, TALL_BLOCK = _block(8 * LANES), _block(4 * LANES), _block(LANES)
 
 
 @functools.lru_cache(maxsize=None)
@@ -91,6 +92,76 @@ def wide_kernel(n: int, m: int):
                     store(y, i, j1, add(e1, o1))
                     store(y, i, j2, add(e2, o2))
                     store(y, i, j3, add(e3, o3))
+
+    return kernel
+
+
+@functools.lru_cache(maxsize=None)
+def widest_kernel(n: int, m: int):
+    """As :func:`wide_kernel` with a one-row tile of 128 batch columns (batch a multiple of 128): 16 FMA
+    chains a pass, the slot's index arithmetic and broadcasts shared by twice the FMAs. 2048 x 2048 at 2:4,
+    batch 128, one thread, CPU time, median of 11 alternating rounds at load 11-14: 7.50 ms against 9.67
+    for the 64-column tile and 9.87 for dense ``F.linear`` (blocks of 8 and 24 KiB: 8.20, 7.70)."""
+    un, um = U(n), U(m)
+
+    @njit_cached(nogil=True, parallel=True, fastmath=True)
+    def kernel(crd, vals, b, y, alpha, n_rows, slots, accumulate):
+        rows, per_row, width = U(n_rows), U(slots), U(b.shape[0])
+        tiles = U(b.shape[1]) // U(8 * LANES)
+        chunks = (rows + U(CHUNK) - U(1)) // U(CHUNK)
+        block = U(WIDEST_BLOCK)
+        zero = splat(y.dtype.type(0))
+        for task in prange(chunks * tiles):
+            j0 = U(task) % tiles * U(8 * LANES)
+            first = U(task) // tiles * U(CHUNK)
+            last = min(rows, first + U(CHUNK))
+            j1, j2, j3, j4 = j0 + U(LANES), j0 + U(2 * LANES), j0 + U(3 * LANES), j0 + U(4 * LANES)
+            j5, j6, j7 = j0 + U(5 * LANES), j0 + U(6 * LANES), j0 + U(7 * LANES)
+            for q0 in range(U(0), per_row, block):
+                q1 = min(per_row, q0 + block)
+                keep = accumulate or q0 > U(0)
+                for i in range(first, last):
+                    e0 = load(y, i, j0) if keep else zero
+                    e1 = load(y, i, j1) if keep else zero
+                    e2 = load(y, i, j2) if keep else zero
+                    e3 = load(y, i, j3) if keep else zero
+                    e4 = load(y, i, j4) if keep else zero
+                    e5 = load(y, i, j5) if keep else zero
+                    e6 = load(y, i, j6) if keep else zero
+                    e7 = load(y, i, j7) if keep else zero
+                    o0 = o1 = o2 = o3 = o4 = o5 = o6 = o7 = zero
+                    base = i * per_row
+                    for q in range(q0, q1, U(2)):
+                        p = base + q
+                        k = q // un * um + U(crd[p])
+                        h = (q + U(1)) // un * um + U(crd[p + U(1)])
+                        if max(k, h) >= width:
+                            break
+                        v, w = splat(alpha * vals[p]), splat(alpha * vals[p + U(1)])
+                        e0 = fma(v, load(b, k, j0), e0)
+                        o0 = fma(w, load(b, h, j0), o0)
+                        e1 = fma(v, load(b, k, j1), e1)
+                        o1 = fma(w, load(b, h, j1), o1)
+                        e2 = fma(v, load(b, k, j2), e2)
+                        o2 = fma(w, load(b, h, j2), o2)
+                        e3 = fma(v, load(b, k, j3), e3)
+                        o3 = fma(w, load(b, h, j3), o3)
+                        e4 = fma(v, load(b, k, j4), e4)
+                        o4 = fma(w, load(b, h, j4), o4)
+                        e5 = fma(v, load(b, k, j5), e5)
+                        o5 = fma(w, load(b, h, j5), o5)
+                        e6 = fma(v, load(b, k, j6), e6)
+                        o6 = fma(w, load(b, h, j6), o6)
+                        e7 = fma(v, load(b, k, j7), e7)
+                        o7 = fma(w, load(b, h, j7), o7)
+                    store(y, i, j0, add(e0, o0))
+                    store(y, i, j1, add(e1, o1))
+                    store(y, i, j2, add(e2, o2))
+                    store(y, i, j3, add(e3, o3))
+                    store(y, i, j4, add(e4, o4))
+                    store(y, i, j5, add(e5, o5))
+                    store(y, i, j6, add(e6, o6))
+                    store(y, i, j7, add(e7, o7))
 
     return kernel
 
@@ -149,6 +220,8 @@ def tall_kernel(n: int, m: int):
 
 def kernel_for(n: int, m: int, batch: int):
     """The kernel for a batch of ``batch`` columns, or None (not a multiple of 16)."""
+    if batch % (8 * LANES) == 0:
+        return widest_kernel(n, m)
     if batch % (4 * LANES) == 0:
         return wide_kernel(n, m)
     return tall_kernel(n, m) if batch % LANES == 0 else None
