@@ -19,8 +19,10 @@ from matmul_helpers import random_dense
 
 @pytest.fixture
 def every_size(monkeypatch):
-    """Small operands take the route too (normally above ``runtime.SERIAL_WORK`` only)."""
+    """Small operands take the route too (normally above ``runtime.SERIAL_WORK`` only), and the masks
+    are taken on any host (routes take them only with AVX-512; the kernel is right without)."""
     monkeypatch.setattr(runtime, "SERIAL_WORK", 0)
+    monkeypatch.setattr(bitmap, "USE_MASKS", True)
 
 
 def _weight(rng, shape, density, width=16):
@@ -122,3 +124,18 @@ def test_nm_masks_refused():
     assert _linear_nm.nm_masks(2, 4, (1, 8), np.array([0, 4, 2, 3], np.uint8)) is None
     pos, counts, bits = _linear_nm.nm_masks(2, 4, (1, 8), np.array([0, 3, 1, 2], np.uint8))
     assert bits.tolist() == [[0b0110_1001]] and counts.tolist() == [4] and pos.tolist() == [0, 4]
+
+
+def test_no_masks_without_avx512(rng, every_size, monkeypatch):
+    """Where expand-loads are not one instruction (no AVX-512: ``USE_MASKS`` False) the CSR and n:m
+    SpMV keep their gather / select kernels, with the same results."""
+    monkeypatch.setattr(bitmap, "USE_MASKS", False)
+    w, a = _weight(rng, (20, 64), 0.6)
+    x = rng.standard_normal(64).astype(np.float32)
+    mm = ustc.Matmul(a, x).plan()
+    _check(mm.execute(), w.astype(np.float64) @ x)
+    assert isinstance(mm._route, routes.LinearCsrRoute) and not _masked(mm)
+    s = ustc.Tensor.from_dense(random_dense(rng, (33, 64), 0.8, np.float32), formats.Structured(2, 4), prune=True)
+    mm = ustc.Matmul(s, x).plan()
+    _check(mm.execute(), s.to_dense().astype(np.float64) @ x)
+    assert isinstance(mm._route, routes.LinearNmRoute) and mm._route.kernel._masks is None

@@ -26,12 +26,14 @@ import numpy as np
 from numba import prange
 
 from ..cache._lean import njit_cached
-from ._simd import add, aligned_empty, fma, lanes_ops, masked_ops, popcount, prefetch
+from ._prefetch import prefetch
+from ._simd import HAS_AVX512, add, aligned_empty, fma, lanes_ops, masked_ops, popcount
 
 U = np.uintp
 LANES = 16
 AHEAD = 1024  # values prefetched this far ahead (4 KiB): 0.67x dense's time at 2:4 from memory, 1.04x without
 MIN_DENSITY = 0.25  # stored entries over rows x columns from which the masks replace the gathers
+USE_MASKS = HAS_AVX512  # routes take the masks only where expand-loads are one instruction
 load1, expand, total = masked_ops(LANES)
 _, splat = lanes_ops(LANES)
 
@@ -84,10 +86,10 @@ def _masks(pos, crd, n_cols, bits, counts) -> bool:
 
 
 def accepts(shape, pos: np.ndarray, vals: np.ndarray, b) -> bool:
-    """Whether a CSR SpMV of this operand takes the masks: float32 values and 1-D ``b``, at least
-    :data:`MIN_DENSITY` of the entries stored, columns at least 16."""
+    """Whether a CSR SpMV of this operand takes the masks: a host with AVX-512 (:data:`USE_MASKS`),
+    float32 values and 1-D ``b``, at least :data:`MIN_DENSITY` of the entries stored, columns at least 16."""
     rows, columns = shape
-    return b.ndim == 1 and vals.dtype == np.float32 and b.dtype == np.float32 and columns >= LANES \
+    return USE_MASKS and b.ndim == 1 and vals.dtype == np.float32 and b.dtype == np.float32 and columns >= LANES \
         and rows > 0 and len(vals) >= MIN_DENSITY * rows * columns
 
 

@@ -106,7 +106,7 @@ class NmSelect:
 
     def _masked(self, a, b, out, alpha, accumulate: bool):
         """``(kernel, args)`` of the mask kernel where it takes these operands, else None."""
-        if out.dtype != np.float32 or a._values.dtype != np.float32:
+        if not bitmap.USE_MASKS or out.dtype != np.float32 or a._values.dtype != np.float32:
             return None
         crd = a._buffers[(2, "crd")]
         key = (crd, crd.__array_interface__["data"][0], len(crd), a.shape)  # (crd kept alive: its id stays its own)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 
 import numpy as np
+import llvmlite.binding as llvm
 from llvmlite import ir
 from numba import types
 from numba.core import cgutils
@@ -26,6 +27,9 @@ from numba.extending import intrinsic
 
 ALIGN = 64  # bytes: a 512-bit load that crosses a cache line costs two (2x the n:m SpMM's time when B is not aligned)
 WIDE = ('"prefer-vector-width"="512"', '"min-legal-vector-width"="512"')
+# Masked expand-loads are one instruction with AVX-512 and a scalar sequence without: the mask kernels
+# (kernels._linear_csr_bitmap) are chosen only where the host has it.
+HAS_AVX512 = bool(llvm.get_host_cpu_features().get("avx512f", False))
 
 
 class Vec(types.Type):
@@ -201,20 +205,3 @@ def popcount(typingctx, mask):
         return builder.zext(count, ir.IntType(64)) if ity.width < 64 else count
 
     return types.uintp(mask), codegen
-
-
-@intrinsic
-def prefetch(typingctx, array, p):
-    """Hint that ``array[p]`` (a 1-D array; any index, never dereferenced) will be read soon
-    (``llvm.prefetch``: read, high locality, data cache)."""
-
-    def codegen(context, builder, sig, args):
-        a = context.make_array(sig.args[0])(context, builder, args[0])
-        pointer = builder.bitcast(builder.gep(a.data, [args[1]]), ir.IntType(8).as_pointer())
-        i32 = ir.IntType(32)
-        signature = ir.FunctionType(ir.VoidType(), [pointer.type, i32, i32, i32])
-        fn = cgutils.get_or_insert_function(builder.module, signature, "llvm.prefetch.p0i8")
-        builder.call(fn, [pointer, ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])
-        return context.get_dummy_value()
-
-    return types.none(array, p), codegen

@@ -28,7 +28,8 @@ import numpy as np
 from numba import prange
 
 from ..cache._lean import njit_cached
-from ._simd import add, aligned_empty, fma, is_aligned, lanes_ops, prefetch, store
+from ._prefetch import prefetch
+from ._simd import add, aligned_empty, fma, is_aligned, lanes_ops, store
 
 U = np.uintp
 LANES = 16  # float32 lanes of a 512-bit vector
