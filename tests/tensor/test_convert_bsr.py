@@ -1,5 +1,5 @@
-"""CSR and canonical COO -> BSR(r, c) by ``ustc.tensor.convert_bsr`` (stamped kernels for a
-power-of-two c, for CSR the merging ones otherwise or where stamps would outweigh the entries): every result equals the
+"""CSR -> BSR(r, c) by ``ustc.tensor.convert_bsr`` (stamped kernels for a power-of-two c, the
+merging ones otherwise or where stamps would outweigh the entries): every result equals the
 NumPy pack oracle buffer for buffer and the dense array, the kernels are the ones taken, explicit
 zeros are dropped (a block of zeros only is not stored), and the source is never written."""
 
@@ -31,18 +31,16 @@ def _csr(shape, density, dtype=np.float64, seed=0, zeros=0.0):
     return a
 
 
-def _check(a, block, coo=False):
-    """Convert ``a`` (or its COO) to BSR(block) through ``Tensor.convert``; compare with the oracle
-    and the dense array; the source buffers untouched."""
-    src = a.tocoo() if coo else a
-    t = Tensor.from_package(src)
-    arrays = (src.row, src.col, src.data) if coo else (src.indptr, src.indices, src.data)
-    before = [b.copy() for b in arrays]
+def _check(a, block):
+    """Convert ``a`` to BSR(block) through ``Tensor.convert``; compare with the oracle and the dense
+    array; the source buffers untouched."""
+    t = Tensor.from_package(a)
+    before = [b.copy() for b in (a.indptr, a.indices, a.data)]
     fmt = f"BSR({block[0]}, {block[1]})"
     got = t.convert(fmt)
     assert_same_storage(got, oracle(t, fmt))
     np.testing.assert_array_equal(got.to_dense(), a.toarray())
-    for old, new in zip(before, arrays):
+    for old, new in zip(before, (a.indptr, a.indices, a.data)):
         np.testing.assert_array_equal(old, new)
     return got
 
@@ -84,17 +82,6 @@ def test_parallel_chunks(monkeypatch, block, kernels):
     assert [len(c) for c in calls] == [2, 2]  # counted and filled twice: zeros met
 
 
-def test_coo_source(monkeypatch):
-    """A canonical COO (row runs as the block rows' entries), serial and in parallel chunks,
-    explicit zeros dropped; a COO whose c is not a power of two is the generated writer's."""
-    calls = _spy(monkeypatch, "coo_block_fill_stamped")
-    for shape, density in [((0, 4), 0.5), ((1, 40), 0.5), ((33, 17), 0.4), ((700, 650), 0.2)]:
-        _check(_csr(shape, density, seed=7, zeros=0.3), (4, 4), coo=True)
-    assert len(calls) == 6  # the empty one counts nothing; three fills met zeros: twice each
-    _check(_csr((20, 30), 0.3, seed=8), (2, 3), coo=True)
-    assert len(calls) == 6
-
-
 def test_wide_matrix_merges_without_stamps(monkeypatch):
     """More block columns a thread than entries: no stamp arrays, the merging kernels instead."""
     merged, stamped = _spy(monkeypatch, "block_fill"), _spy(monkeypatch, "block_fill_stamped")
@@ -103,15 +90,16 @@ def test_wide_matrix_merges_without_stamps(monkeypatch):
 
 
 def test_other_sources_and_targets_decline():
-    """CSC sources and a non-BSR target are not this path's."""
+    """CSC, COO sources and a non-BSR target are not this path's."""
     a = _csr((8, 8), 0.4)
-    bsr = Tensor.from_package(a).convert("BSR(2, 2)").format
-    assert convert_bsr.bsr_from_csr(Tensor.from_package(a.tocsc()), bsr) is None
+    assert convert_bsr.bsr_from_csr(Tensor.from_package(a.tocsc()), Tensor.from_package(a).format) is None
+    fmt = Tensor.from_package(a).convert("BSR(2, 2)").format
+    assert convert_bsr.bsr_from_csr(Tensor.from_package(a.tocoo()), fmt) is None
     assert convert_bsr.bsr_from_csr(Tensor.from_package(a), Tensor.from_package(a.tocsc()).format) is None
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(rows=st.integers(0, 24), cols=st.integers(0, 24), r=st.integers(1, 5), c=st.sampled_from([1, 2, 3, 4, 8]),
-       density=st.floats(0, 1), zeros=st.sampled_from([0.0, 0.5]), seed=st.integers(0, 99), coo=st.booleans())
-def test_random_against_oracle(rows, cols, r, c, density, zeros, seed, coo):
-    _check(_csr((rows, cols), density, seed=seed, zeros=zeros), (r, c), coo=coo)
+       density=st.floats(0, 1), zeros=st.sampled_from([0.0, 0.5]), seed=st.integers(0, 99))
+def test_random_against_oracle(rows, cols, r, c, density, zeros, seed):
+    _check(_csr((rows, cols), density, seed=seed, zeros=zeros), (r, c))

@@ -123,7 +123,7 @@ def block_fill(pos, crd, vals, r, c, shift, nrows, offsets, crd_out, vals_out, c
     nbr = len(offsets) - 1
     chunks = max(1, min(chunks, nbr))
     rc = r * c
-    met = np.zeros(chunks, np.intp)  # a chunk's zeros (no prange reduction inside branches)
+    met = 0
     for k in prange(chunks):
         lo, hi = nbr * k // chunks, nbr * (k + 1) // chunks
         cur, end = np.empty(r, np.intp), np.empty(r, np.intp)
@@ -148,33 +148,13 @@ def block_fill(pos, crd, vals, r, c, shift, nrows, offsets, crd_out, vals_out, c
                             break
                         v = vals[U(p)]
                         vals_out[U(row_at + col_p)] = v
-                        met[k] += v == 0
+                        if v == 0:
+                            met += 1
                         p += 1
                     cur[U(i)] = p
                 q += 1
                 col = _smallest(crd, vals, cur, end, r, drop)
-    return met.sum()
-
-
-@njit_cached(inline="always")
-def _sort_blocks(crd_out, stamp, q0, q1):
-    """A block row's columns ``crd_out[q0:q1]`` (first-met order) sorted where out of order, and
-    each column's stamp moved to its slot."""
-    ordered = True
-    for j in range(q0 + 1, q1):
-        if crd_out[U(j)] < crd_out[U(j - 1)]:
-            ordered = False
-    if ordered:
-        return
-    for j in range(q0 + 1, q1):
-        key = crd_out[U(j)]
-        hole = j - 1
-        while hole >= q0 and crd_out[U(hole)] > key:
-            crd_out[U(hole + 1)] = crd_out[U(hole)]
-            hole -= 1
-        crd_out[U(hole + 1)] = key
-    for j in range(q0, q1):
-        stamp[U(np.intp(crd_out[U(j)]))] = j
+    return met
 
 
 @njit_cached(parallel=True, nogil=True)
@@ -187,7 +167,7 @@ def block_fill_stamped(pos, crd, vals, r, shift, nrows, offsets, crd_out, vals_o
     chunks = max(1, min(stamps.shape[0], nbr))
     c = np.intp(1) << shift
     rc = r * c
-    met = np.zeros(chunks, np.intp)  # a chunk's zeros (no prange reduction inside branches)
+    met = 0
     for k in prange(chunks):
         lo, hi = nbr * k // chunks, nbr * (k + 1) // chunks
         stamp = stamps[k]
@@ -207,7 +187,20 @@ def block_fill_stamped(pos, crd, vals, r, shift, nrows, offsets, crd_out, vals_o
                     crd_out[U(at)] = b if fresh else crd_out[U(at)]
                     stamp[U(b)] = q if fresh else old
                     q += fresh
-            _sort_blocks(crd_out, stamp, q0, q1)
+            ordered = True
+            for j in range(q0 + 1, q1):
+                if crd_out[U(j)] < crd_out[U(j - 1)]:
+                    ordered = False
+            if not ordered:
+                for j in range(q0 + 1, q1):
+                    key = crd_out[U(j)]
+                    hole = j - 1
+                    while hole >= q0 and crd_out[U(hole)] > key:
+                        crd_out[U(hole + 1)] = crd_out[U(hole)]
+                        hole -= 1
+                    crd_out[U(hole + 1)] = key
+                for j in range(q0, q1):
+                    stamp[U(np.intp(crd_out[U(j)]))] = j
             for j in range(q0 * rc, q1 * rc):
                 vals_out[U(j)] = 0
             for row in range(br * r, rows_end):
@@ -215,79 +208,7 @@ def block_fill_stamped(pos, crd, vals, r, shift, nrows, offsets, crd_out, vals_o
                 for p in range(np.intp(pos[U(row)]), np.intp(pos[U(row + 1)])):
                     col = np.intp(crd[U(p)])
                     v = vals[U(p)]
-                    met[k] += v == 0
+                    met += v == 0
                     if not drop or v != 0:  # a dropped zero's stamp may be another block row's
                         vals_out[U(np.intp(stamp[U(col >> shift)]) * rc + row_at + (col & (c - 1)))] = v
-    return met.sum()
-
-
-@njit_cached(inline="always")
-def _coo_start(rows, row):
-    """The first entry of a canonical COO (``rows`` sorted) at or after ``row``."""
-    return np.intp(np.searchsorted(rows, row))
-
-
-@njit_cached(parallel=True, nogil=True)
-def coo_block_counts(rows, crd, vals, r, shift, counts, stamps, drop):
-    """:func:`block_counts` for a canonical COO (``rows`` sorted, each row's columns ordered and
-    unique): a block row's entries are the run of rows in its range."""
-    nbr, m = len(counts) - 1, len(rows)
-    chunks = max(1, min(stamps.shape[0], nbr))
-    for k in prange(chunks):
-        lo, hi = nbr * k // chunks, nbr * (k + 1) // chunks
-        stamp = stamps[k]
-        stamp[:] = -1
-        p = _coo_start(rows, lo * r) if lo < hi else m
-        for br in range(lo, hi):
-            n = 0
-            while p < m and np.intp(rows[U(p)]) < (br + 1) * r:
-                b = np.intp(crd[U(p)]) >> shift
-                old = np.intp(stamp[U(b)])
-                fresh = (not drop or vals[U(p)] != 0) and old != br
-                n += fresh
-                stamp[U(b)] = br if fresh else old
-                p += 1
-            counts[U(br + 1)] = n
-    return 0
-
-
-@njit_cached(parallel=True, nogil=True)
-def coo_block_fill_stamped(rows, crd, vals, r, shift, offsets, crd_out, vals_out, stamps, drop):
-    """:func:`block_fill_stamped` for a canonical COO (as :func:`coo_block_counts`)."""
-    nbr, m = len(offsets) - 1, len(rows)
-    chunks = max(1, min(stamps.shape[0], nbr))
-    c = np.intp(1) << shift
-    rc = r * c
-    met = np.zeros(chunks, np.intp)  # a chunk's zeros (no prange reduction inside branches)
-    for k in prange(chunks):
-        lo, hi = nbr * k // chunks, nbr * (k + 1) // chunks
-        stamp = stamps[k]
-        stamp[:] = -1
-        first = _coo_start(rows, lo * r) if lo < hi else m
-        for br in range(lo, hi):
-            last = first
-            while last < m and np.intp(rows[U(last)]) < (br + 1) * r:
-                last += 1
-            q0, q1 = np.intp(offsets[U(br)]), np.intp(offsets[U(br + 1)])
-            if q1 > q0:
-                q = q0
-                for p in range(first, last):
-                    b = np.intp(crd[U(p)]) >> shift
-                    old = np.intp(stamp[U(b)])
-                    fresh = (not drop or vals[U(p)] != 0) and old < q0
-                    at = min(q, q1 - 1)
-                    crd_out[U(at)] = b if fresh else crd_out[U(at)]
-                    stamp[U(b)] = q if fresh else old
-                    q += fresh
-                _sort_blocks(crd_out, stamp, q0, q1)
-                for j in range(q0 * rc, q1 * rc):
-                    vals_out[U(j)] = 0
-                for p in range(first, last):
-                    col = np.intp(crd[U(p)])
-                    v = vals[U(p)]
-                    met[k] += v == 0
-                    if not drop or v != 0:
-                        at = np.intp(stamp[U(col >> shift)]) * rc + (np.intp(rows[U(p)]) - br * r) * c
-                        vals_out[U(at + (col & (c - 1)))] = v
-            first = last
-    return met.sum()
+    return met
