@@ -79,18 +79,15 @@ def convert(t, fmt: TensorFormat):
     """``t`` in ``fmt`` through a compressed-family shortcut, or None: within the CSR family, or
     into COO of the other major order (CSC -> COO), where the walk cannot produce the target's
     order: one parallel counting transpose (:func:`transposed`). COO of the same order is the
-    generated writer's (``ops.convert``). CSR -> BSR: ``convert_bsr``; CSR -> DIA and DCSR / BSR / DIA -> CSR: ``fastpaths_rows``."""
+    generated writer's (``ops.convert``). CSR -> DIA and DCSR / BSR / DIA -> CSR: ``fastpaths_rows``."""
     from . import kernels
-    from .convert_bsr import bsr_from_csr
     from .fastpaths_rows import dia_from_csr, to_csr
 
     src, dst = family(t.format), family(fmt)
     if src is None and dst is not None:
         return to_csr(t, fmt)  # DCSR, BSR, DIA -> CSR: parallel, no sort (fastpaths_rows)
     if src is not None and dst is None:
-        block = bsr_from_csr(t, fmt)  # CSR -> BSR: count, prefix, fill (convert_bsr)
-        # CSR -> DIA: the diagonals' bit sets, then one placing pass
-        return block if block is not None else dia_from_csr(t, fmt)
+        return dia_from_csr(t, fmt)  # CSR -> DIA: the diagonals' bit sets, then one placing pass
     if src is None or dst is None or not compiled_dtype(t.dtype):
         return None
     if dst.kind == "coo" and (fmt.levels[0].type != COMPRESSED_NONUNIQUE
