@@ -36,6 +36,27 @@ UNROLL = 8  # entries a pass over the batch (module docstring)
 DTYPES = (np.dtype(np.float32), np.dtype(np.float64))  # values, B and Y share one of these
 
 
+@njit_cached(nogil=True, inline="always")
+def row_spmm(y, i, p, end, crd, vals, b, alpha, batch):
+    """``Y[i, :] += alpha * Σ vals[q] * B[crd[q], :]`` over entries ``p <= q < end``, :data:`UNROLL` a pass
+    (each pass one loop over the batch); the row walk of :func:`csr_spmm` and of
+    ``kernels._spmm_rows.segment_spmm``."""
+    while p + U(UNROLL) <= end:
+        k0, k1, k2, k3 = U(crd[p]), U(crd[p + U(1)]), U(crd[p + U(2)]), U(crd[p + U(3)])
+        k4, k5, k6, k7 = U(crd[p + U(4)]), U(crd[p + U(5)]), U(crd[p + U(6)]), U(crd[p + U(7)])
+        v0, v1, v2, v3 = alpha * vals[p], alpha * vals[p + U(1)], alpha * vals[p + U(2)], alpha * vals[p + U(3)]
+        v4, v5, v6, v7 = alpha * vals[p + U(4)], alpha * vals[p + U(5)], alpha * vals[p + U(6)], alpha * vals[p + U(7)]
+        for j in range(batch):
+            y[i, j] += ((v0 * b[k0, j] + v1 * b[k1, j]) + (v2 * b[k2, j] + v3 * b[k3, j])) + \
+                ((v4 * b[k4, j] + v5 * b[k5, j]) + (v6 * b[k6, j] + v7 * b[k7, j]))
+        p += U(UNROLL)
+    while p < end:
+        k0, v0 = U(crd[p]), alpha * vals[p]
+        for j in range(batch):
+            y[i, j] += v0 * b[k0, j]
+        p += U(1)
+
+
 @njit_cached(nogil=True, parallel=True, fastmath=True)
 def csr_spmm(pos, crd, vals, b, y, alpha, bounds, accumulate):
     """``Y (+)= alpha * A @ B`` for CSR ``(pos, crd, vals)``; ``B``: ``(columns, batch)``, ``Y``: ``(rows,
@@ -49,23 +70,7 @@ def csr_spmm(pos, crd, vals, b, y, alpha, bounds, accumulate):
             if not accumulate:
                 for j in range(batch):
                     y[i, j] = zero
-            p, end = U(pos[i]), U(pos[i + U(1)])
-            while p + U(UNROLL) <= end:
-                k0, k1, k2, k3 = U(crd[p]), U(crd[p + U(1)]), U(crd[p + U(2)]), U(crd[p + U(3)])
-                k4, k5, k6, k7 = U(crd[p + U(4)]), U(crd[p + U(5)]), U(crd[p + U(6)]), U(crd[p + U(7)])
-                v0, v1, v2, v3 = alpha * vals[p], alpha * vals[p + U(1)], alpha * vals[p + U(2)], \
-                    alpha * vals[p + U(3)]
-                v4, v5, v6, v7 = alpha * vals[p + U(4)], alpha * vals[p + U(5)], alpha * vals[p + U(6)], \
-                    alpha * vals[p + U(7)]
-                for j in range(batch):
-                    y[i, j] += ((v0 * b[k0, j] + v1 * b[k1, j]) + (v2 * b[k2, j] + v3 * b[k3, j])) + \
-                        ((v4 * b[k4, j] + v5 * b[k5, j]) + (v6 * b[k6, j] + v7 * b[k7, j]))
-                p += U(UNROLL)
-            while p < end:
-                k0, v0 = U(crd[p]), alpha * vals[p]
-                for j in range(batch):
-                    y[i, j] += v0 * b[k0, j]
-                p += U(1)
+            row_spmm(y, i, U(pos[i]), U(pos[i + U(1)]), crd, vals, b, alpha, batch)
 
 
 def accepts(pos: np.ndarray, crd: np.ndarray, vals: np.ndarray, b) -> bool:

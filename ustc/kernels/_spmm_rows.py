@@ -2,7 +2,8 @@
 
 ``kernels._linear_csr.csr_spmm`` walks a CSR row's entries eight at a time, each pass one loop over
 the batch (contiguous in ``B`` and ``Y``). DCSR and row-sorted COO hold the same rows, only named
-differently, so one kernel (:func:`segment_spmm`) runs all three shapes of "row segments":
+differently: :func:`segment_spmm` walks both with the CSR kernel's row walk (``_linear_csr.row_spmm``)
+over "row segments":
 
 * DCSR: the stored rows ``crd0[pos0[0]:pos0[1]]`` and their pointers ``pos1``, views of the operand;
 * row-sorted COO: one segment per distinct row, the pointers found once per plan (:func:`coo_segments`,
@@ -36,10 +37,10 @@ import numpy as np
 from numba import prange
 
 from ..cache._lean import njit_cached
+from ._linear_csr import row_spmm
 from ._narrow_spmv import row_chunks
 
 U = np.uintp
-UNROLL = 8  # entries a pass over the batch, as csr_spmm (measured there: 4 was 13% slower)
 DTYPES = (np.dtype(np.float32), np.dtype(np.float64))  # values, B and Y share one of these
 
 
@@ -68,23 +69,7 @@ def segment_spmm(rows, seg, crd, vals, b, y, alpha, bounds, accumulate):
             if not accumulate:
                 _zero_rows(y, below, np.int64(i) + 1)
                 below = np.int64(i) + 1
-            p, end = U(seg[s]), U(seg[s + 1])
-            while p + U(UNROLL) <= end:
-                k0, k1, k2, k3 = U(crd[p]), U(crd[p + U(1)]), U(crd[p + U(2)]), U(crd[p + U(3)])
-                k4, k5, k6, k7 = U(crd[p + U(4)]), U(crd[p + U(5)]), U(crd[p + U(6)]), U(crd[p + U(7)])
-                v0, v1, v2, v3 = alpha * vals[p], alpha * vals[p + U(1)], alpha * vals[p + U(2)], \
-                    alpha * vals[p + U(3)]
-                v4, v5, v6, v7 = alpha * vals[p + U(4)], alpha * vals[p + U(5)], alpha * vals[p + U(6)], \
-                    alpha * vals[p + U(7)]
-                for j in range(batch):
-                    y[i, j] += ((v0 * b[k0, j] + v1 * b[k1, j]) + (v2 * b[k2, j] + v3 * b[k3, j])) + \
-                        ((v4 * b[k4, j] + v5 * b[k5, j]) + (v6 * b[k6, j] + v7 * b[k7, j]))
-                p += U(UNROLL)
-            while p < end:
-                k0, v0 = U(crd[p]), alpha * vals[p]
-                for j in range(batch):
-                    y[i, j] += v0 * b[k0, j]
-                p += U(1)
+            row_spmm(y, i, U(seg[s]), U(seg[s + 1]), crd, vals, b, alpha, batch)
         if not accumulate:
             _zero_rows(y, below, above)
 
