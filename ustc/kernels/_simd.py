@@ -51,12 +51,22 @@ def _wide(builder) -> None:
         set.add(builder.function.attributes, attribute)
 
 
-def _pointer(context, builder, array_type, array, i, j):
-    """Pointer to ``array[i, j]`` of a 2-D array (no wraparound: callers pass in-range unsigned indices)."""
+def _pointer(context, builder, array_type, array, *indices):
+    """Pointer to ``array[indices]`` (no wraparound: callers pass in-range unsigned indices)."""
     a = context.make_array(array_type)(context, builder, array)
     return cgutils.get_item_pointer2(context, builder, a.data, cgutils.unpack_tuple(builder, a.shape),
-                                     cgutils.unpack_tuple(builder, a.strides), array_type.layout, [i, j],
+                                     cgutils.unpack_tuple(builder, a.strides), array_type.layout, list(indices),
                                      wraparound=False)
+
+
+def _load(builder, pointer, vty, dtype):
+    """The vector ``vty`` stored from ``pointer`` on, aligned as its elements (``dtype``)."""
+    return builder.load(builder.bitcast(pointer, vty.as_pointer()), align=dtype.bitwidth // 8)
+
+
+def _suffix(vty) -> str:
+    """LLVM's overload suffix of a float vector type: ``v16f32`` for ``<16 x float>``."""
+    return f"v{vty.count}f{vty.element.intrinsic_name[1:]}"
 
 
 @functools.lru_cache(maxsize=None)
@@ -71,8 +81,7 @@ def lanes_ops(lanes: int) -> tuple:
         def codegen(context, builder, sig, args):
             _wide(builder)
             pointer = _pointer(context, builder, sig.args[0], args[0], args[1], args[2])
-            vty = context.get_value_type(vec)
-            return builder.load(builder.bitcast(pointer, vty.as_pointer()), align=array.dtype.bitwidth // 8)
+            return _load(builder, pointer, context.get_value_type(vec), array.dtype)
 
         return vec(array, i, j), codegen
 
@@ -111,7 +120,7 @@ def fma(typingctx, a, b, c):
     def codegen(context, builder, sig, args):
         _wide(builder)
         vty = args[0].type
-        name = f"llvm.fma.v{vty.count}f{vty.element.intrinsic_name[1:]}"
+        name = f"llvm.fma.{_suffix(vty)}"
         return builder.call(cgutils.get_or_insert_function(builder.module, ir.FunctionType(vty, [vty] * 3), name), args)
 
     return c(a, b, c), codegen
@@ -156,10 +165,8 @@ def masked_ops(lanes: int) -> tuple:
 
         def codegen(context, builder, sig, args):
             _wide(builder)
-            a = context.make_array(sig.args[0])(context, builder, args[0])
-            pointer = builder.gep(a.data, [args[1]])
-            vty = context.get_value_type(vec)
-            return builder.load(builder.bitcast(pointer, vty.as_pointer()), align=array.dtype.bitwidth // 8)
+            pointer = _pointer(context, builder, sig.args[0], args[0], args[1])
+            return _load(builder, pointer, context.get_value_type(vec), array.dtype)
 
         return vec(array, j), codegen
 
@@ -169,11 +176,10 @@ def masked_ops(lanes: int) -> tuple:
 
         def codegen(context, builder, sig, args):
             _wide(builder)
-            a = context.make_array(sig.args[0])(context, builder, args[0])
-            pointer = builder.gep(a.data, [args[1]])
+            pointer = _pointer(context, builder, sig.args[0], args[0], args[1])
             vty = context.get_value_type(vec)
             bits = builder.bitcast(builder.trunc(args[2], ir.IntType(lanes)), ir.VectorType(ir.IntType(1), lanes))
-            name = f"llvm.masked.expandload.v{lanes}f{vty.element.intrinsic_name[1:]}"
+            name = f"llvm.masked.expandload.{_suffix(vty)}"
             fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(
                 vty, [vty.element.as_pointer(), bits.type, vty]), name)
             return builder.call(fn, [pointer, bits, ir.Constant(vty, None)])
@@ -185,7 +191,7 @@ def masked_ops(lanes: int) -> tuple:
         def codegen(context, builder, sig, args):
             _wide(builder)
             vty = args[0].type
-            name = f"llvm.vector.reduce.fadd.v{vty.count}f{vty.element.intrinsic_name[1:]}"
+            name = f"llvm.vector.reduce.fadd.{_suffix(vty)}"
             fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vty.element, [vty.element, vty]), name)
             return builder.call(fn, [ir.Constant(vty.element, 0.0), args[0]])
 
