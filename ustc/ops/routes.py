@@ -562,7 +562,8 @@ class KernelFirstRoute(Route):
     """A hand-written CPU kernel for the operands it takes, ``inner`` for any other ``b`` or ``out``
     (another dtype, not C-contiguous), prepared on that first use. ``kernel`` has ``run`` and
     ``compile(a, b, out, alpha, accumulate, launch)``; subclasses say which operands it takes
-    (:meth:`takes`) and how it is launched (:meth:`launch`: threads, or parallel or not)."""
+    (:meth:`takes`) and how it is launched (:meth:`launch`: Numba's thread count unless a subclass
+    says otherwise, e.g. parallel or not)."""
 
     kind = "registered kernel"
 
@@ -575,7 +576,9 @@ class KernelFirstRoute(Route):
         raise NotImplementedError
 
     def launch(self, a, b):
-        raise NotImplementedError
+        import numba
+
+        return numba.get_num_threads()
 
     def _fits(self, a, b, out) -> bool:
         return isinstance(out, np.ndarray) and out.dtype == a._values.dtype and out.flags.c_contiguous \
@@ -623,11 +626,6 @@ class LinearCsrRoute(KernelFirstRoute):
 
         return accepts(a._buffers[(1, "pos")], a._buffers[(1, "crd")], a._values, b)
 
-    def launch(self, a, b) -> int:
-        import numba
-
-        return numba.get_num_threads()
-
 
 def _linear_csr(p: Problem, a, b, op) -> Route | None:
     """:class:`LinearCsrRoute` for a CSR ``a`` (any index widths; SpMV only with columns in 16 bits
@@ -660,7 +658,7 @@ class RowSpmmRoute(KernelFirstRoute):
 
         super().__init__(RowSpmm(kind), GeneratedRoute(p, "cpu", None), p.c is not None)
         self.info = f"registered kernel: {kind}_spmm (cpu; " + (
-            "two output rows a block row, two blocks a pass over the batch)" if kind == "bsr22" else
+            "two output rows a block row, four blocks a pass over the batch)" if kind == "bsr22" else
             "a row's entries 8 at a time, each pass vectorised over the batch)")
 
     def takes(self, a, b) -> bool:
@@ -669,11 +667,6 @@ class RowSpmmRoute(KernelFirstRoute):
     def release(self) -> None:
         super().release()
         self.kernel.forget()
-
-    def launch(self, a, b) -> int:
-        import numba
-
-        return numba.get_num_threads()
 
 
 def _row_spmm(p: Problem, a, b, op) -> Route | None:
