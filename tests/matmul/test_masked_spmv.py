@@ -1,0 +1,89 @@
+"""The masked 8-lane CSR SpMV (``kernels._masked_spmv``): rows of every length around the 8-lane
+step (0, 1, 7, 8, 9, 16, 17, a long row), row chunks, alpha and accumulate, float32 / float64 with
+int32 / int64 indices, against SciPy; inputs unchanged; the planned SpMV on its own indices runs it.
+One kernel compiled per (value, index) dtype pair."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import ustc
+from ustc.kernels import _masked_spmv, _narrow_spmv
+from ustc.kernels._masked_spmv import fits, masked_spmv
+from ustc.kernels._narrow_spmv import row_chunks
+from ustc.ops import routes, runtime
+from matmul_helpers import tol
+
+pytestmark = pytest.mark.skipif(not _masked_spmv.HAS_AVX512, reason="the masked kernel runs on AVX-512 hosts only")
+
+LENGTHS = [0, 1, 7, 8, 9, 16, 17, 3, 0, 130, 5, 24, 2]   # around the 8-lane step, empty rows, a long row
+
+
+def _csr(rng, lengths, n_cols, dtype, index):
+    pos = np.concatenate(([0], np.cumsum(lengths))).astype(index)
+    crd = np.concatenate([np.sort(rng.choice(n_cols, k, replace=False)) for k in lengths] or [[]]).astype(index)
+    vals = rng.standard_normal(len(crd)).astype(dtype)
+    return sp.csr_array((vals, crd, pos), shape=(len(lengths), n_cols))
+
+
+@pytest.mark.parametrize("dtype,index", [(np.float64, np.int32), (np.float32, np.int64)])
+def test_matches_scipy(dtype, index, rng):
+    a = _csr(rng, LENGTHS, 200, dtype, index)
+    x = rng.standard_normal(200).astype(dtype)
+    keep = [b.copy() for b in (a.indptr, a.indices, a.data, x)]
+    for chunks in (1, 3, len(LENGTHS)):
+        bounds = row_chunks(a.indptr, chunks)
+        starts = a.indptr[bounds].astype(np.int64)
+        y = np.full(len(LENGTHS), np.nan, dtype)
+        assert fits(y, a.indptr, a.indices, a.data, x)
+        masked_spmv(y, a.indptr, starts, a.indices, a.data, x, bounds, 1.0, False)
+        np.testing.assert_allclose(y, a @ x, **tol(dtype))
+        c = rng.standard_normal(len(LENGTHS)).astype(dtype)
+        acc = c.copy()
+        masked_spmv(acc, a.indptr, starts, a.indices, a.data, x, bounds, -2.0, True)
+        np.testing.assert_allclose(acc, c - 2.0 * (a @ x), **tol(dtype))
+    for k, b in zip(keep, (a.indptr, a.indices, a.data, x)):
+        np.testing.assert_array_equal(k, b)
+
+
+def test_entries_end_at_the_buffers_end(rng):
+    """The last row's masked step ends exactly at the end of ``vals`` / ``crd`` (views cut there):
+    nothing past it is read (a fault or a wrong sum otherwise would show)."""
+    a = _csr(rng, [3, 5, 1], 40, np.float64, np.int32)
+    x = rng.standard_normal(40)
+    bounds = row_chunks(a.indptr, 1)
+    y = np.empty(3)
+    masked_spmv(y, a.indptr, a.indptr[bounds].astype(np.int64), a.indices[:9], a.data[:9], x, bounds, 1.0, False)
+    np.testing.assert_allclose(y, a @ x, **tol(np.float64))
+
+
+def test_fits_only_one_float_dtype_and_wide_indices(rng):
+    pos, crd = np.array([0, 1], np.int32), np.array([0], np.int32)
+    f64, f32 = np.ones(1), np.ones(1, np.float32)
+    assert fits(f64, pos, crd, f64, f64)
+    assert not fits(f64, pos, crd, f32, f64)                      # mixed value dtypes
+    assert not fits(f64.astype(complex), pos, crd, f64.astype(complex), f64.astype(complex))
+    assert not fits(f64, pos, crd.astype(np.uint16), f64, f64)
+    assert not fits(f64, pos, crd, f64, np.ones(4)[::2])          # strided x
+
+
+def test_planned_spmv_on_own_indices_runs_it(rng, monkeypatch):
+    """A planned CSR SpMV whose columns fit no 16-bit base reads its own indices through the masked
+    kernel from the second execute on; values and x changed in place are read at every execute."""
+    monkeypatch.setattr(runtime, "SERIAL_WORK", 0)
+    monkeypatch.setattr(_narrow_spmv, "ABSOLUTE_COLUMNS", 16)
+    monkeypatch.setattr(_narrow_spmv, "DIAGONAL_REACH", 20)
+    calls = []
+    real = _narrow_spmv.masked_spmv
+    monkeypatch.setattr(_narrow_spmv, "masked_spmv", lambda *args: calls.append(1) or real(*args))
+    a = _csr(rng, LENGTHS * 3, 300, np.float64, np.int32)
+    x = rng.standard_normal(300)
+    mm = ustc.Matmul(ustc.Tensor.from_package(a), x).plan()
+    for step in range(4):
+        if step == 3:
+            a.data *= 2
+            x[:] = rng.standard_normal(300)
+        np.testing.assert_allclose(mm.execute(), a @ x, **tol(np.float64))
+    assert isinstance(mm._route, routes.NarrowColumnsRoute) and mm._route._narrow.own and len(calls) == 2
