@@ -33,10 +33,22 @@ import numpy as np
 from numba import prange
 
 from ..cache._lean import njit_cached
-from ._spgemm import _bucket_sort, _sort_small
+from ._prefetch import prefetch
+from ._spgemm import AHEAD, _bucket_sort, _sort_small
 
 U = np.uintp  # unsigned subscripts: no wraparound branch (every subscript here is >= 0)
 SHORT = 64    # rows up to this many blocks are insertion-sorted
+
+
+@njit_cached(nogil=True, inline="always")
+def _ahead(acrd, bpos, bcrd, bvals, pa, kc):
+    """Prefetch the first line of the block column indices and values of the block row of ``b``
+    that ``a``'s block ``pa + AHEAD`` will read (block rows of ``b`` are met in random order: each
+    was a cache miss the loop waited on). The caller keeps ``pa + AHEAD`` inside ``a``'s chunk."""
+    q = bpos[U(acrd[U(pa + AHEAD)])]
+    if q < len(bcrd):
+        prefetch(bcrd, U(q))
+        prefetch(bvals, U(q * kc))
 
 
 @njit_cached(nogil=True, parallel=True)
@@ -125,6 +137,7 @@ def block_fill(apos, acrd, avals, bpos, bcrd, bvals, pos, crd, vals, bounds, nbc
         where = np.full(nbc, -1, dtype=np.int64)
         acc = np.empty(widest * rc, dtype=vals.dtype)
         spare, bins = np.empty(widest, dtype=crd.dtype), np.empty(widest + 1, dtype=np.int64)
+        ahead_end = apos[U(bounds[ch + 1])] - AHEAD
         for i in range(bounds[ch], bounds[ch + 1]):
             start = np.int64(pos[U(i)])
             top = start
@@ -132,6 +145,8 @@ def block_fill(apos, acrd, avals, bpos, bcrd, bvals, pos, crd, vals, bounds, nbc
                 kb = acrd[U(pa)]
                 abase = pa * (r * k)
                 edge = kb == nbk - 1 and ek != k  # the last inner block: padding columns of a ignored
+                if pa < ahead_end:
+                    _ahead(acrd, bpos, bcrd, bvals, pa, k * c)
                 if r == 2 and k == 2 and c == 2 and not edge:
                     # a's block held in registers across b's row (the generic loop reloads it after
                     # every store to acc, which may alias it): 2 x 2 products measured ~10% faster
@@ -221,6 +236,7 @@ def block_numeric(apos, acrd, avals, bpos, bcrd, bvals, pos, kept, crd, vals, bo
     er, ek, ec = edges
     for ch in prange(len(bounds) - 1):
         where = np.empty(nbc, dtype=np.int64)   # read only at columns set for the current row
+        ahead_end = apos[U(bounds[ch + 1])] - AHEAD
         for i in range(bounds[ch], bounds[ch + 1]):
             for p in range(pos[U(i)], pos[U(i + 1)]):
                 j = kept[U(p)]
@@ -232,6 +248,8 @@ def block_numeric(apos, acrd, avals, bpos, bcrd, bvals, pos, kept, crd, vals, bo
                 kb = acrd[U(pa)]
                 abase = pa * (r * k)
                 edge = kb == nbk - 1 and ek != k
+                if pa < ahead_end:
+                    _ahead(acrd, bpos, bcrd, bvals, pa, k * c)
                 if r == 2 and k == 2 and c == 2 and not edge:
                     a00, a01 = avals[U(abase)], avals[U(abase + 1)]
                     a10, a11 = avals[U(abase + 2)], avals[U(abase + 3)]
