@@ -20,6 +20,8 @@ loops, socket readers, the driver's event loop) during one side-114 solve.
 
 Usage: ``python benchmarks/bench_distributed.py [--side 114] [--repeat 3] [--power-law 200000] [--write]``;
 ``--write`` replaces the results section of docs/distributed.md. ``--only map``, ``--only side40``,
+``--only shm`` / ``shm40`` / ``shm16`` (CG per iteration under mpi4py, over TCP and over the
+shared-memory rings, alternating rounds, on the side-114 / 40 / 16 stencil),
 ``--only grid40`` (the labels and grid lines on the side-40 stencil) or ``--only cpu40`` (the CPU
 of each kind of thread during a side-40 solve) runs that section alone (never with ``--write``).
 """
@@ -374,6 +376,43 @@ def solve_cpu(say, ud, d, b, rtol=1e-6):
         f"{kind('other')}; driver event loop (scheduler, nannies, client) {drv1['loop'] - drv0['loop']:.2f}; {load()}")
 
 
+def shm_rounds(say, ud, ustc, rounds, side=114):
+    """The side-114 target by transport: CG ms per iteration under ``mpiexec -n 2`` (mpi4py),
+    over the default direct TCP connections and over shared-memory rings between the blocks of one
+    host (``transport="shm"``), in alternating rounds, each with no other cluster alive (a fresh
+    2-worker runtime per measurement); the ratios to mpi4py per round, median and range."""
+    ud.shutdown()
+    a = stencil(side)
+    b = np.ones(a.shape[0])
+    t = ustc.Tensor.from_package(a)
+    got = {"shm": [], "tcp": [], "mpi": []}
+    for r in range(max(rounds, 1)):
+        its, ms = mpi_cg(side, 3)
+        if its is None:
+            say(f"side {side}: mpi4py transport not measured ({ms})")
+            return
+        got["mpi"].append(ms)
+        for name, transport in (("shm", "shm"), ("tcp", "socket")) if r % 2 == 0 else (("tcp", "socket"), ("shm", "shm")):
+            rt = ud.Runtime(n_workers=2, transport=transport)
+            try:
+                d = ud.DTensor.from_tensor(t, 2, runtime=rt)
+                ud.solve(d, b, "cg", rtol=1e-6)            # warm
+                best, (_, info) = best_of(3, lambda: ud.solve(d, b, "cg", rtol=1e-6, return_info=True))
+                got[name].append(1e3 * best / max(info.iterations, 1))
+                d.free()
+            finally:
+                rt.close()
+        say(f"  round {r + 1}: mpi4py {got['mpi'][-1]:.2f}, shared memory {got['shm'][-1]:.2f}, tcp "
+            f"{got['tcp'][-1]:.2f} ms per iteration: {got['shm'][-1] / got['mpi'][-1]:.2f}x / "
+            f"{got['tcp'][-1] / got['mpi'][-1]:.2f}x mpi4py; {load()}")
+    shm = [x / y for x, y in zip(got["shm"], got["mpi"])]
+    tcp = [x / y for x, y in zip(got["tcp"], got["mpi"])]
+    say(f"side {side} ({a.shape[0]:,} rows, {its} iterations; {len(shm)} alternating rounds, median (min-max) of "
+        f"each round's min of 3): CG mpi4py {spread(got['mpi'])} ms per iteration, distributed over shared memory "
+        f"{spread(got['shm'])} ({spread(shm)}x mpi4py), over TCP {spread(got['tcp'])} ({spread(tcp)}x; target "
+        f"<= 1.3x); {load()}")
+
+
 #: sections ``--only`` runs alone: ``(say, ud, ustc, rounds)``
 def cpu40(say, ud, ustc, rounds):
     """:func:`solve_cpu` on the side-40 stencil."""
@@ -385,6 +424,8 @@ def cpu40(say, ud, ustc, rounds):
 
 
 ALONE = {"map": lambda say, ud, ustc, rounds: map_throughput(say, ud, rounds), "side40": side40, "cpu40": cpu40,
+         "shm": shm_rounds, "shm40": lambda say, ud, ustc, rounds: shm_rounds(say, ud, ustc, rounds, 40),
+         "shm16": lambda say, ud, ustc, rounds: shm_rounds(say, ud, ustc, rounds, 16),
          "grid40": lambda say, ud, ustc, rounds: labels_and_grid_cg(say, ud, ustc, stencil(40), np.ones(40 ** 3), 40,
                                                                     rounds)}
 

@@ -31,9 +31,12 @@ from .quiet import paused
 _LOCK = threading.RLock()
 _RUNTIME = None
 #: how the block actors of a group talk: ``"socket"`` direct TCP connections between them, opened
-#: once through Dask (:class:`~ustc.distributed.sockets.SocketCommunicator`), ``"actor"`` calls
-#: between the Dask actors (:class:`~ustc.distributed.comm.ActorCommunicator`)
-TRANSPORTS = ("socket", "actor")
+#: once through Dask (:class:`~ustc.distributed.sockets.SocketCommunicator`); ``"shm"`` the same
+#: with shared-memory rings between the blocks of one host (:class:`~ustc.distributed.shm.
+#: ShmCommunicator`, x86-64 Linux; TCP elsewhere), opt-in: not faster on the loaded project
+#: machine (see docs/distributed.md); ``"actor"`` calls between the Dask actors
+#: (:class:`~ustc.distributed.comm.ActorCommunicator`)
+TRANSPORTS = ("socket", "shm", "actor")
 WORKER_ENV = {"NUMBA_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
               "MKL_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE"}
 #: Dask's nannies set these before spawning a worker unless told otherwise; ustc's LocalCluster
@@ -161,7 +164,8 @@ class _Group:
     def connect(self) -> None:
         """Give every rank a fresh communicator to the others (the runtime's transport): for
         sockets each rank listens, the driver hands the addresses round and every rank connects."""
-        addresses = self.call("listen") if self.runtime.transport == "socket" else None
+        transport = self.runtime.transport
+        addresses = None if transport == "actor" else self.call("listen", [(transport == "shm",)] * self.size)
         self.call("connect", [(self.actors, addresses)] * self.size)
 
     def close(self) -> None:

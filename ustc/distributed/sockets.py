@@ -181,6 +181,10 @@ class SocketCommunicator(Communicator):
         try:
             while True:
                 plen, nbuf = _HEAD.unpack(_read(sock, _HEAD.size))
+                if not plen:                    # a doorbell (shared-memory rings): wake the receiver
+                    with self._cond:
+                        self._cond.notify_all()
+                    continue
                 lens = struct.unpack(f"<{nbuf}Q", _read(sock, 8 * nbuf)) if nbuf else ()
                 head = _read(sock, plen)
                 bufs = [_read(sock, n) for n in lens]

@@ -39,6 +39,7 @@ from .fetch import SpGEMMBlocks
 from .gridblock import GridBlock, GridBlocks
 from .kernels import ghost_product, local_product
 from .quiet import WORKER_PAUSED, paused
+from .shm import ShmCommunicator, shm_capable
 from .sockets import SocketCommunicator
 
 
@@ -170,9 +171,10 @@ class BlockWorker(SpGEMMBlocks, GridBlocks):
         self._pool = ThreadPoolExecutor(1, thread_name_prefix=f"ustc-block-{rank}")
 
     # -- plumbing -------------------------------------------------------------------------
-    async def listen(self):
+    async def listen(self, shared: bool = False):
         """First step of a socket connect: a listening :class:`SocketCommunicator` on this
-        worker's host; returns its ``(host, port, key)`` endpoint."""
+        worker's host (with ``shared``, on x86-64, a :class:`ShmCommunicator`: shared-memory
+        rings to the ranks of the same host); returns its endpoint."""
         from distributed import get_worker
         from distributed.comm import get_address_host
 
@@ -182,7 +184,8 @@ class BlockWorker(SpGEMMBlocks, GridBlocks):
             host = get_address_host(get_worker().address)
         except Exception:  # noqa: BLE001 - a transport without a host (inproc): this machine
             host = "127.0.0.1"
-        self._listening = SocketCommunicator(self.rank, self.size, host, self.timeout)
+        kind = ShmCommunicator if shared and shm_capable() else SocketCommunicator
+        self._listening = kind(self.rank, self.size, host, self.timeout)
         return self._listening.endpoint
 
     async def connect(self, peers, addresses=None) -> int:
