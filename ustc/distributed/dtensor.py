@@ -15,6 +15,7 @@ import numpy as np
 
 from ..errors import DistributedError, ShapeError, UstcError
 from .partition import RowBlocks
+from .petsc import row_part, to_petsc
 from .recipe import Loaded, Scattered
 from .runtime import runtime as _default_runtime
 
@@ -250,12 +251,19 @@ class DTensor:
         """Every block's :class:`~ustc.distributed.petsc.PetscSplit` (the whole matrix on the driver)."""
         return self.group.call("petsc_split", [(self.name, self.shape)] * self.rows.parts)
 
-    def to_petsc(self, comm=None):
-        """A PETSc MPIAIJ matrix (petsc4py) from the blocks' local/ghost split; collective over
-        ``comm``, one process per block (:func:`ustc.distributed.petsc.to_petsc`)."""
-        from .petsc import to_petsc
+    def petsc_part(self, rank: int):
+        """Block ``rank`` as what PETSc's MatMPIAIJ holds on MPI rank ``rank``
+        (:class:`~ustc.distributed.petsclayout.MPIAIJPart`; labels: the user's numbering too)."""
+        return row_part(self, rank)
 
-        return to_petsc(self, comm)
+    def petsc_parts(self) -> list:
+        """Every block's :meth:`petsc_part` (the whole matrix on the driver)."""
+        return [row_part(self, r) for r in range(self.rows.parts)]
+
+    def to_petsc(self, comm=None):
+        """A PETSc MPIAIJ matrix (petsc4py) from the blocks' :meth:`petsc_part`; collective over
+        ``comm``, one process per block (:func:`ustc.distributed.petsc.to_petsc`)."""
+        return to_petsc(self, self.rows.parts, comm)
 
     def __matmul__(self, x):
         if isinstance(x, DTensor):

@@ -20,6 +20,7 @@ import numpy as np
 from ..errors import ShapeError, UstcError
 from .gridhalo import SparsePlan, layout, x_layout
 from .partition import Grid2D, RowBlocks
+from .petsc import grid_part, to_petsc
 from .runtime import runtime as _default_runtime
 
 
@@ -205,6 +206,21 @@ class GridTensor:
             vals.append(v)
         return Tensor.from_coo((np.concatenate(rows), np.concatenate(cols)),
                                np.concatenate(vals).astype(self.dtype, copy=False), self.shape, tensor_format)
+
+    def petsc_part(self, rank: int):
+        """What PETSc's MatMPIAIJ holds on MPI rank ``rank``: the rows it owns in :attr:`layout`,
+        fetched from the blocks of its block row
+        (:func:`ustc.distributed.petsc.grid_part`, :class:`~ustc.distributed.petsclayout.MPIAIJPart`)."""
+        return grid_part(self, rank)
+
+    def petsc_parts(self) -> list:
+        """Every rank's :meth:`petsc_part` (the whole matrix on the driver)."""
+        return [grid_part(self, r) for r in range(self.grid.parts)]
+
+    def to_petsc(self, comm=None):
+        """A PETSc MPIAIJ matrix (petsc4py), one process per grid rank, process ``r`` passing
+        :meth:`petsc_part` ``(r)`` (:func:`ustc.distributed.petsc.to_petsc`)."""
+        return to_petsc(self, self.grid.parts, comm)
 
     def __matmul__(self, x):
         return GridMatmul(self, x).execute()

@@ -246,6 +246,13 @@ class GridBlocks:
         self._reduce_rows(block, block.diag.astype(dtype), out)
         return out
 
+    async def grid_rows(self, key, lo: int, hi: int):
+        """``(rows, cols, values)`` of this rank's grid block in its rows ``lo:hi`` (block-local
+        indices, rows from ``lo``): what a PETSc export's owner of those rows needs."""
+        r, c, v = await self.grid_entries(key)
+        keep = (r >= lo) & (r < hi)
+        return r[keep] - lo, c[keep], v[keep]
+
     async def grid_entries(self, key):
         """``(rows, cols, values)`` of this rank's grid block, block-local indices."""
         block = self.blocks[key]

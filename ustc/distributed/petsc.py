@@ -8,10 +8,12 @@ triples ``((i, j, v), (oi, oj, ov))`` — the diagonal part with local column in
 off-diagonal part with global ones (the block's ghost columns expanded through ``garray``),
 column indices sorted within each row.
 
-:meth:`DTensor.to_petsc` builds the matrix in an MPI run of as many processes as the matrix
-has blocks (process ``r`` fetches block ``r``'s split from its actor), or in one process for a
-one-block matrix. Without petsc4py it raises :class:`ustc.MissingDependencyError` naming the
-``petsc`` extra.
+:meth:`DTensor.to_petsc` / :meth:`GridTensor.to_petsc` build the matrix in an MPI run of as many
+processes as the matrix has blocks, process ``r`` passing its
+:class:`~ustc.distributed.petsclayout.MPIAIJPart` (:func:`row_part`, :func:`grid_part`: PETSc's
+numbering, the positions of labelled blocks, with the user's numbering alongside), or in one
+process for a one-block matrix. Without petsc4py it raises :class:`ustc.MissingDependencyError`
+naming the ``petsc`` extra.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import MissingDependencyError, UstcError
+from .gridhalo import square
+from .petsclayout import MPIAIJPart, mpiaij_part
 
 
 @dataclass(frozen=True, eq=False)
@@ -70,6 +74,57 @@ def split_of(block, shape) -> PetscSplit:
     return PetscSplit(tuple(block.rows), tuple(block.cols), tuple(shape), diag, off, block.garray)
 
 
+def _rows_csr(r, c, v, nrows: int, ncols: int, dtype):
+    import scipy.sparse as sp
+
+    return sp.csr_array((np.asarray(v, dtype), (np.asarray(r, np.int64), np.asarray(c, np.int64))),
+                        shape=(nrows, ncols))
+
+
+def _perm(part, n: int) -> np.ndarray:
+    return np.arange(n, dtype=np.int64) if part.perm is None else np.asarray(part.perm, np.int64)
+
+
+def row_part(a, rank: int) -> MPIAIJPart:
+    """Block ``rank`` of the row-partitioned DTensor ``a`` as its :class:`MPIAIJPart` (its rows
+    and its column block's range; labels: positions, with the user's numbering)."""
+    rank = int(rank)
+    r, c, v = a.group.call("gather_block", {rank: (a.name,)}, ranks=[rank])[0]
+    (r0, r1), cols = a.rows.range(rank), a.cols.range(rank)
+    rp, cp = _perm(a.rows, a.shape[0]), _perm(a.cols, a.shape[1])
+    rows = _rows_csr(r, c, v, r1 - r0, a.shape[1], a.dtype)
+    return mpiaij_part(rows, (r0, r1), cols, a.shape, rp[r0:r1], cp[cols[0]:cols[1]], cp)
+
+
+def grid_col_bounds(g) -> np.ndarray:
+    """PETSc column ownership of a grid export: the solve layout for a square grid (``x`` and
+    ``A x`` alike), an even split of the columns over the ranks otherwise (PETSC_DECIDE's)."""
+    if square(g.grid):
+        return np.asarray(g.layout.bounds, np.int64)
+    p, n = g.grid.parts, g.shape[1]
+    return np.asarray([n * k // p for k in range(p + 1)], np.int64)
+
+
+def grid_part(g, rank: int) -> MPIAIJPart:
+    """Rank ``rank`` of the GridTensor ``g`` as the :class:`MPIAIJPart` of the rows it owns in
+    the solve layout (part ``j`` of block row ``i``), fetched from the blocks of its block row."""
+    rank = int(rank)
+    grid = g.grid
+    i = grid.coords(rank)[0]
+    lo, hi = g.layout.range(rank)
+    base = grid.rows.range(i)[0]
+    pc = grid.shape[1]
+    ranks = [i * pc + j for j in range(pc)]
+    got = g.group.call("grid_rows", {q: (g.name, lo - base, hi - base) for q in ranks}, ranks=ranks)
+    r = np.concatenate([p[0] for p in got])
+    c = np.concatenate([p[1] + grid.cols.range(j)[0] for j, p in enumerate(got)])
+    v = np.concatenate([p[2] for p in got])
+    cb = grid_col_bounds(g)
+    rp, cp = _perm(grid.rows, g.shape[0]), _perm(grid.cols, g.shape[1])
+    return mpiaij_part(_rows_csr(r, c, v, hi - lo, g.shape[1], g.dtype), (lo, hi), (cb[rank], cb[rank + 1]),
+                       g.shape, rp[lo:hi], cp[cb[rank]:cb[rank + 1]], cp)
+
+
 def petsc():
     """``petsc4py.PETSc``, or :class:`ustc.MissingDependencyError` naming the ``petsc`` extra."""
     try:
@@ -81,15 +136,16 @@ def petsc():
     return PETSc
 
 
-def to_petsc(a, comm=None):
-    """The PETSc MPIAIJ matrix of the DTensor ``a`` on ``comm`` (default ``PETSc.COMM_WORLD``),
-    collective: with as many processes as ``a`` has blocks, process ``r`` passes block ``r``'s
-    split; with one process, ``a`` must have one block."""
+def to_petsc(a, parts: int, comm=None):
+    """The PETSc MPIAIJ matrix of ``a`` (a DTensor or GridTensor of ``parts`` blocks) on ``comm``
+    (default ``PETSc.COMM_WORLD``), collective: with as many processes as ``a`` has blocks,
+    process ``r`` passes ``a.petsc_part(r)`` (:class:`MPIAIJPart`, PETSc's numbering: positions
+    for labels); with one process, ``a`` must have one block."""
     PETSc = petsc()
     comm = comm if comm is not None else PETSc.COMM_WORLD
     size, rank = comm.getSize(), comm.getRank()
-    if size != a.rows.parts:
-        raise UstcError(f"to_petsc: the communicator has {size} processes, the matrix {a.rows.parts} blocks "
+    if size != parts:
+        raise UstcError(f"to_petsc: the communicator has {size} processes, the matrix {parts} blocks "
                         f"(one process per block)")
-    split = a.petsc_split(rank)
-    return PETSc.Mat().createAIJWithArrays(split.sizes, split.csr, comm=comm)
+    part = a.petsc_part(rank)
+    return PETSc.Mat().createAIJWithArrays(part.sizes, part.csr, comm=comm)
