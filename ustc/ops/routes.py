@@ -111,6 +111,13 @@ class Route:
     def run(self, a, b, out, alpha):
         raise NotImplementedError
 
+    def run_into(self, a, b, out, alpha, accumulate: bool) -> bool:
+        """``out := alpha * a @ b`` (``accumulate``: ``out +=``) for a ``b`` and ``out`` given at this
+        call, of the planned shapes (the caller checks them): True where this route runs such operands
+        without preparing anything for them, else False, computing nothing (the caller then binds them
+        through :meth:`run`). Routes that keep arguments bound to one ``b`` / ``out`` say False."""
+        return False
+
     def unbind(self) -> None:
         """Forget arguments prepared for particular operands (the plan itself stays)."""
 
@@ -362,10 +369,13 @@ class NarrowColumnsRoute(Route):
     lengths or pointers) is
     made again when the operand's index buffers are other arrays, are given again through
     ``Matmul.reset_operands``, or differ in a sample of rows and entries compared at every
-    execute; where the columns do not fit (a power-law graph) the same kernel reads the operand's
-    own int32 / int64 indices (its row loop vectorised with gathers of ``x``, which the generated
-    scalar loop is not), and before the second execute (one-shot calls) ``inner`` (the generated
-    kernel) runs. Values and ``x`` are read as they are at every execute."""
+    execute; where the columns do not fit (a power-law graph) and a few columns take most reads,
+    those columns are gathered together into a copy of ``x`` at every execute and a renumbered copy
+    of the column indices is kept (``kernels._hot_columns``), else the operand's own int32 / int64
+    indices are read (both in rows of masked 8-lane gathers on AVX-512 hosts, else the row loop
+    vectorised with gathers of ``x``, which the generated scalar loop is not); before the second
+    execute (one-shot calls) ``inner`` (the generated kernel) runs. Values and ``x`` are read as they
+    are at every execute."""
 
     KEEP_AFTER = 2   # executes since binding before the copy is made (one-shot calls: never)
 
@@ -379,13 +389,15 @@ class NarrowColumnsRoute(Route):
         self.kind, self.overwrites = self.inner.kind, self.inner.overwrites
         self.info = (f"{self.inner.info}; executed again: a bit mask per row over the diagonals where every "
                      f"entry lies on one of at most 32, else column indices kept in 16 bits where they fit "
-                     f"(absolute up to 65,536 columns, else from the diagonal), else the operand's own in a "
+                     f"(absolute up to 65,536 columns, else from the diagonal), else the operand's own, its "
+                     f"most-read columns of x gathered together first where a few take most reads, in a "
                      f"kernel that gathers x in vectors")
 
     def run(self, a, b, out, alpha):
         import numba
 
         from ..kernels._diagonal_spmv import Diagonals
+        from ..kernels._hot_columns import HotColumns
         from ..kernels._narrow_spmv import NarrowColumns
 
         pos, crd = a._buffers[(1, "pos")], a._buffers[(1, "crd")]
@@ -402,7 +414,7 @@ class NarrowColumnsRoute(Route):
         source = (id(pos), id(crd), threads)
         if self._runs >= self.KEEP_AFTER and self._refused != source:
             self._narrow = Diagonals.of(pos, crd, threads) or NarrowColumns.of(pos, crd, a.shape[1], threads) \
-                or NarrowColumns.own_indices(pos, crd, threads)
+                or HotColumns.of(pos, crd, a.shape[1], threads) or NarrowColumns.own_indices(pos, crd, threads)
             self._refused = source if self._narrow is None else None
         return result
 
@@ -587,6 +599,12 @@ class KernelFirstRoute(Route):
     def prepare(self, a, b, out, alpha) -> None:
         if out is not None and self._fits(a, b, out):
             self.kernel.compile(a, b, out, alpha, self.accumulate, self.launch(a, b))
+
+    def run_into(self, a, b, out, alpha, accumulate: bool) -> bool:
+        if not self._fits(a, b, out):
+            return False
+        self.kernel.run(a, b, out, alpha, accumulate, self.launch(a, b))
+        return True
 
     def run(self, a, b, out, alpha):
         if self._fits(a, b, out):
