@@ -111,13 +111,6 @@ class Route:
     def run(self, a, b, out, alpha):
         raise NotImplementedError
 
-    def run_into(self, a, b, out, alpha, accumulate: bool) -> bool:
-        """``out := alpha * a @ b`` (``accumulate``: ``out +=``) for a ``b`` and ``out`` given at this
-        call, of the planned shapes (the caller checks them): True where this route runs such operands
-        without preparing anything for them, else False, computing nothing (the caller then binds them
-        through :meth:`run`). Routes that keep arguments bound to one ``b`` / ``out`` say False."""
-        return False
-
     def unbind(self) -> None:
         """Forget arguments prepared for particular operands (the plan itself stays)."""
 
@@ -599,12 +592,6 @@ class KernelFirstRoute(Route):
     def prepare(self, a, b, out, alpha) -> None:
         if out is not None and self._fits(a, b, out):
             self.kernel.compile(a, b, out, alpha, self.accumulate, self.launch(a, b))
-
-    def run_into(self, a, b, out, alpha, accumulate: bool) -> bool:
-        if not self._fits(a, b, out):
-            return False
-        self.kernel.run(a, b, out, alpha, accumulate, self.launch(a, b))
-        return True
 
     def run(self, a, b, out, alpha):
         if self._fits(a, b, out):
