@@ -22,7 +22,7 @@ import numpy as np
 from llvmlite import ir
 from numba import prange, types
 from numba.core import cgutils
-from numba.extending import intrinsic
+from numba.extending import intrinsic, overload
 
 from ..cache._lean import njit_cached
 from ._simd import HAS_AVX512, Vec, _pointer, _wide
@@ -94,8 +94,8 @@ def row_step(typingctx, acc, vals, crd, x, p, count):
 
 @intrinsic
 def zeros_like_lanes(typingctx, y):
-    """A vector of :data:`LANES` zeros of ``y``'s dtype."""
-    vec = Vec(y.dtype, LANES)
+    """A vector of :data:`LANES` zeros of ``y``'s dtype (``y`` an array or a scalar)."""
+    vec = Vec(y.dtype if isinstance(y, types.Array) else y, LANES)
 
     def codegen(context, builder, sig, args):
         return ir.Constant(context.get_value_type(vec), None)
@@ -120,24 +120,52 @@ def lane_sum(typingctx, v):
     return v.dtype(v), codegen
 
 
+def row_sum(vals, crd, x, begin, end, zero):
+    """``sum_p vals[p] * x[crd[p]]`` over ``begin <= p < end`` (``zero`` gives the sum's type): in
+    masked 8-lane steps where the host has AVX-512 and ``vals``, ``x`` and ``zero`` share a float
+    dtype (a tree sum of the lanes), else in two interleaved sums (one chain waits on the add
+    latency). Chosen when the caller compiles; inlined into its row loop."""
+
+
+@overload(row_sum, inline="always")
+def _row_sum(vals, crd, x, begin, end, zero):
+    if HAS_AVX512 and vals.dtype == x.dtype == zero and zero in (types.float32, types.float64):
+        def masked(vals, crd, x, begin, end, zero):
+            acc = row_step(zeros_like_lanes(zero), vals, crd, x, begin, min(end - begin, LANES))
+            p = begin + LANES
+            while p < end:
+                acc = row_step(acc, vals, crd, x, p, min(end - p, LANES))
+                p += LANES
+            return lane_sum(acc)
+        return masked
+
+    def two_sums(vals, crd, x, begin, end, zero):
+        a, b, p = zero, zero, begin
+        while p + 1 < end:
+            a += vals[U(p)] * x[U(crd[U(p)])]
+            b += vals[U(p + 1)] * x[U(crd[U(p + 1)])]
+            p += 2
+        if p < end:
+            a += vals[U(p)] * x[U(crd[U(p)])]
+        return a + b
+    return two_sums
+
+
 @njit_cached(nogil=True, parallel=True)
 def masked_spmv(y, pos, starts, crd, vals, x, bounds, alpha, accumulate):
     """``y[i] (+)= alpha * sum_p vals[p] * x[crd[p]]`` over row ``i``'s entries ``[pos[i], pos[i + 1])``,
     row chunks ``bounds`` in parallel, chunk ``ch`` starting at entry ``starts[ch]``. Same contract as
     ``kernels._narrow_spmv.gather_spmv`` with ``scale = 0``: the caller guarantees the pointers are
     increasing, every column lies in ``x`` and ``vals`` holds every entry; ``accumulate`` False stores
-    every ``y[i]`` (empty rows get zero). ``vals``, ``x`` and ``y`` share one dtype of :data:`DTYPES`."""
+    every ``y[i]`` (empty rows get zero). ``vals``, ``x`` and ``y`` share one dtype of :data:`DTYPES`
+    (:func:`fits`): each row is then one :func:`row_sum` in masked steps."""
+    zero = y.dtype.type(0)
     for ch in prange(len(bounds) - 1):
         end = np.int64(starts[U(ch)])
         for i in range(bounds[ch], bounds[ch + 1]):
             begin = end
             end = np.int64(pos[U(i + 1)])
-            acc = row_step(zeros_like_lanes(y), vals, crd, x, begin, min(end - begin, LANES))
-            p = begin + LANES
-            while p < end:
-                acc = row_step(acc, vals, crd, x, p, min(end - p, LANES))
-                p += LANES
-            total = lane_sum(acc)
+            total = row_sum(vals, crd, x, begin, end, zero)
             if accumulate:
                 y[U(i)] += alpha * total
             else:
