@@ -32,7 +32,7 @@ import numpy as np
 
 from ..errors import DistributedError, SolveError
 from ..ops import krylov
-from .blockvectors import BlockVectors, GridBiCGVectors, GridVectors
+from .blockvectors import BlockVectors, GridBiCGVectors, GridGMRESVectors, GridVectors
 from .checkpoint import Watch
 from .comm import ActorCommunicator, run_inline
 from .fetch import SpGEMMBlocks
@@ -130,7 +130,7 @@ class _Block:
 
 
 #: the grid backends that send a product's ``x`` entries ahead with an all-reduce, by method
-GRID_VECTORS = {"cg": GridVectors, "bicgstab": GridBiCGVectors}
+GRID_VECTORS = {"cg": GridVectors, "bicgstab": GridBiCGVectors, "gmres": GridGMRESVectors}
 
 
 class _Operator:
