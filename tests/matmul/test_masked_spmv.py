@@ -87,3 +87,22 @@ def test_planned_spmv_on_own_indices_runs_it(rng, monkeypatch):
             x[:] = rng.standard_normal(300)
         np.testing.assert_allclose(mm.execute(), a @ x, **tol(np.float64))
     assert isinstance(mm._route, routes.NarrowColumnsRoute) and mm._route._narrow.own and len(calls) == 2
+
+
+def test_row_loop_of_the_solvers_any_layout(rng):
+    """``ops._vector.csr_rows`` (the one-shot small SpMV's and fused solvers' row loop) sums its rows
+    through ``row_sum``: masked steps for contiguous float64, two sums for strided x / values and for
+    complex; every one against SciPy, with the inner product ``left``."""
+    from ustc.ops._vector import csr_rows
+
+    a = _csr(rng, LENGTHS, 200, np.float64, np.int32)
+    wide = rng.standard_normal(400)
+    for x, vals in ((wide[:200].copy(), a.data), (wide[::2], a.data), (wide[:200].copy(), np.repeat(a.data, 2)[::2])):
+        out = np.empty(len(LENGTHS))
+        d = csr_rows(a.indptr, a.indices, vals, x, out, 0, len(LENGTHS), out, 0.0)
+        np.testing.assert_allclose(out, a @ x, **tol(np.float64))
+        np.testing.assert_allclose(d, out @ out, **tol(np.float64))
+    z = (wide[:200] + 1j * wide[200:]).astype(np.complex128)
+    out = np.empty(len(LENGTHS), np.complex128)
+    csr_rows(a.indptr, a.indices, a.data.astype(np.complex128), z, out, 2, 9, None, np.complex128(0))
+    np.testing.assert_allclose(out[2:9], (a @ z)[2:9], **tol(np.complex128))

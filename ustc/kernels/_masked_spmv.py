@@ -122,14 +122,15 @@ def lane_sum(typingctx, v):
 
 def row_sum(vals, crd, x, begin, end, zero):
     """``sum_p vals[p] * x[crd[p]]`` over ``begin <= p < end`` (``zero`` gives the sum's type): in
-    masked 8-lane steps where the host has AVX-512 and ``vals``, ``x`` and ``zero`` share a float
-    dtype (a tree sum of the lanes), else in two interleaved sums (one chain waits on the add
+    masked 8-lane steps where the host has AVX-512, ``vals``, ``x`` and ``zero`` share a float
+    dtype and the arrays are C-contiguous (a tree sum of the lanes), else in two interleaved sums (one chain waits on the add
     latency). Chosen when the caller compiles; inlined into its row loop."""
 
 
 @overload(row_sum, inline="always")
 def _row_sum(vals, crd, x, begin, end, zero):
-    if HAS_AVX512 and vals.dtype == x.dtype == zero and zero in (types.float32, types.float64):
+    if HAS_AVX512 and vals.dtype == x.dtype == zero and zero in (types.float32, types.float64) \
+            and vals.layout == crd.layout == x.layout == "C":   # vector loads and gathers of contiguous arrays
         def masked(vals, crd, x, begin, end, zero):
             acc = row_step(zeros_like_lanes(zero), vals, crd, x, begin, min(end - begin, LANES))
             p = begin + LANES
