@@ -11,7 +11,8 @@ wake-up. A receive first spins a short while (adaptively: twice the last
 wait when that was under ``_SPIN_MAX``, else half the last spin; and only while the machine has
 no more runnable threads than cores, so a loaded machine is not burnt and a spinning receiver
 never takes the core its sender needs), then sleeps on the communicator's condition after raising the ring's
-*waiting* flag; a sender that sees the flag rings a doorbell (an empty frame) over the pair's
+*waiting* flag (a new generation per sleep); a sender that sees a generation it has not rung
+for rings a doorbell (an empty frame) over the pair's
 TCP connection, whose reader thread wakes the receiver. The TCP connections stay: they carry
 the doorbells, frames too large for the free ring space (then the message goes over TCP, which
 the mailbox keyed by ``(tag, source)`` makes harmless), pairs on different hosts, and the
@@ -50,7 +51,7 @@ from .sockets import _HEAD, SocketCommunicator
 #: bytes of data per ring (one direction of one pair): a side-114 halo plane is 104 KiB
 RING_BYTES = 2 << 20
 _CTRL = 64                     # u64 slots before the data: [0] write pos, [8] read pos, [16] waiting
-_W, _R, _WAIT = 0, 8, 16
+_W, _R, _WAIT = 0, 8, 16       # slots 64 bytes apart: the writer's and the reader's words on their own lines
 _DATA = _CTRL * 8
 _FRAME = struct.Struct("<QII")  # frame bytes (8-aligned), pickle bytes, buffer count
 _SPIN_START, _SPIN_MAX, _SPIN_MIN = 50e-6, 200e-6, 1e-6
@@ -131,6 +132,7 @@ class Ring:
         self.data = np.frombuffer(self.map, np.uint8, offset=_DATA)
         self.cap = self.data.size // 8 * 8
         self.lock = threading.Lock()
+        self.gen = 0               # receiver: sleep generations so far; sender: the last one rung for
 
     @classmethod
     def create(cls, size: int | None = None) -> "Ring":
@@ -150,8 +152,8 @@ class Ring:
         """Write one frame (``parts``: the buffer lengths, the pickle, the buffers) if it fits in
         the free space; False (nothing written) if not."""
         size = (_FRAME.size + nbytes + 7) // 8 * 8
-        w = int(self.ctrl[_W // 8])
-        free = self.cap - (w - int(self.ctrl[_R // 8]))
+        w = int(self.ctrl[_W])
+        free = self.cap - (w - int(self.ctrl[_R]))
         pos = w % self.cap
         skip = self.cap - pos if pos + size > self.cap else 0
         if size + skip > free or size > self.cap // 2:
@@ -166,27 +168,32 @@ class Ring:
             if n:
                 self.data[at:at + n] = np.frombuffer(part, np.uint8)
                 at += n
-        self.ctrl[_W // 8] = w + skip + size       # published: the receiver may read it now
+        self.ctrl[_W] = w + skip + size       # published: the receiver may read it now
         return True
 
-    def waiting(self) -> bool:
+    def waiting(self) -> int:
+        """The receiver's sleep generation (0: awake): a sender rings once per generation."""
         _fence()
-        return bool(self.ctrl[_WAIT // 8])
+        return int(self.ctrl[_WAIT])
 
     # -- receiver -------------------------------------------------------------------------
     def ready(self) -> bool:
-        return self.ctrl[_W // 8] != self.ctrl[_R // 8]
+        return self.ctrl[_W] != self.ctrl[_R]
 
     def set_waiting(self, flag: bool) -> None:
-        self.ctrl[_WAIT // 8] = int(flag)
+        """Raise the waiting flag as a new sleep generation (each deserves one doorbell), or lower it."""
         if flag:
+            self.gen += 1
+            self.ctrl[_WAIT] = self.gen
             _fence()
+        else:
+            self.ctrl[_WAIT] = 0
 
     def take(self):
         """Every complete frame in the ring, unpickled, as ``(tag, data)`` pairs."""
         out = []
         with self.lock:
-            r, w = int(self.ctrl[_R // 8]), int(self.ctrl[_W // 8])
+            r, w = int(self.ctrl[_R]), int(self.ctrl[_W])
             while r != w:
                 pos = r % self.cap
                 size, plen, nbuf = _FRAME.unpack(self.data[pos:pos + _FRAME.size].tobytes()) \
@@ -207,7 +214,7 @@ class Ring:
                     at += n
                 out.append(pickle.loads(head, buffers=bufs))
                 r += size
-                self.ctrl[_R // 8] = r
+                self.ctrl[_R] = r
         return out
 
     def close(self) -> None:
@@ -328,7 +335,9 @@ class ShmCommunicator(SocketCommunicator):
             return await super().send(dst, tag, data)      # no room: over TCP (counted there)
         self.messages += 1
         self.bytes += payload_bytes(data)
-        if ring.waiting():
+        gen = ring.waiting()
+        if gen and gen != ring.gen:                 # asleep, and not yet rung for this sleep
+            ring.gen = gen
             self._raw(dst, b"")
 
     async def recv(self, src: int, tag):
