@@ -392,7 +392,8 @@ def shm_rounds(say, ud, ustc, rounds, side=114):
             say(f"side {side}: mpi4py transport not measured ({ms})")
             return
         got["mpi"].append(ms)
-        for name, transport in (("shm", "shm"), ("tcp", "socket")) if r % 2 == 0 else (("tcp", "socket"), ("shm", "shm")):
+        order = (("shm", "shm"), ("tcp", "socket"))
+        for name, transport in order if r % 2 == 0 else order[::-1]:
             rt = ud.Runtime(n_workers=2, transport=transport)
             try:
                 d = ud.DTensor.from_tensor(t, 2, runtime=rt)

@@ -61,7 +61,8 @@ class MPIAIJPart:
         _csr_ok(self.diag, r1 - r0, c1 - c0, "the diagonal block's")
         g = self.garray
         if np.any(np.diff(g) <= 0) or np.any((g >= c0) & (g < c1)) or (len(g) and (g[0] < 0 or g[-1] >= n)):
-            raise UstcError("MPIAIJPart: garray must be sorted, unique, inside the matrix and outside the owned columns")
+            raise UstcError("MPIAIJPart: garray must be sorted, unique, inside the matrix and outside the "
+                            "owned columns")
         _csr_ok(self.offdiag, r1 - r0, len(g), "the off-diagonal block's")
         if (len(self.user_rows), len(self.user_cols), len(self.user_garray)) != (r1 - r0, c1 - c0, len(g)):
             raise ShapeError("MPIAIJPart: the user's numbering must name every owned row, owned column and ghost")
