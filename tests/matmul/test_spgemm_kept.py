@@ -213,7 +213,10 @@ def test_cancellations_coming_and_going(every_size):
             np.testing.assert_array_equal(mm.execute().to_dense(), dense @ dense)
 
 
-BSR_CASES = [(blocks, shape, np.float64) for blocks in (((2, 2), (2, 2)), ((2, 3), (3, 2)), ((1, 2), (2, 3)))
+# block shapes and dtypes of test_bsr_spgemm's KERNELS: the first execute's product (the block fill,
+# compiled per block shape and dtype) is one the suite has compiled there
+BSR_CASES = [(blocks, shape, dtype) for blocks, dtype in ((((2, 2), (2, 2)), np.float64), (((3, 2), (2, 4)), np.float64),
+                                                          (((1, 2), (2, 3)), np.float32))
              for shape in ((8, 6, 10), (7, 5, 9), (1, 3, 4), (0, 3, 2))] + [(((2, 2), (2, 2)), (7, 5, 9), np.complex128)]
 
 
