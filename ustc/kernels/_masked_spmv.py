@@ -21,27 +21,15 @@ from __future__ import annotations
 import numpy as np
 from llvmlite import ir
 from numba import prange, types
-from numba.core import cgutils
 from numba.extending import intrinsic, overload
 
 from ..cache._lean import njit_cached
-from ._simd import HAS_AVX512, Vec, _pointer, _wide
+from ._simd import HAS_AVX512, Vec, _pointer, _wide, call_llvm, splat_ir
 from ._spgemm import U
 
 LANES = 8
 DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 INDICES = (np.dtype(np.int32), np.dtype(np.int64))
-
-
-def _splat(builder, value, lanes: int):
-    vty = ir.VectorType(value.type, lanes)
-    v = builder.insert_element(ir.Constant(vty, ir.Undefined), value, ir.Constant(ir.IntType(32), 0))
-    return builder.shuffle_vector(v, v, ir.Constant(ir.VectorType(ir.IntType(32), lanes), [0] * lanes))
-
-
-def _intrinsic(builder, name: str, ret, args):
-    fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ret, [a.type for a in args]), name)
-    return builder.call(fn, args)
 
 
 def _element(ty) -> tuple[str, int]:
@@ -54,7 +42,7 @@ def _element(ty) -> tuple[str, int]:
 def _masked_load(builder, pointer, vty, mask):
     """The lanes of ``vty`` from ``pointer`` on where ``mask`` is set, zero elsewhere (nothing read there)."""
     name, size = _element(vty.element)
-    return _intrinsic(builder, f"llvm.masked.load.v{vty.count}{name}.p0", vty,
+    return call_llvm(builder, f"llvm.masked.load.v{vty.count}{name}.p0", vty,
                       [builder.bitcast(pointer, vty.as_pointer()), ir.Constant(ir.IntType(32), size), mask,
                        ir.Constant(vty, None)])
 
@@ -74,20 +62,20 @@ def row_step(typingctx, acc, vals, crd, x, p, count):
         i64 = ir.IntType(64)
         count = builder.sext(count_v, i64) if count_v.type.width < 64 else count_v
         mask = builder.icmp_unsigned("<", ir.Constant(ir.VectorType(i64, LANES), list(range(LANES))),
-                                     _splat(builder, count, LANES))
+                                     splat_ir(builder, count, LANES))
         values = _masked_load(builder, _pointer(context, builder, sig.args[1], vals_a, p_v), vty, mask)
         cty = ir.VectorType(context.get_value_type(sig.args[2].dtype), LANES)
         cols = _masked_load(builder, _pointer(context, builder, sig.args[2], crd_a, p_v), cty, mask)
         cols = builder.sext(cols, ir.VectorType(i64, LANES)) if cty.element.width < 64 else cols
         base = builder.ptrtoint(_pointer(context, builder, sig.args[3], x_a, ir.Constant(i64, 0)), i64)
         name, size = _element(vty.element)
-        addresses = builder.add(_splat(builder, base, LANES),
+        addresses = builder.add(splat_ir(builder, base, LANES),
                                 builder.mul(cols, ir.Constant(ir.VectorType(i64, LANES), [size] * LANES)))
         pointers = builder.inttoptr(addresses, ir.VectorType(vty.element.as_pointer(), LANES))
         suffix = f"v{LANES}{name}"
-        gathered = _intrinsic(builder, f"llvm.masked.gather.{suffix}.v{LANES}p0", vty,
+        gathered = call_llvm(builder, f"llvm.masked.gather.{suffix}.v{LANES}p0", vty,
                               [pointers, ir.Constant(ir.IntType(32), size), mask, ir.Constant(vty, None)])
-        return _intrinsic(builder, f"llvm.fma.{suffix}", vty, [values, gathered, acc_v])
+        return call_llvm(builder, f"llvm.fma.{suffix}", vty, [values, gathered, acc_v])
 
     return acc(acc, vals, crd, x, p, count), codegen
 

@@ -64,6 +64,19 @@ def _load(builder, pointer, vty, dtype):
     return builder.load(builder.bitcast(pointer, vty.as_pointer()), align=dtype.bitwidth // 8)
 
 
+def splat_ir(builder, value, lanes: int):
+    """``value`` in every one of ``lanes`` lanes (LLVM IR)."""
+    v = builder.insert_element(ir.Constant(ir.VectorType(value.type, lanes), ir.Undefined), value,
+                               ir.Constant(ir.IntType(32), 0))
+    return builder.shuffle_vector(v, v, ir.Constant(ir.VectorType(ir.IntType(32), lanes), [0] * lanes))
+
+
+def call_llvm(builder, name: str, ret, args):
+    """A call of the LLVM intrinsic ``name`` returning ``ret`` (declared on first use)."""
+    fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ret, [a.type for a in args]), name)
+    return builder.call(fn, args)
+
+
 def _suffix(vty) -> str:
     """LLVM's overload suffix of a float vector type: ``v16f32`` for ``<16 x float>``."""
     return f"v{vty.count}f{vty.element.intrinsic_name[1:]}"
@@ -91,9 +104,7 @@ def lanes_ops(lanes: int) -> tuple:
 
         def codegen(context, builder, sig, args):
             _wide(builder)
-            vty = context.get_value_type(vec)
-            v = builder.insert_element(ir.Constant(vty, ir.Undefined), args[0], ir.Constant(ir.IntType(32), 0))
-            return builder.shuffle_vector(v, v, ir.Constant(ir.VectorType(ir.IntType(32), lanes), [0] * lanes))
+            return splat_ir(builder, args[0], lanes)
 
         return vec(x), codegen
 
@@ -120,8 +131,7 @@ def fma(typingctx, a, b, c):
     def codegen(context, builder, sig, args):
         _wide(builder)
         vty = args[0].type
-        name = f"llvm.fma.{_suffix(vty)}"
-        return builder.call(cgutils.get_or_insert_function(builder.module, ir.FunctionType(vty, [vty] * 3), name), args)
+        return call_llvm(builder, f"llvm.fma.{_suffix(vty)}", vty, list(args))
 
     return c(a, b, c), codegen
 
@@ -179,10 +189,8 @@ def masked_ops(lanes: int) -> tuple:
             pointer = _pointer(context, builder, sig.args[0], args[0], args[1])
             vty = context.get_value_type(vec)
             bits = builder.bitcast(builder.trunc(args[2], ir.IntType(lanes)), ir.VectorType(ir.IntType(1), lanes))
-            name = f"llvm.masked.expandload.{_suffix(vty)}"
-            fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(
-                vty, [vty.element.as_pointer(), bits.type, vty]), name)
-            return builder.call(fn, [pointer, bits, ir.Constant(vty, None)])
+            return call_llvm(builder, f"llvm.masked.expandload.{_suffix(vty)}", vty,
+                             [pointer, bits, ir.Constant(vty, None)])
 
         return vec(array, p, mask_type), codegen
 
@@ -191,9 +199,8 @@ def masked_ops(lanes: int) -> tuple:
         def codegen(context, builder, sig, args):
             _wide(builder)
             vty = args[0].type
-            name = f"llvm.vector.reduce.fadd.{_suffix(vty)}"
-            fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vty.element, [vty.element, vty]), name)
-            return builder.call(fn, [ir.Constant(vty.element, 0.0), args[0]])
+            return call_llvm(builder, f"llvm.vector.reduce.fadd.{_suffix(vty)}", vty.element,
+                             [ir.Constant(vty.element, 0.0), args[0]])
 
         return v.dtype(v), codegen
 
@@ -206,8 +213,7 @@ def popcount(typingctx, mask):
 
     def codegen(context, builder, sig, args):
         ity = args[0].type
-        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ity, [ity]), f"llvm.ctpop.i{ity.width}")
-        count = builder.call(fn, args)
+        count = call_llvm(builder, f"llvm.ctpop.i{ity.width}", ity, list(args))
         return builder.zext(count, ir.IntType(64)) if ity.width < 64 else count
 
     return types.uintp(mask), codegen
