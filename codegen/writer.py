@@ -12,17 +12,10 @@ the loop order and the level expressions (:func:`write_strategies`):
   TACO's append assembly;
 * ``WORKSPACE``: the walk meets each parent's entries together but their
   coordinates in any order (a BSR block row's block columns from the rows of a
-  CSR matrix, DIA diagonals from any row walk); only locate levels lie below it.
-  Below a parent level (BSR, BSC) the ``workspace_append`` hook gives a
-  coordinate the next position the first time its parent meets it (the
-  workspace holds each coordinate's position: one below the open segment's
-  start is not yet met), the values go to those positions in meeting order, and
-  ``workspace_close`` sorts each parent's segment with its values once the walk
-  leaves the parent (at the next parent, and at the end of a chunk): two passes,
-  count and fill. At the root (DIA's diagonals, which every row may meet) the
-  ``workspace_insert`` hook counts distinct coordinates through the workspace,
-  collects them, sorts the segment and places every entry (TACO's insert with an
-  attribute query): three passes.
+  CSR matrix, DIA diagonals from any row walk): the level type's
+  ``workspace_insert`` hook counts distinct coordinates through a workspace,
+  collects them, sorts each parent's segment and places every entry (TACO's
+  insert with an attribute query). Only locate levels lie below it.
 
 An APPEND level that ``collects`` (structured n:m: an entry's slot depends on
 how many its block holds) is written in three passes too: count (refusals),
@@ -32,8 +25,8 @@ find each entry's position.
 The same code runs in every pass: a counting pass (``emit`` 0: only the
 insertion state advances), the host sizes the buffers from the counts (and
 refuses them past the memory budget before allocating), a filling pass
-(``emit`` 1); a format with a workspace root level runs a collecting pass (1)
-then the filling pass (2). No coordinate list is sorted on the host. Entries whose
+(``emit`` 1); a format with a workspace level runs a collecting pass (1) then
+the filling pass (2). No coordinate list is sorted on the host. Entries whose
 value is zero are not stored (sums that cancel, explicit zeros of a source),
 as the host assembler does — except under a semiring other than plus-times,
 where the output's pattern is structural (a min-plus distance of 0 is an entry).
@@ -139,11 +132,8 @@ def walked_indices(order: tuple[str, ...], derived: dict, loopvars: dict) -> tup
 
 def write_passes(fmt: TensorFormat, strategies: tuple[Strategy, ...]) -> int:
     """How many times the kernel runs to write ``fmt`` by ``strategies``: 3 with a workspace
-    root level (DIA's diagonals: every row may meet each of them) or a level that ``collects``
-    (count, collect, fill), else 2 (count, fill; a workspace level below a parent appends in
-    meeting order and sorts each parent's segment once it is complete)."""
-    root_workspace = bool(strategies) and strategies[0] is Strategy.WORKSPACE
-    return 3 if root_workspace or any(lv.type.collects for lv in fmt.levels) else 2
+    level or one that ``collects`` (count, collect, fill), else 2 (count, fill)."""
+    return 3 if Strategy.WORKSPACE in strategies or any(lv.type.collects for lv in fmt.levels) else 2
 
 
 def own_walk_strategies(fmt: TensorFormat, indices: tuple[str, ...]) -> tuple[Strategy, ...] | None:
@@ -266,7 +256,6 @@ class Writer:
             size = ir.Var(buffer_name(t, "size", k))
             lo = ir.Var(buffer_name(t, "lo", k)) if isinstance(lv.expr, (fx.Sub, fx.Add)) else ir.Const(0)
         work = buffer_name(t, "work", k) if strategy is Strategy.WORKSPACE else ""
-        appends = bool(work) and self.passes == 2  # a workspace level closed segment by segment
         names = LevelWrite(pos=buffer_name(t, "pos", k), crd=buffer_name(t, "crd", k), size=size, lo=lo,
                            count=fresh(("write_count", k), f"{t}_n{k}"),
                            last_parent=fresh(("write_parent", k), f"{t}_last_p{k}"),
@@ -275,11 +264,7 @@ class Writer:
                            last_pass=self.last_pass, work=work, root=k == 0,
                            hole=fresh(("write_hole", k), f"{t}_hole{k}") if work else "",
                            key=fresh(("write_key", k), f"{t}_key{k}") if work else "",
-                           coo_region=coo_region,
-                           start=fresh(("write_start", k), f"{t}_start{k}") if appends else "",
-                           source=fresh(("write_source", k), f"{t}_src{k}") if appends else "",
-                           lane=fresh(("write_lane", k), f"{t}_lane{k}") if appends else "",
-                           held=fresh(("write_held", k), f"{t}_held{k}") if appends else "")
+                           coo_region=coo_region)
         return WrittenLevel(lv.type, strategy, to_loop(rename(lv.expr, indices)), names)
 
     @property
@@ -312,27 +297,7 @@ class Writer:
             w = lv.names
             out += [ir.Assign(w.count, ir.Const(0)), ir.Assign(w.last_parent, ir.Const(-1)),
                     ir.Assign(w.last_coord, ir.Const(0))]
-            if w.start:  # positions from the pass before are no "not met" marks: clear them
-                out += [ir.Assign(w.start, ir.Const(0)), *self._cleared(w)]
         return out
-
-    @staticmethod
-    def _cleared(w: LevelWrite) -> list[ir.Stmt]:
-        """Every slot of level ``w``'s workspace -1: no coordinate met yet."""
-        return [ir.For(w.scratch, ir.Const(0), w.size, (ir.Store(w.work, (ir.Index(ir.Var(w.scratch)),), ir.Const(-1)),))]
-
-    def _close(self, k: int) -> list[ir.Stmt]:
-        """Level ``k``'s open segment completed (``workspace_close``), in the last pass, when one is open."""
-        lv = self.levels[k]
-        block: ir.Expr = ir.Const(1)
-        for below in self.levels[k + 1:]:  # only locate levels lie below a workspace level
-            block = ir.mul(block, below.names.size)
-        return [ir.If(ir.conj([self.last_pass, ir.Bin(">=", ir.Var(lv.names.last_parent), ir.Const(0))]),
-                      tuple(lv.ltype.workspace_close(lv.names, self.vals, block)))]
-
-    def _closes(self) -> list[ir.Stmt]:
-        """Every open segment completed, at the end of the walk (or of a chunk)."""
-        return [s for k, lv in enumerate(self.levels) if lv.names.start for s in self._close(k)]
 
     def insert(self, value: ir.Expr, skip_zeros: bool = True) -> list[ir.Stmt]:
         """Insert the entry at the current output coordinates with ``value`` (zeros are skipped
@@ -342,11 +307,8 @@ class Writer:
         p: ir.Expr = ir.Const(0)
         for k, lv in enumerate(self.levels):
             c = self._coordinate(k, lv, steps)
-            if lv.names.start:
-                code, q = lv.ltype.workspace_append(lv.names, p, c, self._close(k))
-            else:
-                hook = lv.ltype.workspace_insert if lv.strategy is Strategy.WORKSPACE else lv.ltype.insert
-                code, q = hook(lv.names, p, c)
+            hook = lv.ltype.workspace_insert if lv.strategy is Strategy.WORKSPACE else lv.ltype.insert
+            code, q = hook(lv.names, p, c)
             steps += code
             if not isinstance(q, (ir.Var, ir.Const)):
                 name = self.names(("write_position", k), f"{self.tensor}_q{k}")
@@ -367,10 +329,9 @@ class Writer:
         return ir.Var(name)
 
     def finish(self) -> list[ir.Stmt]:
-        """Open segments completed, then each iterated level's position count into ``counts``
-        (locate levels report 0)."""
-        return self._closes() + [ir.Store(self.counts, (ir.Const(k),), ir.Var(lv.names.count))
-                                 for k, lv in enumerate(self.levels) if lv.strategy is not Strategy.LOCATE]
+        """Each iterated level's position count into ``counts`` (locate levels report 0)."""
+        return [ir.Store(self.counts, (ir.Const(k),), ir.Var(lv.names.count))
+                for k, lv in enumerate(self.levels) if lv.strategy is not Strategy.LOCATE]
 
     # -- chunks in parallel (module docstring) ------------------------------------------------
     def splits(self, index: str) -> bool:
@@ -446,12 +407,12 @@ class Writer:
             init += [ir.Assign(w.count, ir.Select(self.emit, ir.Load(self.counts, (row, ir.Const(q))), ir.Const(0))),
                      ir.Assign(w.last_parent, ir.Const(-1)), ir.Assign(w.last_coord, ir.Const(0))]
             if lv.strategy is Strategy.WORKSPACE:  # the chunk's own: its parents are its own
-                init += [ir.Alloc(w.work, w.size, "intp"), *self._cleared(w)]
-            if w.start:
-                init.append(ir.Assign(w.start, ir.Var(w.count)))
+                init += [ir.Alloc(w.work, w.size, "intp"),
+                         ir.For(w.scratch, ir.Const(0), w.size, (ir.Store(w.work, (ir.Index(ir.Var(w.scratch)),),
+                                                                          ir.Const(-1)),))]
             done.append(ir.Store(self.counts, (row, ir.Const(q)), ir.Var(w.count)))
         body = (*at(lo, ir.Var(chunk)), *at(hi, ir.add(ir.Var(chunk), 1)), *init,
-                *walk(ir.Var(lo), ir.Var(hi)), *self._closes(), ir.If(ir.eq(self.emit, 0), tuple(done)))
+                *walk(ir.Var(lo), ir.Var(hi)), ir.If(ir.eq(self.emit, 0), tuple(done)))
         self.split = True
         return [ir.Assign(first, signed(start)), ir.Assign(span, ir.Call("max", (ir.sub(signed(stop), f), ir.Const(0)))),
                 ir.Assign(chunks, ir.Call("min", (n, ir.Call("len", (ir.Var(self.counts),))))),

@@ -24,7 +24,7 @@ from ..errors import ConversionWarning, DeviceError
 from ..codegen import notation as nt
 from ..codegen.plans import plans_of
 from ..codegen.space import coiterable
-from ..codegen.writer import Strategy, own_walk_strategies, write_passes
+from ..codegen.writer import own_walk_strategies, write_passes
 from ..format.ir import TensorFormat
 from ..tensor.fastpaths import compiled_dtype, family
 from ..tensor.tensor import Tensor, as_format
@@ -55,17 +55,15 @@ def writable(fmt: TensorFormat) -> bool:
 
 def staged_rows(source: TensorFormat, shape: tuple[int, ...], fmt: TensorFormat) -> TensorFormat | None:
     """The CSR a 2-D dense ``source`` is selected into before the writer walks its nonzeros only,
-    or None when the writer should walk the dense array itself. A target written through a
-    workspace (BSR, DIA) or in three passes (n:m blocks) is staged: selecting once (two passes)
-    and walking the nonzeros is faster (dense 8192^2 float32 at 90% zeros -> BSR(4, 4), two-pass
-    writer: 1152 ms staged against 1306 walking the array, load 7). Appended targets take two
-    passes, as the selection does, and skip the stage (its bytes would be extra peak memory
-    beside the output) when the source is row-major. The stage has 16-bit coordinates when the columns fit (6 instead of 8 bytes
+    or None when the writer should walk the dense array itself. A target written in three
+    passes (through a workspace: BSR, DIA; n:m blocks) walks its source three times: selecting
+    once (two passes) and walking the nonzeros three times is faster. Appended targets take two, as the selection does,
+    and skip the stage (its bytes would be extra peak memory beside the output) when the source
+    is row-major. The stage has 16-bit coordinates when the columns fit (6 instead of 8 bytes
     per float32 entry)."""
     strategies = own_walk_strategies(fmt, copy_program(fmt.ndim).statements[0].lhs.indices)
     row_major = [lv.expr for lv in source.levels] == list(source.dims)
-    if strategies is not None and write_passes(fmt, strategies) == 2 and Strategy.WORKSPACE not in strategies \
-            and row_major:
+    if strategies is not None and write_passes(fmt, strategies) == 2 and row_major:
         return None
     width = 16 if shape[1] <= np.iinfo(np.uint16).max + 1 else 0
     return TensorFormat.parse("(i, j) -> (i : dense, j : compressed)" + (f", crdWidth = {width}" if width else ""))

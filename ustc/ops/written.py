@@ -6,7 +6,7 @@ the counts into every buffer's length and dtype and refuses, before allocating,
 a result that would not fit the memory budget; the filling pass (``emit`` 1)
 writes the buffers; :func:`tensor_of` lets each level finalize its buffers
 (``pos`` of parents without children) and makes the tensor. A format with a
-workspace root level (``codegen.writer.write_passes``: DIA's diagonals) runs three times:
+workspace level (``codegen.writer.Strategy.WORKSPACE``) runs three times:
 count, collect (``emit`` 1, the workspaces reset in between; then the levels
 finalize, so every segment is in place), fill (``emit`` 2).
 

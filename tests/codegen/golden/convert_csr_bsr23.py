@@ -24,7 +24,6 @@ def kernel_0(emit, B_lvl1_pos, B_lvl1_crd, B_lvl1_size, B_lvl2_size, B_lvl3_size
         B_lvl1_work = np.empty(B_lvl1_size, dtype=np.intp)
         for B_gap1 in range(B_lvl1_size):
             B_lvl1_work[np.uintp(B_gap1)] = -1
-        B_start1 = B_n1
         for i in range(B_lo, B_hi):
             for A_p1 in range(np.intp(A_lvl1_pos[np.uintp(i)]), np.intp(A_lvl1_pos[np.uintp(i + 1)])):
                 j = np.intp(A_lvl1_crd[np.uintp(A_p1)])
@@ -32,98 +31,35 @@ def kernel_0(emit, B_lvl1_pos, B_lvl1_crd, B_lvl1_size, B_lvl2_size, B_lvl3_size
                 if B_v != 0:
                     B_c0 = i // 2
                     B_c1 = j // 3
-                    if B_last_p1 != B_c0:
-                        if emit and B_last_p1 >= 0:
-                            if B_n1 - B_start1 <= 32:
-                                for B_gap1 in range(B_start1 + 1, B_n1):
+                    if emit == 2:
+                        if B_last_p1 != B_c0:
+                            B_last_p1 = B_c0
+                            if np.intp(B_lvl1_pos[np.uintp(B_c0 + 1)]) - np.intp(B_lvl1_pos[np.uintp(B_c0)]) <= 32:
+                                for B_gap1 in range(np.intp(B_lvl1_pos[np.uintp(B_c0)]) + 1, np.intp(B_lvl1_pos[np.uintp(B_c0 + 1)])):
                                     B_key1 = B_lvl1_crd[np.uintp(B_gap1)]
                                     B_hole1 = B_gap1 - 1
-                                    while B_hole1 >= B_start1 and B_lvl1_crd[np.uintp(B_hole1)] > B_key1:
+                                    while B_hole1 >= np.intp(B_lvl1_pos[np.uintp(B_c0)]) and B_lvl1_crd[np.uintp(B_hole1)] > B_key1:
                                         B_lvl1_crd[np.uintp(B_hole1 + 1)] = B_lvl1_crd[np.uintp(B_hole1)]
-                                        B_src1 = B_hole1 + 1
-                                        for B_lane1 in range(B_lvl2_size * B_lvl3_size):
-                                            B_held1 = B_vals[np.uintp(B_hole1 * (B_lvl2_size * B_lvl3_size) + B_lane1)]
-                                            B_vals[np.uintp(B_hole1 * (B_lvl2_size * B_lvl3_size) + B_lane1)] = B_vals[np.uintp(B_src1 * (B_lvl2_size * B_lvl3_size) + B_lane1)]
-                                            B_vals[np.uintp(B_src1 * (B_lvl2_size * B_lvl3_size) + B_lane1)] = B_held1
                                         B_hole1 = B_hole1 - 1
                                     B_lvl1_crd[np.uintp(B_hole1 + 1)] = B_key1
                             else:
-                                if np.intp(B_n1) - np.intp(B_start1) <= 32:
-                                    for B_gap1 in range(np.intp(B_start1) + 1, np.intp(B_n1)):
-                                        B_key1 = B_lvl1_crd[np.uintp(B_gap1)]
-                                        B_hole1 = B_gap1 - 1
-                                        while B_hole1 >= np.intp(B_start1) and B_lvl1_crd[np.uintp(B_hole1)] > B_key1:
-                                            B_lvl1_crd[np.uintp(B_hole1 + 1)] = B_lvl1_crd[np.uintp(B_hole1)]
-                                            B_hole1 = B_hole1 - 1
-                                        B_lvl1_crd[np.uintp(B_hole1 + 1)] = B_key1
-                                else:
-                                    B_lvl1_crd[np.intp(B_start1):np.intp(B_n1)].sort()
-                                for B_gap1 in range(B_start1, B_n1):
-                                    if B_lvl1_work[np.uintp(np.intp(B_lvl1_crd[np.uintp(B_gap1)]))] != B_gap1:
-                                        B_hole1 = B_gap1
-                                        B_src1 = B_lvl1_work[np.uintp(np.intp(B_lvl1_crd[np.uintp(B_gap1)]))]
-                                        while B_src1 != B_gap1:
-                                            for B_lane1 in range(B_lvl2_size * B_lvl3_size):
-                                                B_held1 = B_vals[np.uintp(B_hole1 * (B_lvl2_size * B_lvl3_size) + B_lane1)]
-                                                B_vals[np.uintp(B_hole1 * (B_lvl2_size * B_lvl3_size) + B_lane1)] = B_vals[np.uintp(B_src1 * (B_lvl2_size * B_lvl3_size) + B_lane1)]
-                                                B_vals[np.uintp(B_src1 * (B_lvl2_size * B_lvl3_size) + B_lane1)] = B_held1
-                                            B_lvl1_work[np.uintp(np.intp(B_lvl1_crd[np.uintp(B_hole1)]))] = B_hole1
-                                            B_hole1 = B_src1
-                                            B_src1 = B_lvl1_work[np.uintp(np.intp(B_lvl1_crd[np.uintp(B_hole1)]))]
-                                        B_lvl1_work[np.uintp(np.intp(B_lvl1_crd[np.uintp(B_hole1)]))] = B_hole1
-                        B_start1 = B_n1
-                    if B_lvl1_work[np.uintp(B_c1)] < B_start1:
-                        B_lvl1_work[np.uintp(B_c1)] = B_n1
+                                B_lvl1_crd[np.intp(B_lvl1_pos[np.uintp(B_c0)]):np.intp(B_lvl1_pos[np.uintp(B_c0 + 1)])].sort()
+                            for B_gap1 in range(np.intp(B_lvl1_pos[np.uintp(B_c0)]), np.intp(B_lvl1_pos[np.uintp(B_c0 + 1)])):
+                                B_lvl1_work[np.uintp(np.intp(B_lvl1_crd[np.uintp(B_gap1)]))] = B_gap1
+                    elif B_lvl1_work[np.uintp(B_c1)] != B_c0:
+                        B_lvl1_work[np.uintp(B_c1)] = B_c0
                         if emit:
                             B_lvl1_crd[np.uintp(B_n1)] = B_c1
                             B_lvl1_pos[np.uintp(B_c0 + 1)] = B_n1 + 1
+                            B_last_p1 = B_c0
                         B_n1 += 1
-                    B_last_p1 = B_c0
                     B_q1 = B_lvl1_work[np.uintp(B_c1)]
                     B_c2 = i % 2
                     B_q2 = B_q1 * B_lvl2_size + B_c2
                     B_c3 = j % 3
                     B_q3 = B_q2 * B_lvl3_size + B_c3
-                    if emit:
+                    if emit == 2:
                         B_vals[np.uintp(B_q3)] = B_v
-        if emit and B_last_p1 >= 0:
-            if B_n1 - B_start1 <= 32:
-                for B_gap1 in range(B_start1 + 1, B_n1):
-                    B_key1 = B_lvl1_crd[np.uintp(B_gap1)]
-                    B_hole1 = B_gap1 - 1
-                    while B_hole1 >= B_start1 and B_lvl1_crd[np.uintp(B_hole1)] > B_key1:
-                        B_lvl1_crd[np.uintp(B_hole1 + 1)] = B_lvl1_crd[np.uintp(B_hole1)]
-                        B_src1 = B_hole1 + 1
-                        for B_lane1 in range(B_lvl2_size * B_lvl3_size):
-                            B_held1 = B_vals[np.uintp(B_hole1 * (B_lvl2_size * B_lvl3_size) + B_lane1)]
-                            B_vals[np.uintp(B_hole1 * (B_lvl2_size * B_lvl3_size) + B_lane1)] = B_vals[np.uintp(B_src1 * (B_lvl2_size * B_lvl3_size) + B_lane1)]
-                            B_vals[np.uintp(B_src1 * (B_lvl2_size * B_lvl3_size) + B_lane1)] = B_held1
-                        B_hole1 = B_hole1 - 1
-                    B_lvl1_crd[np.uintp(B_hole1 + 1)] = B_key1
-            else:
-                if np.intp(B_n1) - np.intp(B_start1) <= 32:
-                    for B_gap1 in range(np.intp(B_start1) + 1, np.intp(B_n1)):
-                        B_key1 = B_lvl1_crd[np.uintp(B_gap1)]
-                        B_hole1 = B_gap1 - 1
-                        while B_hole1 >= np.intp(B_start1) and B_lvl1_crd[np.uintp(B_hole1)] > B_key1:
-                            B_lvl1_crd[np.uintp(B_hole1 + 1)] = B_lvl1_crd[np.uintp(B_hole1)]
-                            B_hole1 = B_hole1 - 1
-                        B_lvl1_crd[np.uintp(B_hole1 + 1)] = B_key1
-                else:
-                    B_lvl1_crd[np.intp(B_start1):np.intp(B_n1)].sort()
-                for B_gap1 in range(B_start1, B_n1):
-                    if B_lvl1_work[np.uintp(np.intp(B_lvl1_crd[np.uintp(B_gap1)]))] != B_gap1:
-                        B_hole1 = B_gap1
-                        B_src1 = B_lvl1_work[np.uintp(np.intp(B_lvl1_crd[np.uintp(B_gap1)]))]
-                        while B_src1 != B_gap1:
-                            for B_lane1 in range(B_lvl2_size * B_lvl3_size):
-                                B_held1 = B_vals[np.uintp(B_hole1 * (B_lvl2_size * B_lvl3_size) + B_lane1)]
-                                B_vals[np.uintp(B_hole1 * (B_lvl2_size * B_lvl3_size) + B_lane1)] = B_vals[np.uintp(B_src1 * (B_lvl2_size * B_lvl3_size) + B_lane1)]
-                                B_vals[np.uintp(B_src1 * (B_lvl2_size * B_lvl3_size) + B_lane1)] = B_held1
-                            B_lvl1_work[np.uintp(np.intp(B_lvl1_crd[np.uintp(B_hole1)]))] = B_hole1
-                            B_hole1 = B_src1
-                            B_src1 = B_lvl1_work[np.uintp(np.intp(B_lvl1_crd[np.uintp(B_hole1)]))]
-                        B_lvl1_work[np.uintp(np.intp(B_lvl1_crd[np.uintp(B_hole1)]))] = B_hole1
         if emit == 0:
             B_counts[np.uintp(B_chunk), 1] = B_n1
     return 0
@@ -148,7 +84,6 @@ def kernel_0_serial(emit, B_lvl1_pos, B_lvl1_crd, B_lvl1_size, B_lvl2_size, B_lv
         B_lvl1_work = np.empty(B_lvl1_size, dtype=np.intp)
         for B_gap1 in range(B_lvl1_size):
             B_lvl1_work[np.uintp(B_gap1)] = -1
-        B_start1 = B_n1
         for i in range(B_lo, B_hi):
             for A_p1 in range(np.intp(A_lvl1_pos[np.uintp(i)]), np.intp(A_lvl1_pos[np.uintp(i + 1)])):
                 j = np.intp(A_lvl1_crd[np.uintp(A_p1)])
@@ -156,101 +91,38 @@ def kernel_0_serial(emit, B_lvl1_pos, B_lvl1_crd, B_lvl1_size, B_lvl2_size, B_lv
                 if B_v != 0:
                     B_c0 = i // 2
                     B_c1 = j // 3
-                    if B_last_p1 != B_c0:
-                        if emit and B_last_p1 >= 0:
-                            if B_n1 - B_start1 <= 32:
-                                for B_gap1 in range(B_start1 + 1, B_n1):
+                    if emit == 2:
+                        if B_last_p1 != B_c0:
+                            B_last_p1 = B_c0
+                            if np.intp(B_lvl1_pos[np.uintp(B_c0 + 1)]) - np.intp(B_lvl1_pos[np.uintp(B_c0)]) <= 32:
+                                for B_gap1 in range(np.intp(B_lvl1_pos[np.uintp(B_c0)]) + 1, np.intp(B_lvl1_pos[np.uintp(B_c0 + 1)])):
                                     B_key1 = B_lvl1_crd[np.uintp(B_gap1)]
                                     B_hole1 = B_gap1 - 1
-                                    while B_hole1 >= B_start1 and B_lvl1_crd[np.uintp(B_hole1)] > B_key1:
+                                    while B_hole1 >= np.intp(B_lvl1_pos[np.uintp(B_c0)]) and B_lvl1_crd[np.uintp(B_hole1)] > B_key1:
                                         B_lvl1_crd[np.uintp(B_hole1 + 1)] = B_lvl1_crd[np.uintp(B_hole1)]
-                                        B_src1 = B_hole1 + 1
-                                        for B_lane1 in range(B_lvl2_size * B_lvl3_size):
-                                            B_held1 = B_vals[np.uintp(B_hole1 * (B_lvl2_size * B_lvl3_size) + B_lane1)]
-                                            B_vals[np.uintp(B_hole1 * (B_lvl2_size * B_lvl3_size) + B_lane1)] = B_vals[np.uintp(B_src1 * (B_lvl2_size * B_lvl3_size) + B_lane1)]
-                                            B_vals[np.uintp(B_src1 * (B_lvl2_size * B_lvl3_size) + B_lane1)] = B_held1
                                         B_hole1 = B_hole1 - 1
                                     B_lvl1_crd[np.uintp(B_hole1 + 1)] = B_key1
                             else:
-                                if np.intp(B_n1) - np.intp(B_start1) <= 32:
-                                    for B_gap1 in range(np.intp(B_start1) + 1, np.intp(B_n1)):
-                                        B_key1 = B_lvl1_crd[np.uintp(B_gap1)]
-                                        B_hole1 = B_gap1 - 1
-                                        while B_hole1 >= np.intp(B_start1) and B_lvl1_crd[np.uintp(B_hole1)] > B_key1:
-                                            B_lvl1_crd[np.uintp(B_hole1 + 1)] = B_lvl1_crd[np.uintp(B_hole1)]
-                                            B_hole1 = B_hole1 - 1
-                                        B_lvl1_crd[np.uintp(B_hole1 + 1)] = B_key1
-                                else:
-                                    B_lvl1_crd[np.intp(B_start1):np.intp(B_n1)].sort()
-                                for B_gap1 in range(B_start1, B_n1):
-                                    if B_lvl1_work[np.uintp(np.intp(B_lvl1_crd[np.uintp(B_gap1)]))] != B_gap1:
-                                        B_hole1 = B_gap1
-                                        B_src1 = B_lvl1_work[np.uintp(np.intp(B_lvl1_crd[np.uintp(B_gap1)]))]
-                                        while B_src1 != B_gap1:
-                                            for B_lane1 in range(B_lvl2_size * B_lvl3_size):
-                                                B_held1 = B_vals[np.uintp(B_hole1 * (B_lvl2_size * B_lvl3_size) + B_lane1)]
-                                                B_vals[np.uintp(B_hole1 * (B_lvl2_size * B_lvl3_size) + B_lane1)] = B_vals[np.uintp(B_src1 * (B_lvl2_size * B_lvl3_size) + B_lane1)]
-                                                B_vals[np.uintp(B_src1 * (B_lvl2_size * B_lvl3_size) + B_lane1)] = B_held1
-                                            B_lvl1_work[np.uintp(np.intp(B_lvl1_crd[np.uintp(B_hole1)]))] = B_hole1
-                                            B_hole1 = B_src1
-                                            B_src1 = B_lvl1_work[np.uintp(np.intp(B_lvl1_crd[np.uintp(B_hole1)]))]
-                                        B_lvl1_work[np.uintp(np.intp(B_lvl1_crd[np.uintp(B_hole1)]))] = B_hole1
-                        B_start1 = B_n1
-                    if B_lvl1_work[np.uintp(B_c1)] < B_start1:
-                        B_lvl1_work[np.uintp(B_c1)] = B_n1
+                                B_lvl1_crd[np.intp(B_lvl1_pos[np.uintp(B_c0)]):np.intp(B_lvl1_pos[np.uintp(B_c0 + 1)])].sort()
+                            for B_gap1 in range(np.intp(B_lvl1_pos[np.uintp(B_c0)]), np.intp(B_lvl1_pos[np.uintp(B_c0 + 1)])):
+                                B_lvl1_work[np.uintp(np.intp(B_lvl1_crd[np.uintp(B_gap1)]))] = B_gap1
+                    elif B_lvl1_work[np.uintp(B_c1)] != B_c0:
+                        B_lvl1_work[np.uintp(B_c1)] = B_c0
                         if emit:
                             B_lvl1_crd[np.uintp(B_n1)] = B_c1
                             B_lvl1_pos[np.uintp(B_c0 + 1)] = B_n1 + 1
+                            B_last_p1 = B_c0
                         B_n1 += 1
-                    B_last_p1 = B_c0
                     B_q1 = B_lvl1_work[np.uintp(B_c1)]
                     B_c2 = i % 2
                     B_q2 = B_q1 * B_lvl2_size + B_c2
                     B_c3 = j % 3
                     B_q3 = B_q2 * B_lvl3_size + B_c3
-                    if emit:
+                    if emit == 2:
                         B_vals[np.uintp(B_q3)] = B_v
-        if emit and B_last_p1 >= 0:
-            if B_n1 - B_start1 <= 32:
-                for B_gap1 in range(B_start1 + 1, B_n1):
-                    B_key1 = B_lvl1_crd[np.uintp(B_gap1)]
-                    B_hole1 = B_gap1 - 1
-                    while B_hole1 >= B_start1 and B_lvl1_crd[np.uintp(B_hole1)] > B_key1:
-                        B_lvl1_crd[np.uintp(B_hole1 + 1)] = B_lvl1_crd[np.uintp(B_hole1)]
-                        B_src1 = B_hole1 + 1
-                        for B_lane1 in range(B_lvl2_size * B_lvl3_size):
-                            B_held1 = B_vals[np.uintp(B_hole1 * (B_lvl2_size * B_lvl3_size) + B_lane1)]
-                            B_vals[np.uintp(B_hole1 * (B_lvl2_size * B_lvl3_size) + B_lane1)] = B_vals[np.uintp(B_src1 * (B_lvl2_size * B_lvl3_size) + B_lane1)]
-                            B_vals[np.uintp(B_src1 * (B_lvl2_size * B_lvl3_size) + B_lane1)] = B_held1
-                        B_hole1 = B_hole1 - 1
-                    B_lvl1_crd[np.uintp(B_hole1 + 1)] = B_key1
-            else:
-                if np.intp(B_n1) - np.intp(B_start1) <= 32:
-                    for B_gap1 in range(np.intp(B_start1) + 1, np.intp(B_n1)):
-                        B_key1 = B_lvl1_crd[np.uintp(B_gap1)]
-                        B_hole1 = B_gap1 - 1
-                        while B_hole1 >= np.intp(B_start1) and B_lvl1_crd[np.uintp(B_hole1)] > B_key1:
-                            B_lvl1_crd[np.uintp(B_hole1 + 1)] = B_lvl1_crd[np.uintp(B_hole1)]
-                            B_hole1 = B_hole1 - 1
-                        B_lvl1_crd[np.uintp(B_hole1 + 1)] = B_key1
-                else:
-                    B_lvl1_crd[np.intp(B_start1):np.intp(B_n1)].sort()
-                for B_gap1 in range(B_start1, B_n1):
-                    if B_lvl1_work[np.uintp(np.intp(B_lvl1_crd[np.uintp(B_gap1)]))] != B_gap1:
-                        B_hole1 = B_gap1
-                        B_src1 = B_lvl1_work[np.uintp(np.intp(B_lvl1_crd[np.uintp(B_gap1)]))]
-                        while B_src1 != B_gap1:
-                            for B_lane1 in range(B_lvl2_size * B_lvl3_size):
-                                B_held1 = B_vals[np.uintp(B_hole1 * (B_lvl2_size * B_lvl3_size) + B_lane1)]
-                                B_vals[np.uintp(B_hole1 * (B_lvl2_size * B_lvl3_size) + B_lane1)] = B_vals[np.uintp(B_src1 * (B_lvl2_size * B_lvl3_size) + B_lane1)]
-                                B_vals[np.uintp(B_src1 * (B_lvl2_size * B_lvl3_size) + B_lane1)] = B_held1
-                            B_lvl1_work[np.uintp(np.intp(B_lvl1_crd[np.uintp(B_hole1)]))] = B_hole1
-                            B_hole1 = B_src1
-                            B_src1 = B_lvl1_work[np.uintp(np.intp(B_lvl1_crd[np.uintp(B_hole1)]))]
-                        B_lvl1_work[np.uintp(np.intp(B_lvl1_crd[np.uintp(B_hole1)]))] = B_hole1
         if emit == 0:
             B_counts[np.uintp(B_chunk), 1] = B_n1
     return 0
 
 
-PLAN = [{'function': 'kernel_0', 'params': [['emit'], ['out_level', 'B', 1, 'pos'], ['out_level', 'B', 1, 'crd'], ['out_size', 'B', 1], ['out_size', 'B', 2], ['out_size', 'B', 3], ['out_vals', 'B'], ['out_counts', 'B'], ['pos', 'A', 1], ['crd', 'A', 1], ['vals', 'A'], ['extent', 'i']], 'convert': {}, 'alias': {}, 'order': ['i', 'j'], 'sparse_output': True, 'rows': None, 'statement': 'B[i, j] = A[i, j]', 'accumulate': False, 'overwrites': False, 'writer': 2, 'workspace': None, 'split': True}]
+PLAN = [{'function': 'kernel_0', 'params': [['emit'], ['out_level', 'B', 1, 'pos'], ['out_level', 'B', 1, 'crd'], ['out_size', 'B', 1], ['out_size', 'B', 2], ['out_size', 'B', 3], ['out_vals', 'B'], ['out_counts', 'B'], ['pos', 'A', 1], ['crd', 'A', 1], ['vals', 'A'], ['extent', 'i']], 'convert': {}, 'alias': {}, 'order': ['i', 'j'], 'sparse_output': True, 'rows': None, 'statement': 'B[i, j] = A[i, j]', 'accumulate': False, 'overwrites': False, 'writer': 3, 'workspace': None, 'split': True}]

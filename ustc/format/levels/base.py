@@ -118,16 +118,6 @@ filling pass, at each new parent, sorts the parent's segment (the staged sort)
 and records each coordinate's position in the workspace, where every entry then
 finds its own. ``finalize`` runs between the last two passes too, so segments
 of parents without children are in place before they are read.
-
-Below a parent level (a BSR block row's block columns) the writer takes two passes
-instead (``workspace_append``): a coordinate takes the next position the first time
-its parent meets it (the workspace holds, per coordinate, the position it took:
-one below the open segment's first position means not yet met), the values are
-written at those positions in meeting order, and when the parent's segment is
-complete ``workspace_close`` sorts its coordinates and moves each position's
-values with it (short segments by an insertion sort carrying the values, long
-ones by a cycle walk of the permutation the workspace records). No collecting
-pass, no second walk of the source.
 """
 
 from __future__ import annotations
@@ -188,12 +178,9 @@ class LevelWrite:
     buffers, ``last_pass``, true in the pass that writes values, ``work``, the workspace of a
     level written through :meth:`LevelType.workspace_insert` (else empty), ``root``: the
     level's only parent is the root (level 0), so its ``pos`` is left to ``finalize``,
-    ``hole`` / ``key``: locals of :func:`sort_segment`, ``coo_region``: the next level is
+    ``hole`` / ``key``: locals of :func:`sort_segment`, and ``coo_region``: the next level is
     a one-child level (a singleton), so each coordinate tuple below needs a position of its
-    own even where this level's coordinate repeats, and ``start`` / ``source`` / ``lane`` /
-    ``held``: locals of :meth:`LevelType.workspace_append` and :meth:`LevelType.workspace_close`
-    (the open segment's first position; a permutation's source position, value lane and held
-    value)."""
+    own even where this level's coordinate repeats."""
 
     pos: str
     crd: str
@@ -210,10 +197,6 @@ class LevelWrite:
     hole: str = ""
     key: str = ""
     coo_region: bool = False
-    start: str = ""
-    source: str = ""
-    lane: str = ""
-    held: str = ""
 
     @property
     def access(self) -> LevelAccess:
@@ -422,21 +405,6 @@ class LevelType:
     def workspace_insert(self, w: LevelWrite, p: ir.Expr, c: ir.Expr) -> tuple[list[ir.Stmt], ir.Expr]:
         """``workspace`` levels: the loop IR that counts, collects or places coordinate ``c`` under
         parent position ``p`` and the position it takes (read only in the last pass)."""
-        raise NotImplementedError(f"{self.keyword} levels cannot be written through a workspace")
-
-    def workspace_append(self, w: LevelWrite, p: ir.Expr, c: ir.Expr,
-                         close: list[ir.Stmt]) -> tuple[list[ir.Stmt], ir.Expr]:
-        """``workspace`` levels below a parent level, in two passes: the loop IR that appends
-        coordinate ``c`` the first time parent ``p`` meets it (its position in meeting order) and
-        that position; ``close`` (the writer's, run first when ``p`` is a new parent) completes
-        the segment of the parent before (:meth:`workspace_close`)."""
-        raise NotImplementedError(f"{self.keyword} levels cannot be written through a workspace")
-
-    def workspace_close(self, w: LevelWrite, vals: str, block: ir.Expr) -> list[ir.Stmt]:
-        """Loop IR run in the last pass once the open segment (``[w.start, w.count)``, appended by
-        :meth:`workspace_append` in meeting order) is complete: its coordinates sorted, and the
-        ``block`` values below each position (``vals[q * block:(q + 1) * block]``: only locate
-        levels lie below) moved with them."""
         raise NotImplementedError(f"{self.keyword} levels cannot be written through a workspace")
 
     def written_positions(self, nparents: int, extent: int, counted: int) -> int:

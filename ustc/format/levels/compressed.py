@@ -18,7 +18,7 @@ import numpy as np
 from ...codegen import loopir as ir
 from ...errors import StorageError
 from .base import (LevelProperty, LevelType, Packed, as_intp, check_range, check_segments, pos_end, prefix_sum,
-                   segment_parents, sort_segment, store, subscript, unique_append, SHORT_SEGMENT)
+                   segment_parents, sort_segment, store, subscript, unique_append)
 
 
 @dataclass(frozen=True)
@@ -88,59 +88,6 @@ class Compressed(LevelType):
         code = ir.If(w.last_pass, (ir.If(ir.Bin("!=", ir.Var(w.last_parent), p), place),),
                      (ir.If(first, collect),))
         return [code], ir.Load(w.work, (slot,))
-
-    def workspace_append(self, w, p, c, close):
-        """Two passes (module ``base``): ``work`` holds each coordinate's position, and a position
-        below ``w.start`` (the open segment's first) means ``p`` has not met it yet; the counting
-        pass counts what the filling pass appends."""
-        slot = ir.Index(ir.sub(c, w.lo))
-        opened = ir.If(ir.Bin("!=", ir.Var(w.last_parent), p), tuple(close) + (ir.Assign(w.start, ir.Var(w.count)),))
-        new = ir.lt(ir.Load(w.work, (slot,)), ir.Var(w.start))
-        append = (ir.Store(w.work, (slot,), ir.Var(w.count)), ir.If(w.emit, tuple(self.append_stores(w, p, c))),
-                  ir.Assign(w.count, ir.Const(1), "+"))
-        # last_parent moves after the stores: a loose pair's start is stored at a parent's first child
-        return [opened, ir.If(new, append), ir.Assign(w.last_parent, p)], ir.Load(w.work, (slot,))
-
-    def workspace_close(self, w, vals, block):
-        """Sort the segment with its values. Up to ``SHORT_SEGMENT`` positions (a stencil's block
-        row: 7 to 9) by insertion, each block of values carried with its coordinate
-        (:meth:`_carrying_sort`); longer ones sort the coordinates, then move the values: new
-        position ``d`` takes those of ``work[crd[d]]``, the position its coordinate was appended
-        at, each cycle of that permutation walked once by swaps of whole blocks (one value held)
-        and each position on it marked done (recorded as its own source)."""
-        start, stop = ir.Var(w.start), ir.Var(w.count)
-        d, src, a = ir.Var(w.hole), ir.Var(w.source), ir.Var(w.scratch)
-
-        def slot(q: ir.Expr) -> tuple[ir.Expr, ...]:
-            return (ir.Index(ir.sub(as_intp(ir.load(w.crd, subscript(q))), w.lo)),)
-
-        def at(q: ir.Expr) -> tuple[ir.Expr, ...]:
-            return (ir.Index(ir.add(ir.mul(q, block), ir.Var(w.lane))),)
-
-        swap = ir.For(w.lane, ir.Const(0), block, (ir.Assign(w.held, ir.Load(vals, at(d))),
-                                                    ir.Store(vals, at(d), ir.Load(vals, at(src))),
-                                                    ir.Store(vals, at(src), ir.Var(w.held))))
-        walk = (ir.Assign(w.hole, a), ir.Assign(w.source, ir.Load(w.work, slot(a))),
-                ir.While(ir.Bin("!=", src, a), (swap, ir.Store(w.work, slot(d), d), ir.Assign(w.hole, src),
-                                                 ir.Assign(w.source, ir.Load(w.work, slot(d))))),
-                ir.Store(w.work, slot(d), d))
-        cycles = ir.For(w.scratch, start, stop, (ir.If(ir.Bin("!=", ir.Load(w.work, slot(a)), a), walk),))
-        return [ir.If(ir.Bin("<=", ir.sub(stop, start), ir.Const(SHORT_SEGMENT)), tuple(self._carrying_sort(w, swap)),
-                      (sort_segment(w, start, stop), cycles))]
-
-    @staticmethod
-    def _carrying_sort(w, swap: ir.Stmt) -> list[ir.Stmt]:
-        """A short segment insertion-sorted with its values: each coordinate moved down a position
-        swaps its block of values with the one below (``swap`` exchanges the blocks at positions
-        ``w.hole`` and ``w.source``); no permutation to walk afterwards."""
-        h, key = ir.Var(w.hole), ir.Var(w.key)
-        below = ir.conj([ir.Bin(">=", h, ir.Var(w.start)), ir.Bin(">", ir.load(w.crd, subscript(h)), key)])
-        shift = ir.While(below, (ir.Store(w.crd, (subscript(ir.add(h, 1)),), ir.load(w.crd, subscript(h))),
-                                 ir.Assign(w.source, ir.add(h, 1)), swap, ir.Assign(w.hole, ir.sub(h, 1))))
-        return [ir.For(w.scratch, ir.add(ir.Var(w.start), 1), ir.Var(w.count),
-                       (ir.Assign(w.key, ir.load(w.crd, subscript(ir.Var(w.scratch)))),
-                        ir.Assign(w.hole, ir.sub(ir.Var(w.scratch), 1)), shift,
-                        ir.Store(w.crd, (subscript(ir.add(h, 1)),), key)))]
 
     def finalize(self, buffers, nparents, count):
         """Parents without children: their ``pos[p + 1]`` takes the count before them; the last
