@@ -20,7 +20,6 @@ from .dtensor import DTensor, DVector, Matmul, matmul
 from .grid import GridMatmul, GridPlan, GridTensor
 from .mpiblocks import MPIMatrix
 from .partition import Grid2D, Labels, RowBlocks
-from .petsc import PetscSplit
 from .petsclayout import MPIAIJPart, mpiaij_part, mpiaij_parts
 from .runtime import Runtime, connect, runtime, shutdown
 from .solve import SolveResult, solve
@@ -28,5 +27,5 @@ from .spgemm import FetchPlan, SpGEMM
 
 __all__ = ["ActorCommunicator", "Checkpoint", "Communicator", "DTensor", "DVector", "DistributedError",
            "FetchPlan", "Grid2D", "GridMatmul", "GridPlan", "GridTensor", "Labels", "MPIAIJPart", "MPICommunicator",
-           "MPIMatrix", "Matmul", "PetscSplit", "RowBlocks", "Runtime", "SolveResult", "SpGEMM", "connect", "map",
+           "MPIMatrix", "Matmul", "RowBlocks", "Runtime", "SolveResult", "SpGEMM", "connect", "map",
            "matmul", "mpiaij_part", "mpiaij_parts", "runtime", "shutdown", "solve"]

@@ -15,7 +15,7 @@ import numpy as np
 
 from ..errors import DistributedError, ShapeError, UstcError
 from .partition import RowBlocks
-from .petsc import row_part, to_petsc
+from .petsc import row_parts, to_petsc
 from .recipe import Loaded, Scattered
 from .runtime import runtime as _default_runtime
 
@@ -243,22 +243,15 @@ class DTensor:
         v = np.concatenate([p[2] for p in parts]).astype(self.dtype, copy=False)
         return Tensor.from_coo((r, c), v, self.shape, tensor_format)
 
-    def petsc_split(self, rank: int):
-        """Block ``rank`` as PETSc's MPIAIJ split arrays (:class:`~ustc.distributed.petsc.PetscSplit`)."""
-        return self.group.call("petsc_split", {rank: (self.name, self.shape)}, ranks=[rank])[0]
-
-    def petsc_splits(self) -> list:
-        """Every block's :class:`~ustc.distributed.petsc.PetscSplit` (the whole matrix on the driver)."""
-        return self.group.call("petsc_split", [(self.name, self.shape)] * self.rows.parts)
-
     def petsc_part(self, rank: int):
         """Block ``rank`` as what PETSc's MatMPIAIJ holds on MPI rank ``rank``
-        (:class:`~ustc.distributed.petsclayout.MPIAIJPart`; labels: the user's numbering too)."""
-        return row_part(self, rank)
+        (:class:`~ustc.distributed.petsclayout.MPIAIJPart`, built on its worker; labels: the
+        user's numbering too)."""
+        return row_parts(self, [rank])[0]
 
     def petsc_parts(self) -> list:
         """Every block's :meth:`petsc_part` (the whole matrix on the driver)."""
-        return [row_part(self, r) for r in range(self.rows.parts)]
+        return row_parts(self)
 
     def to_petsc(self, comm=None):
         """A PETSc MPIAIJ matrix (petsc4py) from the blocks' :meth:`petsc_part`; collective over

@@ -15,14 +15,15 @@ columns (``user_cols``) and of ``garray`` (``user_garray``): entry ``(i, j)`` of
 user's ``a[user_rows[i], user_cols[j]]``, entry ``(i, k)`` of ``B`` is
 ``a[user_rows[i], user_garray[k]]``. Without labels they are ranges.
 
-:func:`mpiaij_part` computes one rank's :class:`MPIAIJPart` from its rows; :func:`mpiaij_parts`
-every rank's from a whole SciPy matrix in the user's numbering (the oracle the tests hold the
-distributed tensors' parts against).
+:func:`mpiaij_part` computes one rank's :class:`MPIAIJPart` from its rows (the one builder: a
+row block's worker calls it on its own rows, a grid's driver on the rows it fetched);
+:func:`mpiaij_parts` every rank's from a whole SciPy matrix in the user's numbering (the oracle
+the tests hold the distributed tensors' parts against).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -83,6 +84,26 @@ class MPIAIJPart:
     def nnz(self) -> tuple:
         """``(d_nnz, o_nnz)``: entries per row of each block (MatMPIAIJSetPreallocation's counts)."""
         return np.diff(self.diag[0]), np.diff(self.offdiag[0])
+
+    def renumbered(self, row_perm=None, col_perm=None) -> "MPIAIJPart":
+        """The same part with the user's numbering of labelled rows / columns: ``row_perm`` /
+        ``col_perm`` map every position of the matrix to the user's row / column (None: the
+        identity)."""
+        (r0, r1), (c0, c1) = self.rows, self.cols
+        rp = np.arange(r0, r1, dtype=np.int64) if row_perm is None else np.asarray(row_perm, np.int64)[r0:r1]
+        if col_perm is None:
+            return replace(self, user_rows=rp, user_cols=np.arange(c0, c1, dtype=np.int64), user_garray=self.garray)
+        cp = np.asarray(col_perm, np.int64)
+        return replace(self, user_rows=rp, user_cols=cp[c0:c1], user_garray=cp[self.garray])
+
+
+def rows_csr(r, c, v, nrows: int, ncols: int, dtype):
+    """The SciPy CSR matrix (``nrows x ncols``, values of ``dtype``) of the entries ``(r, c, v)``
+    (duplicates kept for :func:`mpiaij_part` to sum)."""
+    import scipy.sparse as sp
+
+    return sp.csr_array((np.asarray(v, dtype), (np.asarray(r, np.int64), np.asarray(c, np.int64))),
+                        shape=(int(nrows), int(ncols)))
 
 
 def mpiaij_part(rows, row_range, col_range, shape, user_rows=None, user_cols=None, col_perm=None) -> MPIAIJPart:

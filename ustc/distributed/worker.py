@@ -38,6 +38,7 @@ from .comm import ActorCommunicator, run_inline
 from .fetch import SpGEMMBlocks
 from .gridblock import GridBlock, GridBlocks
 from .kernels import ghost_product, local_product
+from .petsclayout import mpiaij_part, rows_csr
 from .quiet import WORKER_PAUSED, paused
 from .shm import ShmCommunicator, shm_capable
 from .sockets import SocketCommunicator
@@ -98,6 +99,20 @@ def _csr_parts(block, dtype):
             return None
         ghost = (np.flatnonzero(np.diff(parts[0])).astype(np.int64),) + parts
     return SimpleNamespace(local=local, ghost=ghost, square=tuple(block.rows) == tuple(block.cols))
+
+
+def _block_entries(block) -> tuple:
+    """``(rows, cols, values)`` of ``block``'s rows (local row numbers, global column indices)."""
+    parts = []
+    if block.local is not None:
+        (r, c), v = block.local.entries()
+        parts.append((r, c + block.cols[0], v))
+    if block.ghost is not None:
+        (r, c), v = block.ghost.entries()
+        parts.append((r, block.garray[c], v))
+    if not parts:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, block.dtype)
+    return tuple(np.concatenate(p) for p in zip(*parts))
 
 
 class _Block:
@@ -310,23 +325,16 @@ class BlockWorker(SpGEMMBlocks, GridBlocks):
 
     async def gather_block(self, key):
         """``(rows, cols, values)`` of this rank's rows, global column indices."""
-        block = self.blocks[key]
-        parts = []
-        if block.local is not None:
-            (r, c), v = block.local.entries()
-            parts.append((r, c + block.cols[0], v))
-        if block.ghost is not None:
-            (r, c), v = block.ghost.entries()
-            parts.append((r, block.garray[c], v))
-        if not parts:
-            return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, block.dtype)
-        return tuple(np.concatenate(p) for p in zip(*parts))
+        return _block_entries(self.blocks[key])
 
-    async def petsc_split(self, key, shape):
-        """This rank's block in PETSc's MPIAIJ split (:func:`ustc.distributed.petsc.split_of`)."""
-        from .petsc import split_of
-
-        return await self._run(split_of, self.blocks[key], shape)
+    async def petsc_part(self, key, shape):
+        """This rank's rows as PETSc's MPIAIJ part in positions (:func:`~ustc.distributed.
+        petsclayout.mpiaij_part` of ``rows x cols`` in a matrix of ``shape``)."""
+        def part():
+            block = self.blocks[key]
+            rows = rows_csr(*_block_entries(block), block.nrows, shape[1], block.dtype)
+            return mpiaij_part(rows, block.rows, block.cols, shape)
+        return await self._run(part)
 
     # -- products -------------------------------------------------------------------------
     def _product(self, block, dtype, tail):
