@@ -11,10 +11,11 @@ happened in this process.
 """
 
 from ._key import CACHE_LAYOUT, kernel_key, module_name
-from ._loader import _forget, load, note_first_call, reset_stats, stats  # noqa: F401 (_forget: tests)
+from ._loader import _forget, load, note_first_call, reset_stats, source_file, stats  # noqa: F401 (_forget: tests)
 from ._location import kernels_dir, path
 from ._manage import Entry, clear, entries, max_bytes, prune, source, trim
 from ._manage import find as show
 
 __all__ = ["CACHE_LAYOUT", "Entry", "clear", "entries", "kernel_key", "kernels_dir", "load", "max_bytes",
-           "module_name", "note_first_call", "path", "prune", "reset_stats", "show", "source", "stats", "trim"]
+           "module_name", "note_first_call", "path", "prune", "reset_stats", "show", "source", "source_file",
+           "stats", "trim"]

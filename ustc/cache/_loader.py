@@ -11,6 +11,11 @@ Contract of :func:`load` (``fields`` as for :func:`ustc.cache.kernel_key`):
    entry that was present but invalid (missing half, unreadable record, other key or fields,
    hash mismatch) is never trusted: a warning on the ``"ustc.cache"`` logger says what was
    wrong, and it is rebuilt.
+4. source twins (``ustc.cache._twins``): on a miss whose source differs only in its header from
+   a valid entry's (the index names it), the entry is still written, its record naming that key
+   as ``same_source``, and that key's module is returned (already loaded, or imported under its
+   own name, so Numba compiles or loads one module for both keys); a disk hit of such an entry
+   returns the twin's module while the twin stays valid with the same body, else its own file.
 
 The module is imported under ``module_name(key)`` with ``spec_from_file_location`` and is put
 in ``sys.modules`` *before* ``exec_module``: Numba's ``@njit(cache=True)`` keys its on-disk cache
@@ -31,7 +36,7 @@ import types
 from typing import Callable
 
 from ..errors import KernelError
-from . import _lean, _manage, _state, _store
+from . import _lean, _manage, _state, _store, _twins
 from ._key import canonical_fields, kernel_key, module_name
 
 log = logging.getLogger("ustc.cache")
@@ -54,6 +59,28 @@ def _import(key: str, py) -> types.ModuleType:
         raise KernelError(f"generated kernel {py} failed to import: {type(exc).__name__}: {exc}") from exc
     _lean.adopt_module(module)  # cached machine code then loads without Numba's registry refresh
     return module
+
+
+def _module(key: str) -> types.ModuleType:
+    """``key``'s module: held in memory, still in ``sys.modules``, or imported from its file."""
+    module = _state.remembered(key) or sys.modules.get(module_name(key))
+    if module is None:
+        module = _import(key, _store.files(key)[0])
+    _state.remember(key, module)
+    return module
+
+
+def _twin_of(record: dict, py) -> types.ModuleType | None:
+    """The module of the entry ``record`` names as ``same_source`` while it is valid and holds
+    the same body as ``py``, else None."""
+    twin = record.get("same_source")
+    if not isinstance(twin, str) or twin == record["key"]:
+        return None
+    try:
+        body = _twins.body_hash(py.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError):
+        return None
+    return _module(twin) if _twins.same_body(twin, body) else None
 
 
 def _bump_hits(record: dict) -> bool:
@@ -80,7 +107,7 @@ def load(fields: dict, generate: Callable[[], str]) -> tuple[types.ModuleType, s
         record, problem = _store.inspect(key, canonical)
         py, _ = _store.files(key)
         if record is not None:
-            module = _import(key, py)
+            module = _twin_of(record, py) or _import(key, py)
             _store.update_record(key, _bump_hits)
             _state.bump("hits")
             _state.bump("disk_hits")
@@ -96,13 +123,26 @@ def load(fields: dict, generate: Callable[[], str]) -> tuple[types.ModuleType, s
         if not isinstance(text, str):
             raise KernelError(f"kernel generator returned {type(text).__name__}, expected the source as str")
         _state.bump("generated")
-        _store.write_entry(key, canonical, text, seconds)
+        body = _twins.body_hash(text)
+        twin = _twins.find(body)
+        twin = None if twin == key else twin
+        _store.write_entry(key, canonical, text, seconds, same_source=twin)
         if problem is not None:
             _state.bump("rebuilt")
-        module = _import(key, py)
+        if twin is None:
+            _twins.note(body, key)
+            module = _import(key, py)
+        else:
+            _state.bump("twins")
+            module = _module(twin)
         _state.remember(key, module)
         _manage.after_write()
         return module, key
+
+
+def source_file(key: str):
+    """The generated source file of ``key``'s entry: its own, also when a twin's module runs."""
+    return _store.files(key)[0]
 
 
 def _signatures(counter) -> int:

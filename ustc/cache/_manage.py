@@ -6,7 +6,9 @@ skipped by :func:`entries` (and so by :func:`find` / :func:`source`); :func:`cle
 :func:`prune` still remove such entries' files (``prune`` then uses the newest file time as
 last use). Files vanishing under these functions (another process clearing) are tolerated.
 Removing an entry also removes Numba's and Python's cache files for it
-(``__pycache__/<module name>.*``) and drops it from this process's memory layer.
+(``__pycache__/<module name>.*``) and drops it from this process's memory layer. :func:`clear`
+also removes the source-twin index (``ustc.cache._twins``), :func:`prune` its files whose entry
+is gone; an entry naming a removed twin as ``same_source`` runs its own file.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from . import _state
 from ._key import MODULE_PREFIX, module_name
 from ._location import kernels_dir
 from ._store import read_record
+from ._twins import PREFIX as TWIN_PREFIX
 
 
 @dataclass(frozen=True)
@@ -138,8 +141,19 @@ def _remove_entry(kernels: Path, stem: str) -> None:
         item.unlink(missing_ok=True)
 
 
+def _remove_twin_index(kernels: Path, keep: set[str]) -> None:
+    """Remove the source-twin index files, except those naming an entry whose stem is in ``keep``."""
+    for item in kernels.glob(f"{TWIN_PREFIX}*.key"):
+        try:
+            if module_name(item.read_text(encoding="ascii").strip()) not in keep:
+                item.unlink(missing_ok=True)
+        except (OSError, UnicodeDecodeError):
+            item.unlink(missing_ok=True)
+
+
 def _remove_temp_files(kernels: Path, older_than: float | None) -> None:
-    for tmp in kernels.glob(f".{MODULE_PREFIX}*.tmp"):
+    temps = [*kernels.glob(f".{MODULE_PREFIX}*.tmp"), *kernels.glob(f".{TWIN_PREFIX}*.tmp")]
+    for tmp in temps:
         try:
             if older_than is None or tmp.stat().st_mtime < older_than:
                 tmp.unlink(missing_ok=True)
@@ -178,6 +192,7 @@ def clear() -> int:
         pycache.rmdir()
     except OSError:  # absent, or holds something that is not ours
         pass
+    _remove_twin_index(kernels, set())
     _remove_temp_files(kernels, None)
     (kernels / CHECKED).unlink(missing_ok=True)
     return len(stems)
@@ -200,6 +215,7 @@ def prune(older_than_days: float) -> int:
             if key is not None:
                 _state.forget([key])
             removed += 1
+    _remove_twin_index(kernels, _stems(kernels))
     _remove_temp_files(kernels, cutoff)
     return removed
 

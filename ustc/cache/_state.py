@@ -25,7 +25,7 @@ LOCK = threading.RLock()
 _memory: "OrderedDict[str, types.ModuleType]" = OrderedDict()
 
 COUNTER_NAMES = ("hits", "memory_hits", "disk_hits", "misses", "generated", "rebuilt",
-                 "compiled", "loaded")
+                 "compiled", "loaded", "twins")
 SECOND_NAMES = ("compile_seconds", "compile_seconds_saved")
 
 _counters: dict[str, float] = {}

@@ -7,7 +7,9 @@ files and Python's bytecode for it live in ``__pycache__/<name>.*``.
 Record fields: ``key``, ``fields`` (canonical JSON form), ``created`` and ``last_used`` (unix
 seconds), ``hits`` (disk hits so far), ``size`` (bytes of source), ``sha256`` (of the source
 bytes), ``generate_seconds``, ``compile_seconds`` (None until a fresh Numba compile is noted),
-``ustc``, ``numba`` and ``layout``.
+``ustc``, ``numba`` and ``layout``; ``same_source`` (optional) is the key of another entry whose
+source differs from this one only in its header (``ustc.cache._twins``): the loader runs that
+entry's module while it stays valid, this entry's own file otherwise.
 
 Contract:
 
@@ -121,8 +123,10 @@ def inspect(key: str, fields: dict) -> tuple[dict | None, str | None]:
     return record, None
 
 
-def write_entry(key: str, fields: dict, source: str, generate_seconds: float) -> dict:
-    """Write ``source`` then its record, both atomically; returns the record."""
+def write_entry(key: str, fields: dict, source: str, generate_seconds: float,
+                same_source: str | None = None) -> dict:
+    """Write ``source`` then its record (with ``same_source`` when given), both atomically;
+    returns the record."""
     from ._key import CACHE_LAYOUT, versions
 
     py, js = files(key, kernels_dir(create=True))
@@ -132,6 +136,8 @@ def write_entry(key: str, fields: dict, source: str, generate_seconds: float) ->
               "size": len(data), "sha256": hashlib.sha256(data).hexdigest(),
               "generate_seconds": generate_seconds, "compile_seconds": None,
               "layout": CACHE_LAYOUT, **versions()}
+    if same_source is not None:
+        record["same_source"] = same_source
     atomic_write(py, data)
     atomic_write(js, _encode(record))
     return record
