@@ -251,8 +251,8 @@ class Run:
         return tuple(lines)
 
     def module_source(self) -> str:
-        module, _ = self.load()
-        with open(module.__file__, encoding="utf-8") as fh:
+        module, key = self.load()  # a source twin's module runs: show this key's own file
+        with open(cache.source_file(key) if self.stable else module.__file__, encoding="utf-8") as fh:
             return fh.read()
 
     def run(self) -> dict:
