@@ -276,9 +276,9 @@ def run(args) -> int:
         # performance hints do not concern a listing
         warnings.simplefilter("ignore")
         run_ = runtime.prepare(program, bindings, args.target, args.schedule if args.target == "cuda" else None)
-        module, _ = cache.load(run_.fields, run_.generate)
-        if args.emit == "source":
-            with open(module.__file__, encoding="utf-8") as fh:
+        module, key = cache.load(run_.fields, run_.generate)
+        if args.emit == "source":  # this key's own file (a source twin's module may run)
+            with open(cache.source_file(key), encoding="utf-8") as fh:
                 body = fh.read()
         elif args.emit == "ptx":
             body = _ptx(run_, args.verbose)
