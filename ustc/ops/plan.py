@@ -64,6 +64,7 @@ from . import operands as ops
 from ..codegen.functions import apply_inplace
 from ..codegen.lower import stores_padding
 from ..codegen.semiring import as_semiring
+from .plan_call import Layout, PlannedCall
 from .routes import NO_FUSION, Fusion, Route, choose, fusion
 
 OPTIONS = ("route", "out_format", "target")
@@ -311,6 +312,29 @@ class Matmul:
                 out.fill(0)  # the route adds into its output
                 return run(a, b, out, alpha)
             return product
+
+    def bind_call(self, b, out) -> PlannedCall | None:
+        """A :class:`~ustc.ops.plan_call.PlannedCall` ``call(b2, out2, accumulate=False)`` computing
+        ``out2 (+)= alpha * a @ b2`` for NumPy arrays of ``b``'s and ``out``'s shape, dtype and strides
+        (``ustc.torch``'s batch-1 ``nn.Linear``: the call's own ``x``, a result it returns): the route's
+        kernel on those arrays where it takes them (``Route.bind_call``), else through this plan's
+        operand and output (the plan's ``b`` is then overwritten). None where :meth:`runner` would be
+        :meth:`execute` itself (``c``, fusion, bfloat16 twins, a sparse result) or ``b`` / ``out`` are not
+        host arrays of the planned shapes and dtype. Stale after :meth:`reset_operands` or :meth:`release`."""
+        with self._lock:
+            bound = self._require()
+            if not (isinstance(b, np.ndarray) and isinstance(out, np.ndarray) and isinstance(bound.b, np.ndarray)) \
+                    or b.shape != bound.b.shape or b.dtype != bound.b.dtype or out.shape != bound.shape \
+                    or out.dtype != bound.dtype:
+                return None
+            runner = self.runner()
+            if runner == self.execute:
+                return None
+            direct = self._route.bind_call(bound.a, b, out, bound.alpha)
+            if direct is None and not bound.b.flags.writeable:
+                return None
+            staged = None if direct is not None else (bound.b, runner)
+            return PlannedCall(self._lock, Layout.of(b), Layout.of(out), direct, staged)
 
     def _execute(self, out):
         """:meth:`execute` of operands ustc computes as they are (the caller holds the lock)."""

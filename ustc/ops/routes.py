@@ -111,6 +111,12 @@ class Route:
     def run(self, a, b, out, alpha):
         raise NotImplementedError
 
+    def bind_call(self, a, b, out, alpha):
+        """``f(b2, out2, add)`` computing ``out2 := alpha * a @ b2 (+ add)`` (``add``: None or an array of
+        ``out``'s layout) for arrays of ``b``'s and ``out``'s layout given at each call (``Matmul.bind_call``
+        checks them), prepared now; None where this route keeps arguments bound to one ``b`` / ``out``."""
+        return None
+
     def unbind(self) -> None:
         """Forget arguments prepared for particular operands (the plan itself stays)."""
 
@@ -593,6 +599,18 @@ class KernelFirstRoute(Route):
         if out is not None and self._fits(a, b, out):
             self.kernel.compile(a, b, out, alpha, self.accumulate, self.launch(a, b))
 
+    def bind_call(self, a, b, out, alpha):
+        if not self._fits(a, b, out):
+            return None
+        self.kernel.compile(a, b, out, alpha, False, self.launch(a, b))  # accumulate is a run-time flag
+        kernel, launch = self.kernel, self.launch
+
+        def call(b2, out2, add) -> None:
+            if add is not None:  # the bias in the kernel's row write: out2[i] = out2[i] + row sum
+                np.copyto(out2, add)
+            kernel.run(a, b2, out2, alpha, add is not None, launch(a, b2))
+        return call
+
     def run(self, a, b, out, alpha):
         if self._fits(a, b, out):
             self.kernel.run(a, b, out, alpha, self.accumulate, self.launch(a, b))
@@ -902,6 +920,31 @@ class GeneratedRoute(Route):
             # the kernel these operands take, chosen once per binding (not at every execute)
             self._fn = self._cpu_function(a, b) if self.target == "cpu" else self._call
         return self._args
+
+    def bind_call(self, a, b, out, alpha):
+        """The kernel's bound arguments with ``b`` and ``out`` replaced at each call, where each is one
+        argument as it is (a CPU kernel of a dense result with no conversion, alias or epilog pass)."""
+        if self.sparse_out or self.target != "cpu" or self._plan is None or self._plan.convert \
+                or self._plan.alias or self._plan.epilog not in (None, "fused", "host"):
+            return None
+        args = list(self._arguments(a, b, out, alpha))
+        at_b = [i for i, x in enumerate(args) if x is b]
+        at_out = [i for i, x in enumerate(args) if x is out]
+        if len(at_b) != 1 or len(at_out) != 1:
+            return None
+        fn, overwrites, i_b, i_out = self._fn, self.overwrites, at_b[0], at_out[0]
+
+        def call(b2, out2, add) -> None:
+            args[i_b], args[i_out] = b2, out2  # (the caller holds the plan's lock)
+            if not overwrites:  # the kernel adds into out2
+                if add is None:
+                    out2.fill(0)
+                else:
+                    np.copyto(out2, add)
+            fn(*args)
+            if overwrites and add is not None:
+                np.add(out2, add, out=out2)
+        return call
 
     def run(self, a, b, out, alpha):
         if not self.sparse_out:
