@@ -79,6 +79,26 @@ def test_fast_path_leaves_inputs_alone_and_checks_ranges(fmt):
             Tensor.from_coo(bad, np.ones(2), (3, 2), fmt)
 
 
+@pytest.mark.parametrize("widths", [(np.int32, np.int64), (np.uint16, np.int8), (np.uint64, np.int32)], ids=str)
+def test_coordinates_of_two_widths_take_one(widths):
+    """Mixed coordinate dtypes reach coo_bucket both as contiguous int64 (one signature per
+    width, not per pair); a uint64 coordinate past int64's range is still out of range."""
+    rows, cols = np.array([2, 0, 2, 1], dtype=widths[0]), np.array([1, 1, 1, 0], dtype=widths[1])
+    before = rows.copy(), cols.copy()
+    major, minor = fastpaths.one_width(rows[::2], cols[::2])
+    assert major.dtype == minor.dtype == np.int64 and major.flags.c_contiguous and minor.flags.c_contiguous
+    t = Tensor.from_coo((rows, cols), np.arange(1.0, 5.0), (3, 2), formats.CSR)
+    np.testing.assert_array_equal(t.to_dense(), [[0, 2], [4, 0], [0, 4]])
+    np.testing.assert_array_equal(rows, before[0])
+    np.testing.assert_array_equal(cols, before[1])
+    same = np.array([0, 1], dtype=widths[0])
+    assert all(a is same for a in fastpaths.one_width(same, same))
+    if widths[0] == np.uint64:
+        with pytest.raises(ustc.StorageError, match="outside dimension"):
+            Tensor.from_coo((np.array([0, 2**63 + 1], dtype=np.uint64), np.array([0, 0], dtype=np.int32)),
+                            np.ones(2), (3, 2), formats.CSR)
+
+
 @settings(max_examples=40, deadline=None)
 @given(st.integers(1, 60), st.integers(1, 60), st.integers(0, 400), st.integers(0, 2**32 - 1))
 def test_counting_sort_matches_argsort(n_major, n_minor, n, seed):

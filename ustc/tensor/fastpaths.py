@@ -483,7 +483,7 @@ def from_coo(coords, values: np.ndarray, shape: tuple, fmt: TensorFormat, packag
         return None
     from . import kernels
 
-    major, minor = coords[fam.major], coords[1 - fam.major]
+    major, minor = one_width(coords[fam.major], coords[1 - fam.major])
     pos, crd, vals, ok = kernels.coo_bucket(major, minor, values, shape[fam.major], shape[1 - fam.major])
     if not ok:
         return None
@@ -496,6 +496,16 @@ def from_coo(coords, values: np.ndarray, shape: tuple, fmt: TensorFormat, packag
     if fam.kind == "csr":
         return _csr_tensor(tuple(shape), package, fmt, new_pos, crd_out, vals_out)
     return _coo_tensor(tuple(shape), fmt, new_pos, crd_out, vals_out, package)
+
+
+def one_width(major: np.ndarray, minor: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Coordinates of two different integer dtypes both as contiguous int64 (the same arrays
+    when their dtypes agree): ``coo_bucket`` then compiles one signature per width, not one per
+    pair of widths. A uint64 coordinate past int64's range turns negative, which the kernel
+    rejects as out of range, as it did the original."""
+    if major.dtype == minor.dtype:
+        return major, minor
+    return np.ascontiguousarray(major, dtype=np.int64), np.ascontiguousarray(minor, dtype=np.int64)
 
 
 def coo_like(fmt: TensorFormat) -> bool:
