@@ -10,11 +10,11 @@ from __future__ import annotations
 import os
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from comm_helpers import close, group, spmd
 from dist_helpers import poisson2d
 
 pytest.importorskip("distributed")
@@ -33,25 +33,12 @@ def _segments():
 
 def _group(size, timeout=30.0, foreign=()):
     """``size`` connected ranks; the ranks in ``foreign`` claim another host."""
-    comms = [shm.ShmCommunicator(r, size, "127.0.0.1", timeout) for r in range(size)]
-    endpoints = [c.endpoint for c in comms]
-    for r in foreign:
-        host, port, key, (_, rings) = endpoints[r]
-        endpoints[r] = (host, port, key, ("elsewhere/0", rings))
-    with ThreadPoolExecutor(size) as pool:
-        list(pool.map(lambda c: c.connect(endpoints, 10), comms))
-    return comms
-
-
-def _spmd(comms, fn):
-    with ThreadPoolExecutor(len(comms)) as pool:
-        return list(pool.map(fn, comms))
-
-
-def _close(comms):
-    for c in comms:
-        c.close()
-    assert not [t for c in comms for t in c._threads if t.is_alive()]
+    def claim(endpoints):
+        for r in foreign:
+            host, port, key, (_, rings) = endpoints[r]
+            endpoints[r] = (host, port, key, ("elsewhere/0", rings))
+        return endpoints
+    return group(shm.ShmCommunicator, size, timeout, claim)
 
 
 @pytest.mark.parametrize("size", [2, 3])
@@ -78,7 +65,7 @@ def test_messages_allreduce_and_no_segments_left(size, monkeypatch):
             total = run_inline(comm.allreduce(np.array([1.0 + r, 1e-17 * r, 3.0])))
             return got, total
 
-        out = _spmd(comms, step)
+        out = spmd(comms, step)
         for got, total in out:
             for i, msgs in enumerate(got):
                 for src, data in enumerate(msgs):
@@ -95,7 +82,7 @@ def test_messages_allreduce_and_no_segments_left(size, monkeypatch):
             assert total.tobytes() == out[0][1].tobytes()
         np.testing.assert_allclose(out[0][1], [size * (size + 1) / 2, 1e-17 * size * (size - 1) / 2, 3.0 * size])
     finally:
-        _close(comms)
+        close(comms)
     assert _segments() == before
 
 
@@ -116,7 +103,7 @@ def test_sleeping_receiver_is_woken():
         assert not thread.is_alive() and (got["data"] == np.arange(3.0)).all()
         assert time.monotonic() - t0 < 2
     finally:
-        _close(comms)
+        close(comms)
 
 
 def test_lost_peer_abort_and_foreign_host():
@@ -138,7 +125,7 @@ def test_lost_peer_abort_and_foreign_host():
         with pytest.raises(ud.DistributedError, match="stopped by the test"):
             run_inline(comms[2].recv(0, ("x", 3)))
     finally:
-        _close(comms)
+        close(comms)
 
 
 def test_runtime_with_the_shm_transport_solves():

@@ -13,6 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
+from comm_helpers import close, group, spmd
 from dist_helpers import poisson2d
 
 pytest.importorskip("distributed")
@@ -23,33 +24,9 @@ from ustc.distributed.comm import run_inline  # noqa: E402
 from ustc.distributed.sockets import SocketCommunicator  # noqa: E402
 
 
-def _group(size, timeout=30.0):
-    comms = [SocketCommunicator(r, size, "127.0.0.1", timeout) for r in range(size)]
-    assert all(host == "127.0.0.1" for host, _ in (c.address for c in comms))
-    endpoints = [c.endpoint for c in comms]
-    with ThreadPoolExecutor(size) as pool:
-        list(pool.map(lambda c: c.connect(endpoints, 10), comms))
-    return comms
-
-
-def _spmd(comms, fn):
-    """``fn(comm)`` on every rank at once (one thread each), results in rank order."""
-    with ThreadPoolExecutor(len(comms)) as pool:
-        return list(pool.map(fn, comms))
-
-
-def _close(comms):
-    for c in comms:
-        c.close()
-
-
-def _reader_threads(comms):
-    return [t for c in comms for t in c._threads if t.is_alive()]
-
-
 @pytest.mark.parametrize("size", [1, 2, 3, 5])
 def test_messages_and_allreduce(size):
-    comms = _group(size)
+    comms = group(SocketCommunicator, size)
     try:
         rng = np.random.default_rng(size)
         payloads = [(np.arange(7.0) + r, (np.arange(4, dtype=np.int64), rng.standard_normal(3) + 1j),
@@ -66,7 +43,7 @@ def test_messages_and_allreduce(size):
             gathered = run_inline(comm.allgather(np.array([r])))
             return got, total, gathered
 
-        out = _spmd(comms, step)
+        out = spmd(comms, step)
         for r, (got, total, gathered) in enumerate(out):
             for src, data in enumerate(got):
                 want = payloads[src]
@@ -81,12 +58,11 @@ def test_messages_and_allreduce(size):
             assert [int(g[0]) for g in gathered] == list(range(size))
         assert comms[0].syncs == 1 and comms[0].messages >= size
     finally:
-        _close(comms)
-    assert not _reader_threads(comms)
+        close(comms)                                   # asserts no reader thread is left
 
 
 def test_received_arrays_are_writable():
-    comms = _group(2)
+    comms = group(SocketCommunicator, 2)
     try:
         def step(comm):
             tag = comm.next_tag("w")
@@ -95,13 +71,13 @@ def test_received_arrays_are_writable():
             got += 1
             return got
 
-        assert all((g == 2).all() for g in _spmd(comms, step))
+        assert all((g == 2).all() for g in spmd(comms, step))
     finally:
-        _close(comms)
+        close(comms)
 
 
 def test_lost_peer_fails_a_receive_at_once():
-    comms = _group(3)
+    comms = group(SocketCommunicator, 3)
     try:
         comms[2].close()                               # block 2 goes away
         t0 = time.monotonic()
@@ -115,11 +91,11 @@ def test_lost_peer_fails_a_receive_at_once():
                 time.sleep(0.01)
         assert err.value.lost_blocks == (2,)
     finally:
-        _close(comms)
+        close(comms)
 
 
 def test_abort_and_timeout():
-    comms = _group(2, timeout=0.5)
+    comms = group(SocketCommunicator, 2, timeout=0.5)
     try:
         with pytest.raises(ud.DistributedError, match="waited 0.5 s for block 1") as err:
             run_inline(comms[0].recv(1, ("never", 0)))
@@ -142,7 +118,7 @@ def test_abort_and_timeout():
         with pytest.raises(ud.DistributedError, match="stopped by the test"):
             run_inline(comms[1].send(0, ("late", 0), np.ones(1)))
     finally:
-        _close(comms)
+        close(comms)
 
 
 def test_bad_transport_name():
@@ -211,7 +187,7 @@ def test_a_connection_without_the_key_is_dropped_unread():
     try:
         with ThreadPoolExecutor(2) as pool:
             list(pool.map(lambda c: c.connect(endpoints, 10), comms))
-        out = _spmd(comms, lambda c: run_inline(_ping(c)))
+        out = spmd(comms, lambda c: run_inline(_ping(c)))
         assert out == [1, 0]
     finally:
         for s in strangers:
