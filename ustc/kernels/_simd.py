@@ -217,3 +217,20 @@ def popcount(typingctx, mask):
         return builder.zext(count, ir.IntType(64)) if ity.width < 64 else count
 
     return types.uintp(mask), codegen
+
+
+@intrinsic
+def fetch_add(typingctx, array, index, value):
+    """``array[index] += value`` as one atomic step, returning the element's value before it (LLVM
+    ``atomicrmw add``, monotonic): threads taking tasks from a shared counter each get a distinct one.
+    ``array`` holds integers; the caller keeps ``index`` inside it."""
+    if not isinstance(array, types.Array) or not isinstance(array.dtype, types.Integer) \
+            or not isinstance(value, types.Integer):
+        return None
+
+    def codegen(context, builder, sig, args):
+        pointer = _pointer(context, builder, sig.args[0], args[0], args[1])
+        step = context.cast(builder, args[2], sig.args[2], sig.args[0].dtype)
+        return builder.atomic_rmw("add", pointer, step, "monotonic")
+
+    return array.dtype(array, index, value), codegen
