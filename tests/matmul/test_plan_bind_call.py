@@ -27,7 +27,7 @@ def test_direct_call_equals_dense_and_reads_the_given_arrays(rows, cols, density
     mm = ustc.Matmul(A, x0.copy()).plan()
     assert direct_kind in mm.plan_info
     call = mm.bind_call(x0, np.empty(rows, np.float32))
-    assert isinstance(call, PlannedCall) and call.direct
+    assert isinstance(call, PlannedCall) and call.direct and call.kind == direct_kind
     for seed in (2, 3):
         x, add = rng.random(cols, dtype=np.float32), rng.random(rows, dtype=np.float32)
         before = x.copy()

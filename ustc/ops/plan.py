@@ -334,7 +334,7 @@ class Matmul:
             if direct is None and not bound.b.flags.writeable:
                 return None
             staged = None if direct is not None else (bound.b, runner)
-            return PlannedCall(self._lock, Layout.of(b), Layout.of(out), direct, staged)
+            return PlannedCall(self._lock, Layout.of(b), Layout.of(out), direct, staged, self._route.kind)
 
     def _execute(self, out):
         """:meth:`execute` of operands ustc computes as they are (the caller holds the lock)."""

@@ -55,12 +55,13 @@ class PlannedCall:
     docstring). Calls take the plan's lock; the call is stale after the plan's ``reset_operands`` or
     ``release`` (ask ``bind_call`` again)."""
 
-    def __init__(self, lock, b: Layout, out: Layout, direct, staged):
+    def __init__(self, lock, b: Layout, out: Layout, direct, staged, kind: str = ""):
         """``direct``: ``f(b, out, add)`` running the kernel on the given arrays, or None;
-        ``staged``: ``(plan_b, runner)``, the plan's operand and its runner returning the output."""
+        ``staged``: ``(plan_b, runner)``, the plan's operand and its runner returning the output;
+        ``kind``: the route's (``Route.kind``: ``"registered kernel"``, ``"generated"``, ...)."""
         if (direct is None) == (staged is None):
             raise ValueError("PlannedCall: exactly one of direct and staged")
-        self._lock, self.b, self.out = lock, b, out
+        self._lock, self.b, self.out, self.kind = lock, b, out, kind
         self._direct, self._staged = direct, staged
         self.direct = direct is not None  # whether b is read in place and out written by the kernel
 
