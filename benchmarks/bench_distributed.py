@@ -229,7 +229,7 @@ def transports(say, ud, ustc, t, b, repeat):
     small = ustc.Tensor.from_package(stencil(16))
     ones = np.ones(small.shape[0])
     per_sync = {}
-    for name, rt in (("socket", ud.runtime()), ("actor", ud.Runtime(n_workers=2, transport="actor"))):
+    for name, rt in (("direct", ud.runtime()), ("actor", ud.Runtime(n_workers=2, transport="actor"))):
         if name == "actor":
             d = ud.DTensor.from_tensor(t, 2, runtime=rt)
             best, (_, info) = best_of(repeat, lambda: ud.solve(d, b, "cg", rtol=1e-6, return_info=True))
@@ -242,8 +242,8 @@ def transports(say, ud, ustc, t, b, repeat):
         ds.free()
         if name == "actor":
             rt.close()
-    say(f"one synchronisation (CG on the side-16 stencil, time / synchronisations): sockets "
-        f"{1e3 * per_sync['socket']:.0f} us, actor calls {1e3 * per_sync['actor']:.0f} us; {load()}")
+    say(f"one synchronisation (CG on the side-16 stencil, time / synchronisations): {ud.runtime().transport} "
+        f"transport {1e3 * per_sync['direct']:.0f} us, actor calls {1e3 * per_sync['actor']:.0f} us; {load()}")
 
 
 #: entries of the shared operand of :func:`busy`: ~13 ms an item on the project machine
@@ -316,7 +316,7 @@ def map_throughput(say, ud, rounds):
 
 
 def side40(say, ud, ustc, rounds):
-    """The side-40 target: CG ms per iteration distributed (direct sockets) against the mpi4py
+    """The side-40 target: CG ms per iteration distributed (the default transport) against the mpi4py
     transport (the same block code under ``mpiexec -n 2``), alternating rounds; the ratio's
     median and range (target <= 3x)."""
     a = stencil(40)

@@ -6,8 +6,10 @@ per core, one thread each (Numba and OpenMP limited to one thread in the
 workers), no dashboard unless ``dashboard=True``; it is closed at interpreter
 exit or by :func:`shutdown`. ``connect(client_or_address)`` attaches to an
 existing ``distributed.Client`` or scheduler address instead (never closed by
-ustc). ``transport="socket"`` (default) connects the block actors directly
-(TCP, opened once per group through Dask), ``"actor"`` has them call each other.
+ustc). ``transport="auto"`` (default) connects the block actors directly, through
+shared-memory rings when every one of them runs on the driver's host and over TCP otherwise
+(opened once per group through Dask); ``"socket"`` TCP only, ``"shm"`` rings between the
+blocks of each host, ``"actor"`` has them call each other.
 
 A runtime keeps one group of block actors per partition size ``P`` (rank ``b``
 on worker ``b mod workers``), connected peer to peer; every distributed matrix
@@ -27,16 +29,19 @@ import weakref
 
 from ..errors import DistributedError, UstcError, require
 from .quiet import paused
+from .shm import host_id
 
 _LOCK = threading.RLock()
 _RUNTIME = None
 #: how the block actors of a group talk: ``"socket"`` direct TCP connections between them, opened
 #: once through Dask (:class:`~ustc.distributed.sockets.SocketCommunicator`); ``"shm"`` the same
 #: with shared-memory rings between the blocks of one host (:class:`~ustc.distributed.shm.
-#: ShmCommunicator`, x86-64 Linux; TCP elsewhere), opt-in: not faster on the loaded project
-#: machine (see docs/distributed.md); ``"actor"`` calls between the Dask actors
-#: (:class:`~ustc.distributed.comm.ActorCommunicator`)
-TRANSPORTS = ("socket", "shm", "actor")
+#: ShmCommunicator`, x86-64 Linux with a writable /dev/shm; TCP elsewhere); ``"auto"``: ``"shm"``
+#: when every block worker of the group runs on the driver's host, ``"socket"`` otherwise;
+#: ``"actor"`` calls between the Dask actors (:class:`~ustc.distributed.comm.ActorCommunicator`)
+TRANSPORTS = ("auto", "socket", "shm", "actor")
+#: the transport of a Runtime made without one: ``$USTC_DIST_TRANSPORT`` if set, else this
+DEFAULT_TRANSPORT = "auto"
 WORKER_ENV = {"NUMBA_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
               "MKL_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE"}
 #: Dask's nannies set these before spawning a worker unless told otherwise; ustc's LocalCluster
@@ -48,12 +53,22 @@ WORKER_ENV = {"NUMBA_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_TH
 UNSET_PRE_SPAWN = ("MALLOC_TRIM_THRESHOLD_",)
 
 
+def rings_wanted(transport: str, driver_host: str, worker_hosts) -> bool:
+    """Whether a group's ranks listen with shared-memory rings: always for ``"shm"`` (each pair
+    still decides by its own hosts), for ``"auto"`` when every block worker's host id
+    (:func:`~ustc.distributed.shm.host_id`) is the driver's."""
+    hosts = list(worker_hosts)
+    return transport == "shm" or (transport == "auto" and bool(hosts) and all(h == driver_host for h in hosts))
+
+
 class Runtime:
     """A Dask client plus the block actors ustc placed on its workers."""
 
     def __init__(self, client=None, *, address=None, n_workers=None, dashboard=False, timeout=120.0,
-                 transport="socket"):
+                 transport=None):
         require("distributed", "distributed")
+        if transport is None:
+            transport = os.environ.get("USTC_DIST_TRANSPORT") or DEFAULT_TRANSPORT
         if transport not in TRANSPORTS:
             raise UstcError(f"Runtime: transport must be one of {TRANSPORTS}, got {transport!r}")
         self.transport = transport
@@ -163,9 +178,14 @@ class _Group:
 
     def connect(self) -> None:
         """Give every rank a fresh communicator to the others (the runtime's transport): for
-        sockets each rank listens, the driver hands the addresses round and every rank connects."""
+        sockets and rings each rank listens, the driver hands the addresses round and every rank
+        connects (``"auto"``: with rings when the workers report the driver's host id)."""
         transport = self.runtime.transport
-        addresses = None if transport == "actor" else self.call("listen", [(transport == "shm",)] * self.size)
+        addresses = None
+        if transport != "actor":
+            hosts = self.runtime.client.run(host_id, workers=sorted(set(self.workers))) if transport == "auto" else {}
+            shared = rings_wanted(transport, host_id(), hosts.values())
+            addresses = self.call("listen", [(shared,)] * self.size)
         self.call("connect", [(self.actors, addresses)] * self.size)
 
     def close(self) -> None:

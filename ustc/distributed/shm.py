@@ -1,5 +1,5 @@
-"""Shared-memory mailboxes for the block workers of one host (``transport="shm"``, opt-in: on the
-loaded project machine it measured slower than the TCP path, see docs/distributed.md).
+"""Shared-memory mailboxes for the block workers of one host (``transport="shm"``, and the default
+``"auto"`` when every block worker runs on the driver's host; see docs/distributed.md).
 
 :class:`ShmCommunicator` is the :class:`~ustc.distributed.sockets.SocketCommunicator` with, for
 every pair of ranks on the same host (the same machine: host name and boot id), one
@@ -68,6 +68,14 @@ def shm_capable() -> bool:
     writable ``/dev/shm``."""
     return (platform.machine().lower() in ("x86_64", "amd64") and os.path.isdir(SHM_DIR)
             and os.access(SHM_DIR, os.W_OK))
+
+
+def listening(shared: bool, rank: int, size: int, host: str, timeout: float) -> SocketCommunicator:
+    """The communicator a block worker listens with: a :class:`ShmCommunicator` when ``shared``
+    and this machine can hold the rings (:func:`shm_capable`; one whose rings cannot be created
+    keeps TCP alone), else a :class:`SocketCommunicator`."""
+    kind = ShmCommunicator if shared and shm_capable() else SocketCommunicator
+    return kind(rank, size, host, timeout)
 
 
 def host_id() -> str:

@@ -40,7 +40,7 @@ from .gridblock import GridBlock, GridBlocks
 from .kernels import ghost_product, local_product
 from .petsclayout import mpiaij_part, rows_csr
 from .quiet import WORKER_PAUSED, paused
-from .shm import ShmCommunicator, shm_capable
+from .shm import listening
 from .sockets import SocketCommunicator
 
 
@@ -199,8 +199,7 @@ class BlockWorker(SpGEMMBlocks, GridBlocks):
             host = get_address_host(get_worker().address)
         except Exception:  # noqa: BLE001 - a transport without a host (inproc): this machine
             host = "127.0.0.1"
-        kind = ShmCommunicator if shared and shm_capable() else SocketCommunicator
-        self._listening = kind(self.rank, self.size, host, self.timeout)
+        self._listening = listening(shared, self.rank, self.size, host, self.timeout)
         return self._listening.endpoint
 
     async def connect(self, peers, addresses=None) -> int:
@@ -235,6 +234,10 @@ class BlockWorker(SpGEMMBlocks, GridBlocks):
             self._listening = None
         self._close_comm()
         self._pool.shutdown(wait=False)
+
+    async def transport(self) -> tuple:
+        """``(communicator class name, ranks reached through shared memory)``."""
+        return type(self.comm).__name__, tuple(getattr(self.comm, "shared_peers", ()))
 
     async def put(self, tag, src, data) -> None:
         self.comm.deliver(tag, src, data)
