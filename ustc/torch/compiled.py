@@ -134,7 +134,7 @@ def _sparse_linear(signature: str, shape: list[int], buffers: list[torch.Tensor]
     the weight's planned Matmul on the CPU (``ustc.torch.inference``), the bias added in the same pass."""
     weight = _weight(signature, shape, buffers, values)
     if x.is_cpu and x.dim() > 0:
-        return inference.planned_linear(x, weight, bias, contiguous=True)
+        return inference.planned_linear(x, weight, bias, contiguous=True, kept=not torch.is_grad_enabled())
     flat = x.reshape(-1, x.shape[-1])
     out = matmul2d(weight, flat.t()).t().reshape(*x.shape[:-1], shape[0])
     return (out if bias is None else out + bias).contiguous()

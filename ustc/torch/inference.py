@@ -7,9 +7,13 @@ autograd Function, ``ustc.matmul``'s operand checks and plan-cache lookup,
 which cost several times a small product): each weight keeps a planned
 :class:`ustc.Matmul` ``W @ B`` per input shape and dtype, over an input
 buffer ``B`` and the Matmul's own output buffer, both fixed, so the generated
-kernel's arguments stay bound. A call copies ``xᵀ`` into ``B`` (``x`` at batch
-1: an SpMV), executes, and copies the result out (a new tensor, ``bias``
-added). The Matmul reads ``W``'s value buffer itself, so in-place updates of
+kernel's arguments stay bound. A call copies ``xᵀ`` into ``B``, executes, and
+copies the result out (a new tensor, ``bias`` added). At batch 1 (an SpMV)
+where the route is a hand-written kernel, the plan's ``Matmul.bind_call``
+runs it on the call's own ``x`` instead, writing the result (onto the bias:
+the kernel's row write adds to it) into a buffer the plan keeps and hands out
+again only once nobody holds the last result (:mod:`ustc.torch.results`).
+The Matmul reads ``W``'s value buffer itself, so in-place updates of
 the weight are seen; a weight given new storage (``load_state_dict``) gets
 new plans. bfloat16 weights keep a float32 twin of their values, refreshed at
 every call.
@@ -30,11 +34,13 @@ from .. import Matmul
 from ..kernels._simd import aligned_empty
 from ..tensor.tensor import Tensor
 from .matmul import operand
+from .results import KeptResult
 from .subclass import TorchUST, host, to_torch
 
 ENABLED = {"on": True}  # off: every call takes the general route (benchmarks/bench_torch.py compares them)
 _PLANS: "weakref.WeakKeyDictionary[Tensor, dict]" = weakref.WeakKeyDictionary()  # ust -> {key: _Plan}
 _MAX_SHAPES = 8  # input shapes kept per weight
+_inference_mode = torch.is_inference_mode_enabled  # (a builtin: ~0.1 µs)
 _DENSE = (torch.nn.Parameter, torch.Tensor)  # a bias of these exact types is a dense tensor, not a TorchUST
 
 
@@ -66,6 +72,17 @@ class _Plan:
         self.batch = batch
         self.exact = batch == 1 and dtype != torch.bfloat16  # one() applies: the result comes in dtype
         self.out = (None, None, None)  # (the Matmul's result array, its torch views: as computed, as one row)
+        self.rows_out, self.compute, self.out_dtype = ust.shape[0], compute, dtype
+        # batch 1: the planned product on the call's own x and a new result (one()), where the plan binds
+        # batch 1: a hand-written kernel on the call's own x, into a kept result (one()). The generated
+        # kernel's call with its arguments swapped measured slower than _one_copied's two torch copies
+        # (512 x 512 at 90% zeros, thread CPU time, 21 alternating rounds, load 15: 1.37x the planned
+        # product against 1.31x), the hand-written kernels faster (2048 x 2048: 1.08-1.14x against 1.13-1.19x)
+        call = self.mm.bind_call(self.b, np.empty(self.rows_out, compute)) if self.exact else None
+        self.call = call if call is not None and call.direct and call.kind == "registered kernel" else None
+        self.bias = (None, None, None, None)  # (bias, its data pointer, its shape, its NumPy view or None)
+        # one() results: (out,) and (1, out), each outside and inside inference mode
+        self.results = tuple(KeptResult(shape, compute) for shape in ((self.rows_out,), (1, self.rows_out)) * 2)
 
     def run(self, x2d, dtype: torch.dtype, bias, row: bool = False):
         """``(W @ x2dᵀ)`` as a new tensor of ``dtype`` plus ``bias``: ``(out,)`` at batch 1 (``(1, out)``
@@ -85,8 +102,47 @@ class _Plan:
             return out.clone() if bias is None else torch.add(out, bias)
 
     def one(self, x, bias, row: bool):
-        """:meth:`run` at batch 1 where the result comes in the call's dtype (``exact``), with fewer
-        branches: ``x`` is ``(rows,)`` or ``(1, rows)`` (``row``: the result is ``(1, out)``)."""
+        """:meth:`run` at batch 1 where the result comes in the call's dtype (``exact``): ``x`` is ``(rows,)``
+        or ``(1, rows)`` (``row``: the result is ``(1, out)``). Through the bound call (``self.call``) the
+        kernel reads ``x`` in place (a copy where it is strided) and writes the result, onto the bias
+        copied there first (the kernel's row write adds to it), into a :class:`~ustc.torch.results.KeptResult`:
+        the last result again where nobody holds it any more, else a new tensor, so a result the caller
+        keeps is never overwritten by a later call."""
+        call = self.call
+        if call is None:
+            return self._one_copied(x, bias, row)
+        try:
+            xn = (x.detach() if x.requires_grad else x).numpy()
+        except (RuntimeError, TypeError):  # a conjugate / negative view
+            return self._one_copied(x, bias, row)
+        if row:
+            xn = xn[0]
+        if xn.strides != call.b.strides:
+            xn = np.ascontiguousarray(xn)
+        with self.lock:  # (take() and the writes: one caller at a time)
+            add = None if bias is None else self._bias_view(bias)
+            if self.wide is not None:  # the float32 twin of the values, refreshed for this call
+                self.wide[0].copy_(self.wide[1])
+            kept = self.results[row + 2 * _inference_mode()].take()  # (an inference tensor only in that mode)
+            call(xn, kept[1][0] if row else kept[1], add)
+            out = kept[0]  # held here before the lock goes: no other call takes this buffer now
+        return out if bias is None or add is not None else out.add_(bias)
+
+    def _bias_view(self, bias):
+        """The bias as a NumPy array the kernel's rows add to (kept while the bias keeps its storage), or
+        None where it is not a contiguous ``(out,)`` CPU tensor of the result's dtype."""
+        kept = self.bias
+        if kept[0] is bias and kept[1] == bias.data_ptr() and kept[2] == bias.shape:
+            return kept[3]
+        view = None
+        if bias.device.type == "cpu" and bias.dtype == self.out_dtype and bias.shape == (self.rows_out,) \
+                and bias.is_contiguous() and not (bias.is_conj() or bias.is_neg()):
+            view = bias.detach().numpy()
+        self.bias = (bias, bias.data_ptr(), bias.shape, view)
+        return view
+
+    def _one_copied(self, x, bias, row: bool):
+        """:meth:`one` through the plan's own buffers: ``x`` copied in, the result copied out."""
         with self.lock:
             if self.wide is not None:
                 self.wide[0].copy_(self.wide[1])
@@ -127,12 +183,18 @@ def linear(x, weight: TorchUST, bias):
     return _call(x, shape, last, bias, False)
 
 
-def planned_linear(x, weight: TorchUST, bias, *, contiguous: bool = False):
+def planned_linear(x, weight: TorchUST, bias, *, contiguous: bool = False, kept: bool = False):
     """``F.linear(x, weight, bias)`` (dense CPU ``x`` and ``bias``) through the weight's planned Matmul;
-    ``contiguous``: a batch-major result in row-major order (a copy instead of a transposed view)."""
+    ``contiguous``: a batch-major result in row-major order (a copy instead of a transposed view);
+    ``kept``: at batch 1 the result may be the plan's kept buffer (``_Plan.one``), for a caller whose
+    result no autograd node takes (one would mark the kept tensor itself)."""
     shape = x.shape
     last = _last(weight, x, shape)
-    return _call(x, shape, last if last is not None else _remember(x, weight), bias, contiguous)
+    last = last if last is not None else _remember(x, weight)
+    plan = last[4]
+    if kept and plan.exact and x.dtype is last[3] and len(shape) <= 2:
+        return plan.one(x, bias, len(shape) == 2)
+    return _call(x, shape, last, bias, contiguous)
 
 
 def _last(weight: TorchUST, x, shape):

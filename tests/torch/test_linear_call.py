@@ -1,0 +1,153 @@
+"""The batch-1 call of a sparse nn.Linear: the planned kernel on the call's own x, the bias in its row write,
+and a result buffer reused only where nobody holds the last result (ustc.torch.results.KeptResult).
+
+Each layer is planned once per dtype; the checks that need the hand-written kernels (LinearCsrRoute above
+the serial size, LinearNmRoute for 2:4) use one float32 layer each, the generated route a small layer.
+"""
+
+from __future__ import annotations
+
+import copy
+import gc
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+import ustc.torch
+from ustc.torch.linear import SparseLinear
+
+TOL = {torch.float64: dict(rtol=1e-10, atol=1e-12), torch.float32: dict(rtol=1e-5, atol=1e-5),
+       torch.bfloat16: dict(rtol=4e-2, atol=4e-2)}
+
+
+def _layers(n_in, n_out, method, amount, dtype=torch.float32, bias=True, seed=0):
+    torch.manual_seed(seed)
+    model = nn.Sequential(nn.Linear(n_in, n_out, bias=bias)).eval().to(dtype)
+    ustc.torch.prune_model(model, amount, method=method)
+    dense = copy.deepcopy(model)
+    ustc.torch.reformat_model(model)
+    assert type(model[0]) is SparseLinear
+    return model[0], dense[0]
+
+
+def _route(lin) -> str:
+    return lin.weight._last[4].mm.plan_info
+
+
+@pytest.fixture(scope="module")
+def csr_big():
+    """1024 x 1024 at 40% kept: above the serial size, so LinearCsrRoute's kernel runs on the call's x."""
+    return _layers(1024, 1024, "magnitude", 0.6)
+
+
+@pytest.fixture(scope="module")
+def nm():
+    return _layers(64, 48, "2:4", 0.5)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("bias", [True, False])
+def test_small_layer_matches_dense(dtype, bias):
+    lin, dense = _layers(24, 10, "magnitude", 0.7, dtype, bias)
+    for context in (torch.inference_mode, torch.no_grad):
+        with context():
+            for shape in ((24,), (1, 24), (3, 24), (2, 1, 24), (1, 24)):
+                x = torch.randn(shape).to(dtype)
+                got, want = lin(x), dense(x)
+                assert got.shape == want.shape and got.dtype == want.dtype
+                assert got.is_inference() == want.is_inference()
+                torch.testing.assert_close(got, want, **TOL[dtype])
+
+
+@pytest.mark.parametrize("layer", ["csr_big", "nm"])
+def test_kernel_routes_read_x_in_place_and_add_the_bias(layer, request):
+    lin, dense = request.getfixturevalue(layer)
+    with torch.inference_mode():
+        x = torch.randn(1, lin.in_features)
+        torch.testing.assert_close(lin(x), dense(x))
+        plan = lin.weight._last[4]
+        assert plan.call is not None and plan.call.direct and plan.call.kind == "registered kernel", _route(lin)
+        wide = torch.randn(1, 2 * lin.in_features)
+        for x in (torch.randn(lin.in_features), wide[:, ::2], wide[0, 1::2]):  # 1-D and strided inputs
+            torch.testing.assert_close(lin(x), dense(x))
+        lin.bias.add_(1.0)  # an in-place edit of the bias is seen
+        dense.bias.add_(1.0)
+        torch.testing.assert_close(lin(x), dense(x))
+        bias = lin.bias
+        lin.bias = dense.bias = None
+        torch.testing.assert_close(lin(x), dense(x))
+        lin.bias = bias
+        dense.bias = nn.Parameter(bias.detach().clone())
+        torch.testing.assert_close(lin(x), dense(x))
+
+
+@pytest.mark.parametrize("layer", ["csr_big", "nm"])
+def test_results_kept_alive_are_never_overwritten(layer, request):
+    lin, dense = request.getfixturevalue(layer)
+    xs = [torch.randn(1, lin.in_features) for _ in range(5)]
+    with torch.inference_mode():
+        wants = [dense(x) for x in xs]
+        first, second = lin(xs[0]), lin(xs[1])  # two results held
+        view = lin(xs[2])[0, 3:]  # only a view of the third kept
+        array = lin(xs[3]).numpy()  # only a NumPy view of the fourth kept
+        shared = np.from_dlpack(lin(xs[4]))  # only an array on the fifth's memory through DLPack
+        for _ in range(3):
+            lin(xs[0])
+        torch.testing.assert_close(first, wants[0])
+        torch.testing.assert_close(second, wants[1])
+        torch.testing.assert_close(view, wants[2][0, 3:])
+        torch.testing.assert_close(torch.from_numpy(array), wants[3])
+        torch.testing.assert_close(torch.from_numpy(shared), wants[4])
+        detached = lin(xs[1]).detach()
+        lin(xs[2])
+        torch.testing.assert_close(detached, wants[1])
+
+
+def test_dropped_result_buffer_is_reused_and_each_result_is_right(csr_big):
+    lin, dense = csr_big
+    xs = [torch.randn(1, lin.in_features) for _ in range(3)]
+    with torch.inference_mode():
+        pointers = set()
+        for x in xs:
+            y = lin(x)
+            torch.testing.assert_close(y, dense(x))
+            pointers.add(y.data_ptr())
+            del y
+        gc.collect()
+        assert len(pointers) == 1  # nobody held a result: one buffer served every call
+        held = lin(xs[0])
+        other = lin(xs[1])
+        assert held.data_ptr() != other.data_ptr()
+        torch.testing.assert_close(held, dense(xs[0]))
+
+
+def test_inference_results_and_no_grad_results_keep_their_kind(csr_big):
+    lin, dense = csr_big
+    x = torch.randn(1, lin.in_features)
+    with torch.inference_mode():
+        assert lin(x).is_inference()
+    with torch.no_grad():
+        y = lin(x)
+    assert not y.is_inference()
+    y.requires_grad_()  # a normal tensor: usable in a graph afterwards
+    (y * 2).sum().backward()
+    torch.testing.assert_close(y.grad, torch.full_like(y, 2.0))
+
+
+def test_training_after_inference_calls_gives_dense_gradients(nm):
+    lin, dense = nm
+    lin, dense = copy.deepcopy(lin), copy.deepcopy(dense)
+    x = torch.randn(1, lin.in_features)
+    with torch.inference_mode():
+        lin(x)
+    lin.train()
+    dense.train()
+    xg, xd = x.clone().requires_grad_(), x.clone().requires_grad_()
+    lin(xg).square().sum().backward()
+    dense(xd).square().sum().backward()
+    torch.testing.assert_close(xg.grad, xd.grad)
+    torch.testing.assert_close(lin.bias.grad, dense.bias.grad)
+    mask = dense.weight.detach() != 0
+    torch.testing.assert_close(lin.weight.grad.to_dense(), dense.weight.grad * mask)
