@@ -119,7 +119,7 @@ def _index_cast(tensor, index_dtype: np.dtype):
 
     fmt = tensor.format
     buffers = {}
-    for (k, name), b in tensor._buffers.items():
+    for (k, name), b in tensor.raw_buffers.items():
         fixed = (getattr(fmt.levels[k].type, "crd_dtype", None) is not None and name == "crd") \
             or (name == "pos" and fmt.pos_width) or (name == "crd" and fmt.crd_width)
         buffers[(k, name)] = b if fixed else b.astype(index_dtype)
@@ -199,8 +199,8 @@ def _header(args, bindings, extents, notes, comment: str) -> str:
              "placeholders: zeros, " + ", ".join(f"{i}={n}" for i, n in extents.items())]
     for name, value in bindings.items():
         if isinstance(value, Tensor):
-            order = sorted(value._buffers, key=lambda key: (key[0], key[1] != "pos"))
-            used = ", ".join(f"{kind}[{k}] {value._buffers[(k, kind)].dtype}" for k, kind in order) or "none"
+            order = sorted(value.raw_buffers, key=lambda key: (key[0], key[1] != "pos"))
+            used = ", ".join(f"{kind}[{k}] {value.raw_buffers[(k, kind)].dtype}" for k, kind in order) or "none"
             lines.append(f"index dtypes of {name}: {used}")
     lines += [f"note: {n}" for n in notes]
     # one comment line per physical line: an --expr holding a newline must not end the comment

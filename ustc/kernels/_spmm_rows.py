@@ -217,7 +217,7 @@ class RowSpmm:
             names = ((0, "pos"), (0, "crd"), (1, "crd"))
         else:
             names = ((1, "pos"), (1, "crd"))
-        return [a._buffers[n] for n in names]
+        return [a.raw_buffers[n] for n in names]
 
     def _kept(self, index, key) -> bool:
         return key == self._key and len(self._refs) == len(index) and all(r() is x for r, x in zip(self._refs, index))
@@ -258,14 +258,14 @@ class RowSpmm:
         return rows, seg, bounds
 
     def takes(self, a, b, threads: int) -> bool:
-        return accepts(a._values, b) and self.plan(a, threads) is not None
+        return accepts(a.raw_values, b) and self.plan(a, threads) is not None
 
     def arguments(self, a, b, out, alpha, accumulate: bool, threads: int) -> tuple:
         first, second, third, bounds = self.plan(a, threads)
         scale = out.dtype.type(alpha)
         if self.kind == "bsr22":
-            return bsr22_spmm, (first, second, a._values, b, out, scale, bounds, accumulate)
-        return segment_spmm, (first, second, third, a._values, b, out, scale, bounds, accumulate)
+            return bsr22_spmm, (first, second, a.raw_values, b, out, scale, bounds, accumulate)
+        return segment_spmm, (first, second, third, a.raw_values, b, out, scale, bounds, accumulate)
 
     def run(self, a, b, out, alpha, accumulate: bool, threads: int) -> None:
         kernel, args = self.arguments(a, b, out, alpha, accumulate, threads)

@@ -72,8 +72,8 @@ def _dia_args(a, b, out, alpha, overwrite):
     shape, a diagonal's length and whether values are indexed by column (DIAJ)."""
     by_column = a.format.levels[1].expr == a.format.dims[1]
     diag_len = a.shape[1] if by_column else a.shape[0]
-    pos, offsets = a._buffers[(0, "pos")], a._buffers[(0, "crd")]
-    return (offsets[pos[0]:pos[1]], a._values, b, out, out.dtype.type(alpha), a.shape[0], a.shape[1],
+    pos, offsets = a.raw_buffers[(0, "pos")], a.raw_buffers[(0, "crd")]
+    return (offsets[pos[0]:pos[1]], a.raw_values, b, out, out.dtype.type(alpha), a.shape[0], a.shape[1],
             diag_len, by_column, overwrite)
 
 
@@ -125,7 +125,7 @@ def delta_spmv(a, b, out, alpha):
     from ._delta import packed_spmv
 
     kernel = packed_spmv(a.format.levels[1].type.bits)
-    return kernel, (a._buffers[(1, "pos")], a._buffers[(1, "crd")], a._values, b, out, out.dtype.type(alpha),
+    return kernel, (a.raw_buffers[(1, "pos")], a.raw_buffers[(1, "crd")], a.raw_values, b, out, out.dtype.type(alpha),
                     a.shape[0])
 
 
@@ -156,12 +156,12 @@ def structured_spmv(a, b, out, alpha):
 
     n, m = _nm(a.format)
     groups = -(-a.shape[1] // m)
-    return nm_spmv(n, m, a.nse + b.size >= SERIAL_WORK), (a._buffers[(2, "crd")], a._values, b, out, out.dtype.type(alpha), a.shape[0], groups,
+    return nm_spmv(n, m, a.nse + b.size >= SERIAL_WORK), (a.raw_buffers[(2, "crd")], a.raw_values, b, out, out.dtype.type(alpha), a.shape[0], groups,
                            a.shape[1])
 
 
 def _structured_supports(a, b) -> bool:
-    return _numeric(a, b) and a._values.ndim == 1 and a.nse == a.shape[0] * -(-a.shape[1] // _nm(a.format)[1]) * \
+    return _numeric(a, b) and a.raw_values.ndim == 1 and a.nse == a.shape[0] * -(-a.shape[1] // _nm(a.format)[1]) * \
         _nm(a.format)[0]
 
 
@@ -178,7 +178,7 @@ def structured_spmm(a, b, out, alpha):
 
     n, m = _nm(a.format)
     groups = -(-a.shape[1] // m)
-    return nm_spmm(n, m, a.nse * max(1, b.shape[1]) + b.size >= SERIAL_WORK), (a._buffers[(2, "crd")], a._values, b, out, out.dtype.type(alpha), a.shape[0], groups,
+    return nm_spmm(n, m, a.nse * max(1, b.shape[1]) + b.size >= SERIAL_WORK), (a.raw_buffers[(2, "crd")], a.raw_values, b, out, out.dtype.type(alpha), a.shape[0], groups,
                            a.shape[1])
 
 
@@ -209,8 +209,8 @@ def csr_spgemm(a, b, out_format):
 
     n_rows, n_cols = a.shape[0], b.shape[1]
     fmt = CSR_UNORDERED if _plain(out_format) == CSR_UNORDERED else CSR
-    pos, crd, vals = product(a._buffers[(1, "pos")], a._buffers[(1, "crd")], a._values, b._buffers[(1, "pos")],
-                             b._buffers[(1, "crd")], b._values, n_cols, np.result_type(a.dtype, b.dtype), fmt == CSR,
+    pos, crd, vals = product(a.raw_buffers[(1, "pos")], a.raw_buffers[(1, "crd")], a.raw_values, b.raw_buffers[(1, "pos")],
+                             b.raw_buffers[(1, "crd")], b.raw_values, n_cols, np.result_type(a.dtype, b.dtype), fmt == CSR,
                              numba.get_num_threads())
     c = Tensor(fmt, (n_rows, n_cols), {(1, "pos"): pos, (1, "crd"): crd}, vals)
     return c if out_format == fmt else c.convert(out_format)

@@ -28,7 +28,7 @@ def _is_nm(fmt) -> bool:
 def _supports(a, b) -> bool:
     n, m = _nm(a.format)
     dtype = np.dtype(a.dtype)
-    return (dtype in DTYPES and np.dtype(b.dtype) == dtype and a._values.ndim == 1
+    return (dtype in DTYPES and np.dtype(b.dtype) == dtype and a.raw_values.ndim == 1
             and a.nse == a.shape[0] * -(-a.shape[1] // m) * n)
 
 
@@ -39,7 +39,7 @@ def structured_spmv_cuda(a, b, out, alpha):
     from ._structured_cuda import gemv
 
     n, m = _nm(a.format)
-    gemv(a._buffers[(2, "crd")], a._values, b, out, alpha, n, m, a.shape[1])
+    gemv(a.raw_buffers[(2, "crd")], a.raw_values, b, out, alpha, n, m, a.shape[1])
 
 
 structured_spmv_cuda.supports = _supports
@@ -53,7 +53,7 @@ def structured_spmm_cuda(a, b, out, alpha):
     from ._structured_cuda import spmm
 
     n, m = _nm(a.format)
-    spmm(a._buffers[(2, "crd")], a._values, b, out, alpha, n, m, a.shape[1])
+    spmm(a.raw_buffers[(2, "crd")], a.raw_values, b, out, alpha, n, m, a.shape[1])
 
 
 structured_spmm_cuda.supports = lambda a, b: _supports(a, b) and b.ndim == 2 and b.shape[1] <= SMALL_BATCH

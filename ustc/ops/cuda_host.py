@@ -105,7 +105,7 @@ def row_statistics(tensors: dict) -> tuple[dict, list]:
         t = b.value
         if not isinstance(t, Tensor):
             continue
-        for (k, kind), pos in t._buffers.items():
+        for (k, kind), pos in t.raw_buffers.items():
             if kind != "pos" or getattr(pos, "ndim", 1) != 1 or len(pos) < 2:
                 continue
             longest = int((pos[1:] - pos[:-1]).max())
@@ -125,7 +125,7 @@ def lane_buckets(run) -> dict:
     out = {f"{i}": lane_bucket(n) for i, n in run.extents.items()}
     for name, b in run.tensors.items():
         if isinstance(b.value, Tensor):
-            for k, n in enumerate(b.value._layout.level_shape):
+            for k, n in enumerate(b.value.layout.level_shape):
                 out[f"{name}:{k}"] = lane_bucket(n)
     return out
 
@@ -308,7 +308,7 @@ def compile_only(record: list):
 def current_stream(values):  # pragma: no cover - a real stream needs a GPU
     """CuPy's (or torch's) current stream as a Numba stream, when an operand lives there."""
     for value in values:
-        arrays = [value] if not isinstance(value, Tensor) else [value._values]
+        arrays = [value] if not isinstance(value, Tensor) else [value.raw_values]
         for a in arrays:
             if packages.is_cupy(a):
                 import cupy

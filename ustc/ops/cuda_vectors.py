@@ -338,8 +338,8 @@ class DeviceVectors:
 
         csr = as_csr(a)
         out = self.xp.empty(n, dtype=dtype)
-        vals = self.xp.asarray(csr._values).astype(dtype, copy=False)
-        self._launch(csr_diagonal, n, csr._buffers[(1, "pos")], csr._buffers[(1, "crd")], vals, out)
+        vals = self.xp.asarray(csr.raw_values).astype(dtype, copy=False)
+        self._launch(csr_diagonal, n, csr.raw_buffers[(1, "pos")], csr.raw_buffers[(1, "crd")], vals, out)
         return self._host(out)
 
     # -- fused updates ---------------------------------------------------------------------

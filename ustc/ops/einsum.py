@@ -138,7 +138,7 @@ def _copy(terms, out: str, operands, fmt, target: str, sr: Semiring, loads: dict
     result = view.convert(fmt)
     if result is view:  # already in that format: a copy of its own
         result = view.copy()
-    result._package = None  # as the generated kernel's results
+    result = result.with_package(None)  # as the generated kernel's results
     return result
 
 

@@ -86,7 +86,7 @@ def broadcast_tensor(a: Tensor, shape) -> Tensor:
     fmt = a.format if len(shape) == a.ndim and a.format.holds_any_pattern and not a.format.dense_storage \
         else default_format(len(shape))
     result = Tensor.from_coo(tuple(out), values[entry], shape, fmt)
-    result._package = a.package
+    result = result.with_package(a.package)
     return result
 
 
@@ -193,8 +193,8 @@ _MERGED_LIMIT = 64
 
 
 def _merged_kind(a: Tensor, b: Tensor) -> tuple:
-    return (a._values.dtype, b._values.dtype, a._device, b._device, a._package, b._package,
-            *(x.dtype for x in a._buffers.values()), None, *(x.dtype for x in b._buffers.values()))
+    return (a.raw_values.dtype, b.raw_values.dtype, a.device, b.device, a.package, b.package,
+            *(x.dtype for x in a.raw_buffers.values()), None, *(x.dtype for x in b.raw_buffers.values()))
 
 
 def _pair(a: Tensor, b: Tensor, op: str, reflected: bool):
@@ -203,8 +203,8 @@ def _pair(a: Tensor, b: Tensor, op: str, reflected: bool):
     the operand: the caller's general path). A merge plan is also remembered by the operands'
     layouts (:class:`_Merged`): a repeated call checks their dtypes, device and package there
     instead of building and hashing a plan key (~4 us of a 1000^2 A + B)."""
-    memo = _MERGED.get((op, reflected, id(a._layout), id(b._layout)))
-    if memo is not None and memo.layouts[0] is a._layout and memo.layouts[1] is b._layout \
+    memo = _MERGED.get((op, reflected, id(a.layout), id(b.layout)))
+    if memo is not None and memo.layouts[0] is a.layout and memo.layouts[1] is b.layout \
             and memo.generation == ELEMENTWISE.generation and memo.operands == _merged_kind(a, b):
         ELEMENTWISE.count_hit()
         return memo.plan(a, b)
@@ -226,7 +226,7 @@ def _pair(a: Tensor, b: Tensor, op: str, reflected: bool):
     else:
         program = _statement(a, op, reflected, "B")
         result = _first_run(key, program, {"A": a, "B": b}, {}, {"C": _out_format(a, b, op)})["C"]
-    result._package = a.package
+    result = result.with_package(a.package)
     return result
 
 
@@ -235,7 +235,7 @@ def _remember_merge(op: str, reflected: bool, a: Tensor, b: Tensor, plan: MergeP
         return
     if len(_MERGED) >= _MERGED_LIMIT:
         _MERGED.clear()
-    _MERGED[(op, reflected, id(a._layout), id(b._layout))] = _Merged((a._layout, b._layout), _merged_kind(a, b),
+    _MERGED[(op, reflected, id(a.layout), id(b.layout))] = _Merged((a.layout, b.layout), _merged_kind(a, b),
                                                                      plan, ELEMENTWISE.generation)
 
 
@@ -289,7 +289,7 @@ def _with_scalar(a: Tensor, other, op: str, reflected: bool):
         outputs = {"C": np.zeros(a.shape, dtype=np.result_type(a.dtype, np.asarray(s).dtype))}
     result = _run_planned(key, lambda: _statement(a, op, reflected, "s"), {"A": a}, {"s": s}, outputs)["C"]
     if isinstance(result, Tensor):
-        result._package = a.package
+        result = result.with_package(a.package)
     return result
 
 
@@ -302,7 +302,7 @@ def _with_array(a: Tensor, other: np.ndarray, op: str, reflected: bool):
         outputs = {"C": np.zeros(a.shape, dtype=np.result_type(a.dtype, other.dtype))}
     result = _run_planned(key, lambda: _statement(a, op, reflected, "B"), {"A": a, "B": other}, {}, outputs)["C"]
     if isinstance(result, Tensor):
-        result._package = a.package
+        result = result.with_package(a.package)
     return result
 
 
@@ -337,7 +337,7 @@ def _broadcast_product(a: Tensor, other: np.ndarray) -> Tensor:
     program = lambda: nt.Program((nt.Statement(nt.Access("C", idx), nt.Mul(nt.Access("A", idx), b)),))  # noqa: E731
     result = _run_planned(key, program, values, scalars, {"C": a.format})["C"]
     if isinstance(result, Tensor):
-        result._package = a.package
+        result = result.with_package(a.package)
     return result
 
 
@@ -383,7 +383,7 @@ def transpose(a: Tensor, axes=None, tensor_format=None) -> Tensor:
 
 def view_transposed(a: Tensor, perm: tuple[int, ...]) -> Tensor:
     shape = tuple(a.shape[p] for p in perm)
-    return Tensor(_permuted_format(a.format, perm), shape, a._buffers, a._values, device=a.device,
+    return Tensor(_permuted_format(a.format, perm), shape, a.raw_buffers, a.raw_values, device=a.device,
                   package=a.package)
 
 

@@ -560,7 +560,7 @@ def true_residual(a, b, x, product) -> tuple[float, float]:
     from ..tensor.tensor import Tensor
     from .matmul import matmul
 
-    a = Tensor(a.format, a.shape, a._buffers, a._values.astype(wide), device=a.device, package=a.package)
+    a = Tensor(a.format, a.shape, a.raw_buffers, a.raw_values.astype(wide), device=a.device, package=a.package)
     b = b.astype(wide)
     return norm(b - matmul(a, x.astype(wide))), norm(b)
 

@@ -195,23 +195,23 @@ def setdiag(t: Tensor, values, k: int = 0) -> None:
 
 def _compressed_filter(t: Tensor, keep: np.ndarray) -> Tensor:
     """CSR or CSC ``t`` without the entries where ``keep`` is False."""
-    pos = t._buffers[(1, "pos")]
+    pos = t.raw_buffers[(1, "pos")]
     nparents = len(pos) - 1
     rows = np.repeat(np.arange(nparents, dtype=np.int64), np.diff(pos.astype(np.int64)))
     counts = np.bincount(rows[keep], minlength=nparents)
     buffers = {(1, "pos"): prefix_sum(counts).astype(pos.dtype, copy=False),
-               (1, "crd"): t._buffers[(1, "crd")][:t.nse][keep]}
-    return Tensor(t.format, t.shape, buffers, t._values[:t.nse][keep], device=t.device, package=t.package)
+               (1, "crd"): t.raw_buffers[(1, "crd")][:t.nse][keep]}
+    return Tensor(t.format, t.shape, buffers, t.raw_values[:t.nse][keep], device=t.device, package=t.package)
 
 
 def _coo_filter(t: Tensor, keep: np.ndarray) -> Tensor:
     """COO-like ``t`` (a compressed head, singletons below) without the entries where ``keep``
     is False: every level's coordinates filtered, the order kept."""
-    pos0 = t._buffers[(0, "pos")]
+    pos0 = t.raw_buffers[(0, "pos")]
     buffers = {(0, "pos"): np.array([0, int(keep.sum())], dtype=pos0.dtype)}
     for k in range(t.format.nlevels):
-        buffers[(k, "crd")] = t._buffers[(k, "crd")][:t.nse][keep]
-    return Tensor(t.format, t.shape, buffers, t._values[:t.nse][keep], device=t.device, package=t.package)
+        buffers[(k, "crd")] = t.raw_buffers[(k, "crd")][:t.nse][keep]
+    return Tensor(t.format, t.shape, buffers, t.raw_values[:t.nse][keep], device=t.device, package=t.package)
 
 
 def _filter_kind(fmt) -> str | None:
@@ -232,9 +232,9 @@ def _filter_kind(fmt) -> str | None:
 def _cheap_filter(t: Tensor, keep_fn):
     """A filtered copy for CSR- and COO-like formats (None for other formats)."""
     kind = _filter_kind(t.format)
-    if kind is None or (kind == "coo" and int(t._buffers[(0, "pos")][0]) != 0):
+    if kind is None or (kind == "coo" and int(t.raw_buffers[(0, "pos")][0]) != 0):
         return None
-    keep = keep_fn(t._values[:t.nse])
+    keep = keep_fn(t.raw_values[:t.nse])
     if keep.all():
         return t
     return _compressed_filter(t, keep) if kind == "rows" else _coo_filter(t, keep)
@@ -276,9 +276,9 @@ def astype(t: Tensor, dtype, copy: bool = True) -> Tensor:
         return t
     t._require_host()
     if t.dtype.kind == "c" and dtype.kind != "c":
-        values = np.real(t._values).astype(dtype)
+        values = np.real(t.raw_values).astype(dtype)
     else:
-        values = t._values.astype(dtype)
+        values = t.raw_values.astype(dtype)
     return ufuncs.mapped(t, values)
 
 
@@ -288,15 +288,15 @@ def power(t: Tensor, p) -> Tensor:
 
 
 def real(t: Tensor) -> Tensor:
-    return ufuncs.mapped(t, np.real(t._values).copy())
+    return ufuncs.mapped(t, np.real(t.raw_values).copy())
 
 
 def imag(t: Tensor) -> Tensor:
-    return ufuncs.mapped(t, np.imag(t._values).copy() if t.dtype.kind == "c" else np.zeros_like(t._values))
+    return ufuncs.mapped(t, np.imag(t.raw_values).copy() if t.dtype.kind == "c" else np.zeros_like(t.raw_values))
 
 
 def conj(t: Tensor) -> Tensor:
-    return ufuncs.mapped(t, np.conjugate(t._values)) if t.dtype.kind == "c" else t.copy()
+    return ufuncs.mapped(t, np.conjugate(t.raw_values)) if t.dtype.kind == "c" else t.copy()
 
 
 def toarray(t: Tensor) -> np.ndarray:

@@ -78,9 +78,9 @@ class OperandKind:
 def kind(x) -> OperandKind:
     """``x``'s :class:`OperandKind` (a Tensor, a dense array of any package, or a NumPy scalar)."""
     if isinstance(x, Tensor):
-        layout = x._layout
-        return OperandKind(layout.fmt.signature, layout.shape, dtype_name(x._values.dtype), _index_names(x._buffers),
-                           x._device, x._package)
+        layout = x.layout
+        return OperandKind(layout.fmt.signature, layout.shape, dtype_name(x.raw_values.dtype), _index_names(x.raw_buffers),
+                           x.device, x.package)
     if isinstance(x, np.generic):
         return OperandKind(None, (), dtype_name(x.dtype), scalar=True)
     return OperandKind(None, tuple(x.shape), dtype_name(x.dtype), (), packages.device_of(x), package_of(x))
@@ -103,8 +103,8 @@ def checked(t: Tensor) -> None:
     (safety's own cache costs ~4 us a hit: it keys every buffer by its address). The memo holds
     weak references only; anything else goes to ``ensure_safe``."""
     seen = _CHECKED.get(id(t))
-    buffers = t._buffers
-    if seen is not None and seen[0]() is t and seen[1] is t._layout and seen[2] == len(t._values) \
+    buffers = t.raw_buffers
+    if seen is not None and seen[0]() is t and seen[1] is t.layout and seen[2] == len(t.raw_values) \
             and len(seen[3]) == len(buffers):
         for key, ref, shape, dtype in seen[3]:
             a = buffers.get(key)
@@ -115,7 +115,7 @@ def checked(t: Tensor) -> None:
     ensure_safe(t)
     try:
         arrays = tuple((key, weakref.ref(b), b.shape, b.dtype) for key, b in buffers.items())
-        entry = (weakref.ref(t), t._layout, len(t._values), arrays)
+        entry = (weakref.ref(t), t.layout, len(t.raw_values), arrays)
     except TypeError:                  # not weak-referenceable: checked by ensure_safe every time
         return
     if len(_CHECKED) >= _CHECKED_LIMIT:
@@ -182,7 +182,7 @@ def spec(x, name: str, package: str | None = None) -> OperandSpec:
     """``x``'s plan-relevant description; ``package``: where a dense ``x`` came from (before
     :func:`normalise` viewed it as NumPy)."""
     if isinstance(x, Tensor):
-        index = tuple(sorted({dtype_name(buf.dtype) for buf in x._buffers.values()}))
+        index = tuple(sorted({dtype_name(buf.dtype) for buf in x.raw_buffers.values()}))
         return OperandSpec(name, True, x.format.signature, tuple(x.shape), dtype_name(np.dtype(x.dtype)), index,
                            x.device, x.package)
     device = packages.device_of(x)

@@ -224,7 +224,7 @@ class DirectCall:
 
 def _binder(roles, count: int, zero_d: frozenset):
     """``lambda fn, out, threads, v0, v1, ...: fn(<arguments>)`` with every argument's expression
-    written out from ``roles`` (``v0._buffers[(1, "pos")]``, ``out``, ``4096``; ``threads``: the chunks
+    written out from ``roles`` (``v0.raw_buffer(1, "pos")``, ``out``, ``4096``; ``threads``: the chunks
     a balanced row loop splits into, 1 for the serial twin): generated once per plan,
     it binds a call in a few hundred nanoseconds where a loop over the roles costs microseconds
     (one-shot SpMV of 4,096 rows: the kernel itself takes ~18 us)."""
@@ -241,9 +241,9 @@ def _binder(roles, count: int, zero_d: frozenset):
             k = int(role[1])
             parts.append(f"v{k}.reshape(1)" if k in zero_d else f"v{k}")
         elif kind == "vals":
-            parts.append(f"v{int(role[1])}._values")
+            parts.append(f"v{int(role[1])}.raw_values")
         else:
-            parts.append(f"v{int(role[1])}._buffers[({int(role[2])}, {kind!r})]")
+            parts.append(f"v{int(role[1])}.raw_buffer({int(role[2])}, {kind!r})")
     names = "".join(f", v{k}" for k in range(count))
     return eval(f"lambda fn, out, threads{names}: fn({', '.join(parts)})", {})  # noqa: S307 - text built above from ints
 

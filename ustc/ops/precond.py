@@ -298,7 +298,7 @@ def _pattern(a, who: str, shift: float = 0.0):
         dtype = np.dtype(np.float64)
     csr = trisolve.canonical(trisolve.as_csr(host))
     pos, crd = trisolve.host_pattern(csr)
-    vals = np.ascontiguousarray(csr._values[:int(pos[-1])], dtype=dtype)
+    vals = np.ascontiguousarray(csr.raw_values[:int(pos[-1])], dtype=dtype)
     if not np.isfinite(vals).all():
         raise SolveError(f"{who}: the matrix a holds a non-finite value (NaN or Inf)")
     pos, crd, vals, diag = factor.factor_pattern(np.ascontiguousarray(pos), np.ascontiguousarray(crd), vals)

@@ -163,7 +163,7 @@ def _all_finite(v) -> bool:
 def _require_finite_matrix(a: Tensor) -> None:
     """SolveError naming ``a`` (and, on the host, the first offending entry) when a stored
     value is NaN or Inf."""
-    values = a._values if a.format.batch_levels else a._values[:a.nse]
+    values = a.raw_values if a.format.batch_levels else a.raw_values[:a.nse]
     if _all_finite(values):
         return
     (rows, cols), vals = a.to("cpu").entries()
@@ -260,8 +260,8 @@ def _triangular(a: Tensor, b: np.ndarray, lower: bool, unit: bool):
     csr = trisolve.canonical(trisolve.as_csr(a))      # duplicates summed, on a copy
     b2 = b.reshape(b.shape[0], 1) if b.ndim == 1 else b
     x = np.empty_like(b2)
-    values = csr._values[:csr.nse].astype(b2.dtype, copy=False)
-    bad = vec.triangular_csr(csr._buffers[(1, "pos")], csr._buffers[(1, "crd")], values, b2, x, unit, lower)
+    values = csr.raw_values[:csr.nse].astype(b2.dtype, copy=False)
+    bad = vec.triangular_csr(csr.raw_buffers[(1, "pos")], csr.raw_buffers[(1, "crd")], values, b2, x, unit, lower)
     if bad >= 0:
         raise trisolve.singular(bad)
     x = x.reshape(b.shape)

@@ -130,7 +130,7 @@ def summed(csr: Tensor, pos, crd) -> Tensor:
     from ..formats import CSR
 
     if csr.device == "cpu":
-        pos, crd, values = sum_duplicates(pos, crd, csr._values)
+        pos, crd, values = sum_duplicates(pos, crd, csr.raw_values)
         return Tensor(CSR, csr.shape, {(1, "pos"): pos, (1, "crd"): crd}, values, package=csr.package)
     return summed(csr.to("cpu"), pos, crd).to(csr.device)
 
@@ -154,7 +154,7 @@ def sum_duplicates(pos, crd, values):
 
 def host_pattern(csr: Tensor) -> tuple[np.ndarray, np.ndarray]:
     """``(pos, crd)`` of a CSR tensor's compressed level as host arrays (copied from a device)."""
-    pos, crd = csr._buffers[(1, "pos")], csr._buffers[(1, "crd")]
+    pos, crd = csr.raw_buffers[(1, "pos")], csr.raw_buffers[(1, "crd")]
     if packages.is_cupy(pos):
         import cupy
 
@@ -205,13 +205,13 @@ def solve_cuda(csr: Tensor, b, lower: bool, unit: bool, schedule: LevelSchedule 
         raise UstcError(f"solve: the level schedule was made for a {schedule.n}×{schedule.n} "
                         f"{'lower' if schedule.lower else 'upper'} pattern with {schedule.nnz} entries, "
                         f"not this one; analyse the matrix again")
-    values = csr._values.astype(b.dtype, copy=False)
+    values = csr.raw_values.astype(b.dtype, copy=False)
     if not unit:
         check_diagonal(schedule, values)
     cuda_host.require_device()
     from . import cuda_trisolve
 
-    device = [csr._buffers[(1, "pos")], csr._buffers[(1, "crd")], values]
+    device = [csr.raw_buffers[(1, "pos")], csr.raw_buffers[(1, "crd")], values]
     x = cuda_trisolve.substitute(*device, schedule, b.reshape(b.shape[0], 1) if b.ndim == 1 else b, unit)
     return x.reshape(b.shape), schedule
 

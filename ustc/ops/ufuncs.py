@@ -105,7 +105,7 @@ def _evaluate(f, *args):
 
 def mapped(t: Tensor, values) -> Tensor:
     """A tensor of ``t``'s format, shape and pattern (index buffers copied) holding ``values``."""
-    buffers = {key: b.copy() for key, b in t._buffers.items()}
+    buffers = {key: b.copy() for key, b in t.raw_buffers.items()}
     return Tensor(t.format, t.shape, buffers, np.ascontiguousarray(values), device=t.device, package=t.package)
 
 
@@ -116,7 +116,7 @@ def unary(f, t: Tensor, **kwargs) -> Tensor:
     if isinstance(z, Exception) or not _is_zero(z):
         _refuse(f, (None,), z)
     with np.errstate(all="ignore"):
-        return mapped(t, f(t._values, **kwargs))
+        return mapped(t, f(t.raw_values, **kwargs))
 
 
 def binary(f, a, b):
@@ -136,7 +136,7 @@ def binary(f, a, b):
         if isinstance(z, Exception) or not _is_zero(z):
             _refuse(f, args, z)
         with np.errstate(all="ignore"):
-            out = f(t._values, x) if left else f(x, t._values)
+            out = f(t.raw_values, x) if left else f(x, t.raw_values)
         return _finish(f, mapped(t, out))
     return _with_array(f, t, x, left)
 
@@ -159,9 +159,9 @@ def _with_array(f, t: Tensor, x: np.ndarray, left: bool) -> Tensor:
     coords, where = entry_positions(t)
     xs = np.broadcast_to(x, shape)[coords]
     with np.errstate(all="ignore"):
-        vals = t._values[where]
+        vals = t.raw_values[where]
         got = f(vals, xs) if left else f(xs, vals)
-        out = np.zeros(t._values.shape, dtype=np.asarray(got).dtype)
+        out = np.zeros(t.raw_values.shape, dtype=np.asarray(got).dtype)
         out[where] = got
     return _finish(f, mapped(t, out))
 
@@ -237,7 +237,7 @@ def _both(f, a: Tensor, b: Tensor) -> Tensor:
     with np.errstate(all="ignore"):
         vals = f(left, right)
     out = Tensor.from_coo(coords, vals, shape, union_format(a.format, b.format))
-    out._package = a.package
+    out = out.with_package(a.package)
     return out
 
 

@@ -13,6 +13,8 @@ memory with its source, and ``to_package`` hands the same memory back.
 
 from __future__ import annotations
 
+import copy as _copy
+from types import MappingProxyType
 from typing import Mapping
 
 import numpy as np
@@ -218,6 +220,43 @@ class Tensor:
     def buffers(self) -> dict:
         """``{(level, "pos" | "crd"): array}`` in the tensor's package."""
         return {key: packages.wrap(b, self._package) for key, b in self._buffers.items()}
+
+    # -- raw storage, for kernels and routes ------------------------------------------
+    @property
+    def raw_values(self):
+        """The values array as stored: NumPy on the host, CuPy on a device, never wrapped into the
+        tensor's package (``values`` wraps). Shares memory; writing into it changes the tensor."""
+        return self._values
+
+    @property
+    def raw_buffers(self) -> Mapping:
+        """``{(level, "pos" | "crd"): array}`` as stored (not wrapped), read-only mapping."""
+        return MappingProxyType(self._buffers)
+
+    def raw_buffer(self, level: int, name: str):
+        """Buffer ``name`` ("pos" or "crd") of ``level`` as stored; KeyError when the level has none."""
+        return self._buffers[(level, name)]
+
+    @property
+    def layout(self) -> Layout:
+        """The format bound to the extents: level shape, origins, positions (``storage.Layout``)."""
+        return self._layout
+
+    def with_package(self, package: str | None) -> "Tensor":
+        """The same tensor (storage shared, nothing copied) handed back as ``package``'s type."""
+        out = _copy.copy(self)
+        out._package = package
+        return out
+
+    def assign(self, other: "Tensor") -> "Tensor":
+        """Make this tensor hold ``other``'s storage, format and device (shared, not copied), keeping
+        its own package: the contract of an ``out=`` tensor that an operation replaces. Returns self."""
+        if not isinstance(other, Tensor):
+            raise TypeError(f"assign takes a ustc Tensor, got {type(other).__name__}")
+        package = self._package
+        self.__dict__.update(other.__dict__)
+        self._package = package
+        return self
 
     @property
     def nbytes(self) -> int:

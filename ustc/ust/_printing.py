@@ -23,8 +23,8 @@ def _items(a) -> str:
 
 def describe(t) -> str:
     index = t.index_type
-    values = t._values if t.format.batch_levels else t._values[:t.nse]
-    buffers = dict(t._buffers)
+    values = t.raw_values if t.format.batch_levels else t.raw_values[:t.nse]
+    buffers = dict(t.raw_buffers)
     if t._nv_converted:
         empty = np.zeros(0, dtype=index)
         buffers = {(k, name): buffers.get((k, name), empty) for k in range(t.num_levels) for name in ("pos", "crd")}

@@ -206,8 +206,8 @@ class _Conjugated:
             raise UnsupportedOperation(f"matmul: conjugating operand {label} on a CUDA device")
         if not isinstance(x, np.ndarray) and not (packages.is_torch(x) and x.layout == x.new_empty(0).layout):
             source = x if isinstance(x, _UstcTensor) else _UstcTensor.from_package(x)
-            self.source, self.operand = source._values, source.copy()
-            self.target = self.operand._values
+            self.source, self.operand = source.raw_values, source.copy()
+            self.target = self.operand.raw_values
         else:
             self.source = packages.host_array(x)
             self.operand = self.target = np.empty_like(self.source)
