@@ -47,6 +47,12 @@ def nm():
     return _layers(64, 48, "2:4", 0.5)
 
 
+@pytest.fixture(scope="module")
+def small():
+    """The generated kernel: x copied into the plan's operand, the result copied out into the kept buffer."""
+    return _layers(24, 10, "magnitude", 0.7)
+
+
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("bias", [True, False])
 def test_small_layer_matches_dense(dtype, bias):
@@ -83,7 +89,7 @@ def test_kernel_routes_read_x_in_place_and_add_the_bias(layer, request):
         torch.testing.assert_close(lin(x), dense(x))
 
 
-@pytest.mark.parametrize("layer", ["csr_big", "nm"])
+@pytest.mark.parametrize("layer", ["csr_big", "nm", "small"])
 def test_results_kept_alive_are_never_overwritten(layer, request):
     lin, dense = request.getfixturevalue(layer)
     xs = [torch.randn(1, lin.in_features) for _ in range(5)]

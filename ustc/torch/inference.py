@@ -142,15 +142,24 @@ class _Plan:
         return view
 
     def _one_copied(self, x, bias, row: bool):
-        """:meth:`one` through the plan's own buffers: ``x`` copied in, the result copied out."""
+        """:meth:`one` through the plan's own buffers: ``x`` copied in, the result (plus the bias) copied
+        out into the kept result buffer (a bias :meth:`_bias_view` does not take: a new tensor)."""
         with self.lock:
             if self.wide is not None:
                 self.wide[0].copy_(self.wide[1])
             self.b_in.copy_(x)
             array = self.product()
-            views = self.out if array is self.out[0] else self._views(array)
-            out = views[2] if row else views[1]
-            return out.clone() if bias is None else torch.add(out, bias)
+            add = None if bias is None else self._bias_view(bias)
+            if bias is not None and add is None:
+                views = self.out if array is self.out[0] else self._views(array)
+                return torch.add(views[2] if row else views[1], bias)
+            kept = self.results[row + 2 * _inference_mode()].take()
+            y = kept[1][0] if row else kept[1]
+            if add is None:
+                np.copyto(y, array)
+            else:
+                np.add(array, add, out=y)
+            return kept[0]
 
     def _views(self, array) -> tuple:
         """The torch views of the Matmul's result buffer (the same array every call: they are kept)."""
