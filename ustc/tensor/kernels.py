@@ -17,6 +17,7 @@ from numba import prange, types
 from numba.extending import overload
 
 from ..cache._lean import njit_cached
+from ..kernels._alloc import empty
 from .fastpaths import MASKED, NONZERO, POSITIVE  # noqa: F401  (modes 0, 1, 2 below)
 
 U = np.uintp  # an unsigned subscript: no wraparound test
@@ -590,8 +591,8 @@ def coo_bucket(major, minor, values, n_major, n_minor):
     """Entries bucketed by ``major`` (stable counting sort): ``(pos, crd, vals, ok)``; ``ok`` is
     False, and the buffers unusable, when a coordinate lies outside ``[0, n_major) x [0, n_minor)``."""
     pos = np.zeros(n_major + 1, dtype=np.int64)
-    crd = np.empty(major.size, dtype=np.int64)
-    vals = np.empty(values.size, dtype=values.dtype)
+    crd = empty(major.size, np.int64)   # O(nnz) scratch: huge pages (kernels._alloc)
+    vals = empty(values.size, values.dtype)
     for k in range(major.size):
         r, c = major[k], minor[k]
         if r < 0 or r >= n_major or c < 0 or c >= n_minor:
