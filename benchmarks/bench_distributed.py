@@ -378,9 +378,10 @@ def solve_cpu(say, ud, d, b, rtol=1e-6):
 
 def shm_rounds(say, ud, ustc, rounds, side=114):
     """The side-114 target by transport: CG ms per iteration under ``mpiexec -n 2`` (mpi4py),
-    over the default direct TCP connections and over shared-memory rings between the blocks of one
-    host (``transport="shm"``), in alternating rounds, each with no other cluster alive (a fresh
-    2-worker runtime per measurement); the ratios to mpi4py per round, median and range."""
+    over direct TCP connections (``transport="socket"``) and over shared-memory rings between the
+    blocks of one host (``transport="shm"``, what the default ``"auto"`` picks on one host), in
+    alternating rounds, each with no other cluster alive (a fresh 2-worker runtime per
+    measurement); the ratios to mpi4py per round, median and range."""
     ud.shutdown()
     a = stencil(side)
     b = np.ones(a.shape[0])
