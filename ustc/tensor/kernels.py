@@ -961,15 +961,21 @@ def bsr_row_counts(pos, crd, values, r, c, nrows, ncols, counts):
     at positions ``[pos[b], pos[b + 1])``, block column ``crd[p]``, values row-major per block;
     rows past ``nrows`` and the columns of an edge block past ``ncols`` are padding). A count
     needs no column order: blocks are read in storage order, whatever it is."""
+    pairs = r == 2 and c == 2 and ncols % 2 == 0  # BSR(2, 2) without edge columns: unrolled
     for b in prange(pos.size - 1):
         start, end = np.intp(pos[U(b)]), np.intp(pos[U(b + 1)])
         for ii in range(min(r, nrows - b * r)):
             n = 0
-            for p in range(start, end):
-                j0 = np.intp(crd[U(p)]) * c
-                base = (p * r + ii) * c
-                for jj in range(min(c, ncols - j0)):
-                    n += values[U(base + jj)] != 0
+            if pairs:
+                for p in range(start, end):
+                    base = p * 4 + ii * 2
+                    n += (values[U(base)] != 0) + (values[U(base + 1)] != 0)
+            else:
+                for p in range(start, end):
+                    j0 = np.intp(crd[U(p)]) * c
+                    base = (p * r + ii) * c
+                    for jj in range(min(c, ncols - j0)):
+                        n += values[U(base + jj)] != 0
             counts[U(b * r + ii + 1)] = n
 
 
@@ -997,27 +1003,52 @@ def bsr_row_fill(pos, crd, values, r, c, nrows, ncols, bounds, widest, pos_out, 
     ``widest`` > 0 (the most blocks a block row holds) the block columns need not be ordered:
     each block row is put in column order in a chunk-local list of that size first (no
     full-size permutation buffer). Returns how many block columns repeat within their block
-    row (then the output is not a CSR: the caller drops it)."""
+    row (then the output is not a CSR: the caller drops it).
+
+    Rows whose end lies before their chunk's end are written without a branch per value (every
+    value stored, the position advanced past nonzeros only): a zero's store lands at most at the
+    row's end, which a later row of the same chunk overwrites. A row ending where its chunk
+    ends keeps the branch, so nothing is written past it."""
     repeats = 0
+    pairs = r == 2 and c == 2 and ncols % 2 == 0
     for t in prange(bounds.size - 1):
         order = np.empty(widest, dtype=np.intp)
         found = 0
+        stop = np.intp(pos_out[U(min(bounds[t + 1] * r, nrows))])
         for b in range(bounds[t], bounds[t + 1]):
             start, end = np.intp(pos[U(b)]), np.intp(pos[U(b + 1)])
             if widest > 0:
                 found += _blocks_by_column(crd, start, end, order)
             for ii in range(min(r, nrows - b * r)):
                 o = np.intp(pos_out[U(b * r + ii)])
-                for q in range(start, end):
-                    p = order[U(q - start)] if widest > 0 else q
-                    j0 = np.intp(crd[U(p)]) * c
-                    base = (p * r + ii) * c
-                    for jj in range(min(c, ncols - j0)):
-                        v = values[U(base + jj)]
-                        if v != 0:
-                            crd_out[U(o)] = j0 + jj
-                            values_out[U(o)] = v
-                            o += 1
+                if pos_out[U(b * r + ii + 1)] < stop and pairs:
+                    for q in range(start, end):
+                        p = order[U(q - start)] if widest > 0 else q
+                        j0, base = np.intp(crd[U(p)]) * 2, p * 4 + ii * 2
+                        v = values[U(base)]
+                        crd_out[U(o)], values_out[U(o)] = j0, v
+                        o += v != 0
+                        v = values[U(base + 1)]
+                        crd_out[U(o)], values_out[U(o)] = j0 + 1, v
+                        o += v != 0
+                elif pos_out[U(b * r + ii + 1)] < stop:
+                    for q in range(start, end):
+                        p = order[U(q - start)] if widest > 0 else q
+                        j0, base = np.intp(crd[U(p)]) * c, (p * r + ii) * c
+                        for jj in range(min(c, ncols - j0)):
+                            v = values[U(base + jj)]
+                            crd_out[U(o)], values_out[U(o)] = j0 + jj, v
+                            o += v != 0
+                else:
+                    for q in range(start, end):
+                        p = order[U(q - start)] if widest > 0 else q
+                        j0, base = np.intp(crd[U(p)]) * c, (p * r + ii) * c
+                        for jj in range(min(c, ncols - j0)):
+                            v = values[U(base + jj)]
+                            if v != 0:
+                                crd_out[U(o)] = j0 + jj
+                                values_out[U(o)] = v
+                                o += 1
         repeats += found
     return repeats
 
