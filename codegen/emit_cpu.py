@@ -21,6 +21,8 @@ from . import loopir as ir
 from .names import FreshNames
 
 RESOLVE = "_ustc_function"
+#: the allocator of uninitialised kernel-local arrays (huge pages for large ones: ustc.kernels._alloc)
+EMPTY = "_ustc_empty"
 
 
 def extern_lines(module: ir.Module, target: str) -> list[str]:
@@ -68,7 +70,7 @@ class CpuEmitter:
     target = "cpu"
     #: names the emitted module binds at module level (its imports; :meth:`module_names` adds the
     #: functions and externs): a user tensor or index spelled like one is renamed in the kernel
-    GLOBALS = frozenset({"np", "njit", "prange", RESOLVE})
+    GLOBALS = frozenset({"np", "njit", "prange", RESOLVE, EMPTY})
 
     def __init__(self, unsigned_index: bool = True):
         self.unsigned_index = unsigned_index
@@ -78,6 +80,8 @@ class CpuEmitter:
     def emit(self, module: ir.Module) -> str:
         lines = [f"# {line}" if line else "#" for line in module.header]
         lines += ["", "import numpy as np", "from numba import njit, prange", ""]
+        if any(isinstance(s, ir.Alloc) and not s.zero for fn in module.functions for s in ir.walk(fn.body)):
+            lines += [f"from ustc.kernels._alloc import empty as {EMPTY}", ""]
         lines += extern_lines(module, "cpu")
         reserved = self.module_names(module)
         for fn in module.functions:
@@ -150,8 +154,9 @@ class CpuEmitter:
         if isinstance(s, ir.Sort):
             return [f"{pad}{s.array}[{self.expr(s.start)}:{self.expr(s.stop)}].sort()"]
         if isinstance(s, ir.Alloc):
-            kind = "zeros" if s.zero else "empty"
-            return [f"{pad}{s.name} = np.{kind}({self.expr(s.size)}, dtype=np.{s.dtype})"]
+            if s.zero:
+                return [f"{pad}{s.name} = np.zeros({self.expr(s.size)}, dtype=np.{s.dtype})"]
+            return [f"{pad}{s.name} = {EMPTY}({self.expr(s.size)}, np.{s.dtype})"]
         raise TypeError(f"cannot emit {s!r}")
 
     def nested(self, body, depth: int) -> list[str]:

@@ -3,6 +3,8 @@
 import numpy as np
 from numba import njit, prange
 
+from ustc.kernels._alloc import empty as _ustc_empty
+
 
 @njit(cache=True, nogil=True, parallel=True)
 def kernel_0(emit, B_lvl1_pos, B_lvl1_crd, B_lvl1_size, B_lvl2_size, B_lvl3_size, B_vals, B_counts, A_lvl1_pos, A_lvl1_crd, A_vals, n_i):
@@ -21,7 +23,7 @@ def kernel_0(emit, B_lvl1_pos, B_lvl1_crd, B_lvl1_size, B_lvl2_size, B_lvl3_size
         B_n1 = B_counts[np.uintp(B_chunk), 1] if emit else 0
         B_last_p1 = -1
         B_last_c1 = 0
-        B_lvl1_work = np.empty(B_lvl1_size, dtype=np.intp)
+        B_lvl1_work = _ustc_empty(B_lvl1_size, np.intp)
         for B_gap1 in range(B_lvl1_size):
             B_lvl1_work[np.uintp(B_gap1)] = -1
         for i in range(B_lo, B_hi):
@@ -81,7 +83,7 @@ def kernel_0_serial(emit, B_lvl1_pos, B_lvl1_crd, B_lvl1_size, B_lvl2_size, B_lv
         B_n1 = B_counts[np.uintp(B_chunk), 1] if emit else 0
         B_last_p1 = -1
         B_last_c1 = 0
-        B_lvl1_work = np.empty(B_lvl1_size, dtype=np.intp)
+        B_lvl1_work = _ustc_empty(B_lvl1_size, np.intp)
         for B_gap1 in range(B_lvl1_size):
             B_lvl1_work[np.uintp(B_gap1)] = -1
         for i in range(B_lo, B_hi):

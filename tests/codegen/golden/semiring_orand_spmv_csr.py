@@ -3,13 +3,15 @@
 import numpy as np
 from numba import njit, prange
 
+from ustc.kernels._alloc import empty as _ustc_empty
+
 
 @njit(cache=True, nogil=True, parallel=True)
 def kernel_0(y, A_lvl1_pos, A_lvl1_crd, A_vals, x, n_i, n_threads):
     """y[i] = A[i, j] & x[j] [semiring or_and]"""
     i_rows = max(n_i, 0)
     i_chunks = min(i_rows, n_threads)
-    i_border = np.empty(i_chunks + 1, dtype=np.intp)
+    i_border = _ustc_empty(i_chunks + 1, np.intp)
     i_border[0] = 0
     i_border[np.uintp(i_chunks)] = i_rows
     if i_chunks > 1:
@@ -62,7 +64,7 @@ def kernel_0_serial(y, A_lvl1_pos, A_lvl1_crd, A_vals, x, n_i, n_threads):
     """y[i] = A[i, j] & x[j] [semiring or_and] (serial: for small operands)"""
     i_rows = max(n_i, 0)
     i_chunks = min(i_rows, n_threads)
-    i_border = np.empty(i_chunks + 1, dtype=np.intp)
+    i_border = _ustc_empty(i_chunks + 1, np.intp)
     i_border[0] = 0
     i_border[np.uintp(i_chunks)] = i_rows
     if i_chunks > 1:

@@ -3,6 +3,8 @@
 import numpy as np
 from numba import njit, prange
 
+from ustc.kernels._alloc import empty as _ustc_empty
+
 from ustc.codegen.functions import resolve as _ustc_function
 
 magnitude_golden0mag = _ustc_function("golden0magnitude", "cpu")
@@ -14,7 +16,7 @@ def kernel_0(y, A_lvl1_pos, A_lvl1_crd, A_vals, x, n_i, n_threads):
     """y[i] = magnitude#golden0magni(A[i, j]) * x[j] [epilog relu#golden0relu]"""
     i_rows = max(n_i, 0)
     i_chunks = min(i_rows, n_threads)
-    i_border = np.empty(i_chunks + 1, dtype=np.intp)
+    i_border = _ustc_empty(i_chunks + 1, np.intp)
     i_border[0] = 0
     i_border[np.uintp(i_chunks)] = i_rows
     if i_chunks > 1:
@@ -67,7 +69,7 @@ def kernel_0_serial(y, A_lvl1_pos, A_lvl1_crd, A_vals, x, n_i, n_threads):
     """y[i] = magnitude#golden0magni(A[i, j]) * x[j] [epilog relu#golden0relu] (serial: for small operands)"""
     i_rows = max(n_i, 0)
     i_chunks = min(i_rows, n_threads)
-    i_border = np.empty(i_chunks + 1, dtype=np.intp)
+    i_border = _ustc_empty(i_chunks + 1, np.intp)
     i_border[0] = 0
     i_border[np.uintp(i_chunks)] = i_rows
     if i_chunks > 1:

@@ -3,6 +3,8 @@
 import numpy as np
 from numba import njit, prange
 
+from ustc.kernels._alloc import empty as _ustc_empty
+
 
 @njit(cache=True, nogil=True, parallel=True)
 def kernel_0(emit, C_crd0, C_crd1, C_vals, C_offsets, A_lvl1_pos, A_lvl1_crd, A_vals, B_lvl1_pos, B_lvl1_crd, B_vals, n_i, n_j, n_threads):
@@ -10,12 +12,12 @@ def kernel_0(emit, C_crd0, C_crd1, C_vals, C_offsets, A_lvl1_pos, A_lvl1_crd, A_
     C_cap = len(C_vals)
     i_rows = max(n_i, 0)
     i_chunks = min(i_rows, n_threads)
-    i_border = np.empty(i_chunks + 1, dtype=np.intp)
+    i_border = _ustc_empty(i_chunks + 1, np.intp)
     i_border[0] = 0
     i_border[np.uintp(i_chunks)] = i_rows
     if i_chunks > 1:
         # each row's work, summed up: i_border[c] is where chunk c's even share starts
-        i_work = np.empty(i_rows + 1, dtype=np.intp)
+        i_work = _ustc_empty(i_rows + 1, np.intp)
         i_work[0] = 0
         for i_u in prange(n_i):
             i = np.intp(i_u)
@@ -39,11 +41,11 @@ def kernel_0(emit, C_crd0, C_crd1, C_vals, C_offsets, A_lvl1_pos, A_lvl1_crd, A_
             i_border[np.uintp(i_chunk)] = i_lo
     for i_chunk_u in prange(i_chunks):
         i_chunk = np.intp(i_chunk_u)
-        ws_j_vals = np.empty(n_j, dtype=np.float64)
+        ws_j_vals = _ustc_empty(n_j, np.float64)
         ws_j_mark = np.zeros(n_j, dtype=np.bool_)
-        ws_j_list = np.empty(n_j, dtype=np.intp)
-        ws_j_spare = np.empty(n_j, dtype=np.intp)
-        ws_j_bin = np.empty(n_j + 1, dtype=np.intp)
+        ws_j_list = _ustc_empty(n_j, np.intp)
+        ws_j_spare = _ustc_empty(n_j, np.intp)
+        ws_j_bin = _ustc_empty(n_j + 1, np.intp)
         for i in range(i_border[np.uintp(i_chunk)], i_border[np.uintp(i_chunk + 1)]):
             C_n = C_offsets[np.uintp(i)] if emit else 0
             ws_j_n = 0
@@ -132,12 +134,12 @@ def kernel_0_serial(emit, C_crd0, C_crd1, C_vals, C_offsets, A_lvl1_pos, A_lvl1_
     C_cap = len(C_vals)
     i_rows = max(n_i, 0)
     i_chunks = min(i_rows, n_threads)
-    i_border = np.empty(i_chunks + 1, dtype=np.intp)
+    i_border = _ustc_empty(i_chunks + 1, np.intp)
     i_border[0] = 0
     i_border[np.uintp(i_chunks)] = i_rows
     if i_chunks > 1:
         # each row's work, summed up: i_border[c] is where chunk c's even share starts
-        i_work = np.empty(i_rows + 1, dtype=np.intp)
+        i_work = _ustc_empty(i_rows + 1, np.intp)
         i_work[0] = 0
         for i in range(n_i):
             i_w = 1
@@ -159,11 +161,11 @@ def kernel_0_serial(emit, C_crd0, C_crd1, C_vals, C_offsets, A_lvl1_pos, A_lvl1_
                     i_hi = i_mid
             i_border[np.uintp(i_chunk)] = i_lo
     for i_chunk in range(i_chunks):
-        ws_j_vals = np.empty(n_j, dtype=np.float64)
+        ws_j_vals = _ustc_empty(n_j, np.float64)
         ws_j_mark = np.zeros(n_j, dtype=np.bool_)
-        ws_j_list = np.empty(n_j, dtype=np.intp)
-        ws_j_spare = np.empty(n_j, dtype=np.intp)
-        ws_j_bin = np.empty(n_j + 1, dtype=np.intp)
+        ws_j_list = _ustc_empty(n_j, np.intp)
+        ws_j_spare = _ustc_empty(n_j, np.intp)
+        ws_j_bin = _ustc_empty(n_j + 1, np.intp)
         for i in range(i_border[np.uintp(i_chunk)], i_border[np.uintp(i_chunk + 1)]):
             C_n = C_offsets[np.uintp(i)] if emit else 0
             ws_j_n = 0

@@ -3,6 +3,8 @@
 import numpy as np
 from numba import njit, prange
 
+from ustc.kernels._alloc import empty as _ustc_empty
+
 
 @njit(cache=True, nogil=True)
 def kernel_0(emit, C_lvl0_crd, C_lvl1_pos, C_lvl1_crd, C_vals, C_counts, A_lvl0_pos, A_lvl0_crd, A_lvl1_pos, A_lvl1_crd, A_vals, B_lvl0_pos, B_lvl0_crd, B_lvl1_pos, B_lvl1_crd, B_vals, n_j):
@@ -13,11 +15,11 @@ def kernel_0(emit, C_lvl0_crd, C_lvl1_pos, C_lvl1_crd, C_vals, C_counts, A_lvl0_
     C_n1 = 0
     C_last_p1 = -1
     C_last_c1 = 0
-    ws_j_vals = np.empty(n_j, dtype=np.float64)
+    ws_j_vals = _ustc_empty(n_j, np.float64)
     ws_j_mark = np.zeros(n_j, dtype=np.bool_)
-    ws_j_list = np.empty(n_j, dtype=np.intp)
-    ws_j_spare = np.empty(n_j, dtype=np.intp)
-    ws_j_bin = np.empty(n_j + 1, dtype=np.intp)
+    ws_j_list = _ustc_empty(n_j, np.intp)
+    ws_j_spare = _ustc_empty(n_j, np.intp)
+    ws_j_bin = _ustc_empty(n_j + 1, np.intp)
     for A_p0 in range(np.intp(A_lvl0_pos[0]), np.intp(A_lvl0_pos[1])):
         i = np.intp(A_lvl0_crd[np.uintp(A_p0)])
         ws_j_n = 0

@@ -3,13 +3,15 @@
 import numpy as np
 from numba import njit, prange
 
+from ustc.kernels._alloc import empty as _ustc_empty
+
 
 @njit(cache=True, nogil=True, parallel=True)
 def kernel_0(y, A_lvl0_size, A_lvl1_pos, A_lvl1_crd, A_lvl2_size, A_lvl3_size, A_vals, x, n_i, n_j, n_threads):
     """y[i] += A[i, j] * x[j]"""
     v_i_div2_rows = max(A_lvl0_size, 0)
     v_i_div2_chunks = min(v_i_div2_rows, n_threads)
-    v_i_div2_border = np.empty(v_i_div2_chunks + 1, dtype=np.intp)
+    v_i_div2_border = _ustc_empty(v_i_div2_chunks + 1, np.intp)
     v_i_div2_border[0] = 0
     v_i_div2_border[np.uintp(v_i_div2_chunks)] = v_i_div2_rows
     if v_i_div2_chunks > 1:
@@ -71,7 +73,7 @@ def kernel_0_serial(y, A_lvl0_size, A_lvl1_pos, A_lvl1_crd, A_lvl2_size, A_lvl3_
     """y[i] += A[i, j] * x[j] (serial: for small operands)"""
     v_i_div2_rows = max(A_lvl0_size, 0)
     v_i_div2_chunks = min(v_i_div2_rows, n_threads)
-    v_i_div2_border = np.empty(v_i_div2_chunks + 1, dtype=np.intp)
+    v_i_div2_border = _ustc_empty(v_i_div2_chunks + 1, np.intp)
     v_i_div2_border[0] = 0
     v_i_div2_border[np.uintp(v_i_div2_chunks)] = v_i_div2_rows
     if v_i_div2_chunks > 1:
