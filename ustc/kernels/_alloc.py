@@ -94,7 +94,7 @@ def _madvise_hugepage(typingctx, start, length):
     return sig, codegen
 
 
-@overload(advise, inline="always")
+@overload(advise)
 def _advise_kernel(array):
     if not isinstance(array, types.Array) or array.layout != "C":
         return None
@@ -111,7 +111,7 @@ def _advise_kernel(array):
     return impl
 
 
-@overload(empty, inline="always")
+@overload(empty)
 def _empty_kernel(n, dtype):
     def impl(n, dtype):
         out = np.empty(n, dtype)
