@@ -16,7 +16,6 @@ whole 2 MiB pages inside the buffer are advised, so neighbouring allocations are
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import sys
 
 import numpy as np
@@ -37,7 +36,7 @@ def _libc_madvise():
     if not LINUX:
         return None
     try:
-        fn = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True).madvise
+        fn = ctypes.CDLL(None).madvise  # the process's own symbols (libc among them): no ldconfig run
     except (OSError, AttributeError):
         return None
     fn.argtypes, fn.restype = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int], ctypes.c_int
