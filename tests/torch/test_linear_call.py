@@ -87,6 +87,11 @@ def test_kernel_routes_read_x_in_place_and_add_the_bias(layer, request):
         lin.bias = bias
         dense.bias = nn.Parameter(bias.detach().clone())
         torch.testing.assert_close(lin(x), dense(x))
+        lin.bias = nn.Parameter(torch.randn(2 * lin.out_features)[::2])  # a strided bias: added by torch
+        dense.bias = nn.Parameter(lin.bias.detach().clone())
+        torch.testing.assert_close(lin(x), dense(x))
+        lin.bias = bias  # (the module's layers are shared: leave them equal)
+        dense.bias = nn.Parameter(bias.detach().clone())
 
 
 @pytest.mark.parametrize("layer", ["csr_big", "nm", "small"])

@@ -73,7 +73,6 @@ class _Plan:
         self.exact = batch == 1 and dtype != torch.bfloat16  # one() applies: the result comes in dtype
         self.out = (None, None, None)  # (the Matmul's result array, its torch views: as computed, as one row)
         self.rows_out, self.compute, self.out_dtype = ust.shape[0], compute, dtype
-        # batch 1: the planned product on the call's own x and a new result (one()), where the plan binds
         # batch 1: a hand-written kernel on the call's own x, into a kept result (one()). The generated
         # kernel's call with its arguments swapped measured slower than _one_copied's two torch copies
         # (512 x 512 at 90% zeros, thread CPU time, 21 alternating rounds, load 15: 1.37x the planned
@@ -126,7 +125,7 @@ class _Plan:
             kept = self.results[row + 2 * _inference_mode()].take()  # (an inference tensor only in that mode)
             call(xn, kept[1][0] if row else kept[1], add)
             out = kept[0]  # held here before the lock goes: no other call takes this buffer now
-        return out if bias is None or add is not None else out.add_(bias)
+        return out if bias is None or add is not None else torch.add(out, bias)  # (dtype promotion as dense)
 
     def _bias_view(self, bias):
         """The bias as a NumPy array the kernel's rows add to (kept while the bias keeps its storage), or
