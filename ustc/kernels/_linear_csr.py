@@ -100,7 +100,7 @@ class LinearCsr:
     @staticmethod
     def arguments(a, b, out, alpha, accumulate: bool, bounds: np.ndarray) -> tuple:
         """``(kernel, args)`` for ``out (+)= alpha * a @ b`` (``a`` a CSR Tensor)."""
-        pos, crd, vals = a._buffers[(1, "pos")], a._buffers[(1, "crd")], a._values
+        pos, crd, vals = a.raw_buffers[(1, "pos")], a.raw_buffers[(1, "crd")], a.raw_values
         scale = out.dtype.type(alpha)
         if b.ndim == 1:
             starts = pos[bounds].astype(np.int64)
@@ -109,9 +109,9 @@ class LinearCsr:
 
     def _bitmap(self, a, b, out, alpha, accumulate: bool, force: bool = False):
         """``(kernel, args)`` of the mask SpMV where it takes these operands, else None."""
-        pos, vals = a._buffers[(1, "pos")], a._values
+        pos, vals = a.raw_buffers[(1, "pos")], a.raw_values
         if not bitmap.accepts(a.shape, pos, vals, b) \
-                or not self._masks.ready(a.shape, pos, a._buffers[(1, "crd")], force):
+                or not self._masks.ready(a.shape, pos, a.raw_buffers[(1, "crd")], force):
             return None
         m = self._masks
         return bitmap.bitmap_spmv, (pos, m.counts, m.bits, vals, m.padded(b), out, out.dtype.type(alpha), accumulate)
@@ -124,7 +124,7 @@ class LinearCsr:
             masked = self._bitmap(a, b, out, alpha, accumulate, force=True)  # a row's length changed: new masks
             if masked is not None and masked[0](*masked[1]):
                 return
-        kernel, args = self.arguments(a, b, out, alpha, accumulate, self.bounds(a._buffers[(1, "pos")], threads))
+        kernel, args = self.arguments(a, b, out, alpha, accumulate, self.bounds(a.raw_buffers[(1, "pos")], threads))
         kernel(*args)
 
     def compile(self, a, b, out, alpha, accumulate: bool, threads: int) -> None:
@@ -133,5 +133,5 @@ class LinearCsr:
 
         masked = self._bitmap(a, b, out, alpha, accumulate)
         kernel, args = masked if masked is not None else \
-            self.arguments(a, b, out, alpha, accumulate, self.bounds(a._buffers[(1, "pos")], threads))
+            self.arguments(a, b, out, alpha, accumulate, self.bounds(a.raw_buffers[(1, "pos")], threads))
         kernel.compile(tuple(numba.typeof(x) for x in args))

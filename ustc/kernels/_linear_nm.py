@@ -67,7 +67,7 @@ def accepts(n: int, m: int, a, b) -> bool:
     """Whether :func:`nm_select_spmv` takes ``Structured(n, m)`` ``a`` times ``b``: a C-contiguous
     1-D NumPy ``b`` of the values' dtype (float32 / float64), ``m`` at most :data:`MAX_M`, a value
     per slot of every row."""
-    vals = a._values
+    vals = a.raw_values
     return 0 < m <= MAX_M and isinstance(b, np.ndarray) and b.ndim == 1 and b.flags.c_contiguous \
         and vals.ndim == 1 and vals.dtype in DTYPES and b.dtype == vals.dtype \
         and len(vals) == a.shape[0] * -(-a.shape[1] // m) * n
@@ -106,9 +106,9 @@ class NmSelect:
 
     def _masked(self, a, b, out, alpha, accumulate: bool):
         """``(kernel, args)`` of the mask kernel where it takes these operands, else None."""
-        if not bitmap.USE_MASKS or out.dtype != np.float32 or a._values.dtype != np.float32:
+        if not bitmap.USE_MASKS or out.dtype != np.float32 or a.raw_values.dtype != np.float32:
             return None
-        crd = a._buffers[(2, "crd")]
+        crd = a.raw_buffers[(2, "crd")]
         key = (crd, crd.__array_interface__["data"][0], len(crd), a.shape)  # (crd kept alive: its id stays its own)
         old = self._masks_key
         if old is None or old[0] is not crd or old[1:] != key[1:]:
@@ -116,7 +116,7 @@ class NmSelect:
         if self._masks is None:
             return None
         pos, counts, bits = self._masks
-        return bitmap.bitmap_spmv, (pos, counts, bits, a._values, self._x.of(b, bits.shape[1]), out,
+        return bitmap.bitmap_spmv, (pos, counts, bits, a.raw_values, self._x.of(b, bits.shape[1]), out,
                                     out.dtype.type(alpha), accumulate)
 
     def arguments(self, a, b, out, alpha, accumulate: bool, parallel: bool) -> tuple:
@@ -125,7 +125,7 @@ class NmSelect:
         if xs is None or xs.shape != (self.m, slots) or xs.dtype != out.dtype:
             xs = self._xs = np.empty((self.m, slots), dtype=out.dtype)
         return nm_select_spmv(self.n, self.m, parallel), \
-            (a._buffers[(2, "crd")], a._values, b, xs, out, out.dtype.type(alpha), a.shape[0], slots, accumulate)
+            (a.raw_buffers[(2, "crd")], a.raw_values, b, xs, out, out.dtype.type(alpha), a.shape[0], slots, accumulate)
 
     def run(self, a, b, out, alpha, accumulate: bool, parallel: bool) -> None:
         masked = self._masked(a, b, out, alpha, accumulate)

@@ -271,7 +271,7 @@ def accepts(n: int, m: int, a, b) -> bool:
     """Whether :class:`NmTile` takes ``Structured(n, m)`` ``a`` times ``b``: float32 values, a C-contiguous
     2-D NumPy ``b`` of float32 whose batch is a positive multiple of 16, whole groups (columns a multiple
     of ``m``, ``b``'s rows), an even number of slots a row, a value per slot."""
-    vals = a._values
+    vals = a.raw_values
     rows, columns = a.shape
     return n > 0 and isinstance(b, np.ndarray) and b.ndim == 2 and b.flags.c_contiguous \
         and vals.dtype == np.float32 and b.dtype == np.float32 and vals.ndim == 1 \
@@ -296,7 +296,7 @@ class NmTile:
             np.copyto(self._b, b)
             b = self._b
         return kernel_for(self.n, self.m, b.shape[1]), \
-            (a._buffers[(2, "crd")], a._values, b, out, out.dtype.type(alpha), a.shape[0], slots, accumulate,
+            (a.raw_buffers[(2, "crd")], a.raw_values, b, out, out.dtype.type(alpha), a.shape[0], slots, accumulate,
              numba.get_num_threads())  # one worker per thread (an argument: the kernel stays cacheable)
 
     def run(self, a, b, out, alpha, accumulate: bool, parallel: bool) -> None:

@@ -89,7 +89,7 @@ def written(t: Tensor, fmt: TensorFormat) -> Tensor | None:
     if not plan.writer or not all(_transposes(t.format, target) for _, target in plan.convert):
         return None
     result = run.run()["B"]
-    result._package = t.package
+    result = result.with_package(t.package)
     return result
 
 
@@ -128,5 +128,5 @@ def on_device(t: Tensor, fmt: TensorFormat) -> Tensor:
                      "order (a different leading index), or a target level needs a workspace or a "
                      "collecting pass (BSR, DIA, n:m)")
     result = run.run()["B"]
-    result._package = t.package
+    result = result.with_package(t.package)
     return result

@@ -42,7 +42,7 @@ def matmul(a, b, c=None, alpha=1, beta=None, *, transpose_a: bool = False, trans
     plain = c is None and out is None and beta is None and alpha.__class__ is int and alpha == 1 \
         and not (transpose_a or transpose_b or options or prologs or epilog or semiring)
     if plain and a.__class__ is Tensor:
-        repeat = _REPEATS.get(id(a._layout))
+        repeat = _REPEATS.get(id(a.layout))
         if repeat is not None and (y := repeat(a, b)) is not None:
             return y
     wide = narrow.bfloat16_product(a, b, c, out, (options or {}).get("target"))
@@ -99,10 +99,10 @@ class Repeat:
     def __call__(self, a: Tensor, b):
         """``a @ b`` when ``a`` and ``b`` are of the remembered kinds, else None."""
         if b.__class__ is not np.ndarray or b.shape != self.b_shape or b.dtype != self.b_dtype \
-                or a._values.dtype != self.values or a._device != "cpu" or a._package != self.package \
+                or a.raw_values.dtype != self.values or a.device != "cpu" or a.package != self.package \
                 or MATMUL.generation != self.generation:
             return None
-        buffers = a._buffers
+        buffers = a.raw_buffers
         for key, dtype in self.index:
             if buffers[key].dtype != dtype:
                 return None
@@ -124,8 +124,8 @@ class SerialCsrCall:
 
     def run(self, kernel, a: Tensor, b: np.ndarray) -> np.ndarray:
         out = np.empty(self.n_rows, self.dtype)
-        buffers = a._buffers
-        kernel(buffers[(1, "pos")], buffers[(1, "crd")], a._values, b, out, 0, self.n_rows, None, self.dtype.type(0))
+        buffers = a.raw_buffers
+        kernel(buffers[(1, "pos")], buffers[(1, "crd")], a.raw_values, b, out, 0, self.n_rows, None, self.dtype.type(0))
         return out
 
 
@@ -136,9 +136,9 @@ def _serial_csr(a: Tensor, b: np.ndarray, bound: Bound, work: int) -> SerialCsrC
     """:class:`SerialCsrCall` for a plain CSR ``a @ b`` below ``runtime.SERIAL_WORK`` with one
     floating dtype throughout and int32 / int64 indices, else None."""
     if work >= runtime.SERIAL_WORK or b.ndim != 1 or plain_format(a.format) != CSR \
-            or not (a._values.dtype == b.dtype == bound.dtype) or bound.dtype not in SERIAL_CSR_DTYPES \
-            or set(a._buffers) != {(1, "pos"), (1, "crd")} \
-            or any(buf.dtype.type not in (np.int32, np.int64) for buf in a._buffers.values()):
+            or not (a.raw_values.dtype == b.dtype == bound.dtype) or bound.dtype not in SERIAL_CSR_DTYPES \
+            or set(a.raw_buffers) != {(1, "pos"), (1, "crd")} \
+            or any(buf.dtype.type not in (np.int32, np.int64) for buf in a.raw_buffers.values()):
         return None
     return SerialCsrCall(a.shape[0], bound.dtype)
 
@@ -165,11 +165,11 @@ def _remember(a, b, bound: Bound, route) -> None:
     plan = KernelPlan.of(route.program, run)
     if plan.direct is None or plan.direct.inputs != ("A", "B"):
         return
-    index = tuple((key, buf.dtype) for key, buf in a._buffers.items())
+    index = tuple((key, buf.dtype) for key, buf in a.raw_buffers.items())
     work = a.nse + b.size                      # fixed for these kinds (same layout and buffers' shapes)
     if len(_REPEATS) >= _REPEATS_LIMIT:
         _REPEATS.clear()
     serial = _serial_csr(a, b, bound, work)
     call, kernel = (serial, csr_rows) if serial is not None else (plan.direct, plan.direct.kernel(work))
-    _REPEATS[id(a._layout)] = Repeat(a._layout, a._values.dtype, index, a.package, b.shape, b.dtype, call, kernel,
+    _REPEATS[id(a.layout)] = Repeat(a.layout, a.raw_values.dtype, index, a.package, b.shape, b.dtype, call, kernel,
                                      MATMUL.generation)

@@ -219,8 +219,8 @@ def _registered_spgemm(p: Problem, a, b, out_format) -> Route | None:
     entry = registry.lookup("spgemm", a.format, "cpu", a, b)
     if entry is None or not entry.builtin or entry.name != "csr_spgemm" or not entry.matches("spgemm", b.format, "cpu"):
         return None
-    apos, acrd = a._buffers[(1, "pos")], a._buffers[(1, "crd")]
-    bpos, bcrd = b._buffers[(1, "pos")], b._buffers[(1, "crd")]
+    apos, acrd = a.raw_buffers[(1, "pos")], a.raw_buffers[(1, "crd")]
+    bpos, bcrd = b.raw_buffers[(1, "pos")], b.raw_buffers[(1, "crd")]
     route = RegisteredRoute(entry, "spgemm", out_format)
     # what product() will choose for these operands (it samples again at every execute)
     single = one_pass(apos, acrd, bpos, bcrd, b.shape[1], int(a.nse > 0 and b.nse > 0))
@@ -322,12 +322,12 @@ class KeptStructureRoute(Route):
             held, _, fmt, dtype = kept
             c = self._product(held, a, b, fmt, dtype)
             if alpha != 1:
-                c._values[...] *= alpha   # as the inner routes scale their result
+                c.raw_values[...] *= alpha   # as the inner routes scale their result
             return c
         self._kept = None
         c = self.inner.run(a, b, out, alpha)
         self._runs += 1
-        if self._runs >= self.KEEP_AFTER and set(c._buffers) == {(1, "pos"), (1, "crd")}:
+        if self._runs >= self.KEEP_AFTER and set(c.raw_buffers) == {(1, "pos"), (1, "crd")}:
             import numba
 
             held = self._keep(a, b, c, numba.get_num_threads())
@@ -399,12 +399,12 @@ class NarrowColumnsRoute(Route):
         from ..kernels._hot_columns import HotColumns
         from ..kernels._narrow_spmv import NarrowColumns
 
-        pos, crd = a._buffers[(1, "pos")], a._buffers[(1, "crd")]
+        pos, crd = a.raw_buffers[(1, "pos")], a.raw_buffers[(1, "crd")]
         threads = numba.get_num_threads()
         narrow = self._narrow
         if narrow is not None and isinstance(b, np.ndarray) and isinstance(out, np.ndarray) \
-                and narrow.matches(pos, crd, len(a._values), threads):
-            narrow.spmv(out, a._values, b, alpha, self.accumulate)
+                and narrow.matches(pos, crd, len(a.raw_values), threads):
+            narrow.spmv(out, a.raw_values, b, alpha, self.accumulate)
             return out
         if narrow is not None:   # changed: made again only after KEEP_AFTER executes of what it is now
             self._narrow, self._runs = None, 0
@@ -435,7 +435,7 @@ def _narrow_columns(p: Problem, a, b, route: Route) -> Route:
 
     if op_name(p) != "spmv" or p.target != "cpu" or a.device != "cpu" or plain_format(a.format) != CSR \
             or not isinstance(b, np.ndarray) or runtime.input_work((a, b)) < runtime.SERIAL_WORK \
-            or a._buffers[(1, "crd")].dtype.itemsize <= 2 \
+            or a.raw_buffers[(1, "crd")].dtype.itemsize <= 2 \
             or not all(fastpaths.compiled_dtype(x.dtype) and np.issubdtype(x.dtype, np.number) for x in (a, b)):
         return route
     return NarrowColumnsRoute(route, accumulate=p.c is not None)
@@ -592,7 +592,7 @@ class KernelFirstRoute(Route):
         return numba.get_num_threads()
 
     def _fits(self, a, b, out) -> bool:
-        return isinstance(out, np.ndarray) and out.dtype == a._values.dtype and out.flags.c_contiguous \
+        return isinstance(out, np.ndarray) and out.dtype == a.raw_values.dtype and out.flags.c_contiguous \
             and self.takes(a, b)
 
     def prepare(self, a, b, out, alpha) -> None:
@@ -647,7 +647,7 @@ class LinearCsrRoute(KernelFirstRoute):
     def takes(self, a, b) -> bool:
         from ..kernels._linear_csr import accepts
 
-        return accepts(a._buffers[(1, "pos")], a._buffers[(1, "crd")], a._values, b)
+        return accepts(a.raw_buffers[(1, "pos")], a.raw_buffers[(1, "crd")], a.raw_values, b)
 
 
 def _linear_csr(p: Problem, a, b, op) -> Route | None:
@@ -664,8 +664,8 @@ def _linear_csr(p: Problem, a, b, op) -> Route | None:
     if op not in ("spmv", "spmm") or p.target != "cpu" or a.device != "cpu" or plain_format(a.format) != CSR \
             or runtime.input_work((a, b)) < runtime.SERIAL_WORK:
         return None
-    crd = a._buffers[(1, "crd")]
-    if (op == "spmv" and crd.dtype.itemsize > 2) or not accepts(a._buffers[(1, "pos")], crd, a._values, b):
+    crd = a.raw_buffers[(1, "crd")]
+    if (op == "spmv" and crd.dtype.itemsize > 2) or not accepts(a.raw_buffers[(1, "pos")], crd, a.raw_values, b):
         return None
     return LinearCsrRoute(p, op)
 
@@ -701,7 +701,7 @@ def _row_spmm(p: Problem, a, b, op) -> Route | None:
     from ..kernels._spmm_rows import accepts
     from ..tensor.interop import plain_format
 
-    if op != "spmm" or p.target != "cpu" or a.device != "cpu" or not accepts(a._values, b) \
+    if op != "spmm" or p.target != "cpu" or a.device != "cpu" or not accepts(a.raw_values, b) \
             or runtime.input_work((a, b)) < runtime.SERIAL_WORK:
         return None
     fmt = plain_format(a.format)
@@ -1062,7 +1062,7 @@ def _scipy_class(t) -> str | None:
     from ..tensor.interop import _scipy_kind
 
     kind = _scipy_kind(t.format)
-    if kind == "bsr" and any(n % block for n, block in zip(t.shape, t._layout.level_shape[2:])):
+    if kind == "bsr" and any(n % block for n, block in zip(t.shape, t.layout.level_shape[2:])):
         return None
     return kind
 

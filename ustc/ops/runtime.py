@@ -204,7 +204,7 @@ class Run:
         operands = {}
         for name, b in self.tensors.items():
             if b.sparse:
-                index = sorted({dtype_name(a.dtype) for a in b.value._buffers.values()}) if b.value is not None else []
+                index = sorted({dtype_name(a.dtype) for a in b.value.raw_buffers.values()}) if b.value is not None else []
                 operands[name] = {"format": b.format.signature, "dtype": dtype_name(b.dtype), "index": index}
             else:
                 operands[name] = {"format": "ndarray", "ndim": len(b.shape), "dtype": dtype_name(b.dtype)}
@@ -356,10 +356,7 @@ class Run:
             result = place(result, self.device)
         old = out.value
         if isinstance(old, Tensor):
-            package = old.package
-            old.__dict__.update(result.__dict__)
-            old._package = package
-            result = old
+            result = old.assign(result)
         out.value = result
         return result
 
@@ -591,11 +588,11 @@ def structural(coords, values, shape, fmt: TensorFormat) -> Tensor:
     are put where the numbers landed; padding positions hold 0."""
     values = np.asarray(values)
     marks = assemble([np.asarray(c) for c in coords], np.arange(1, len(values) + 1, dtype=np.int64), shape, fmt)
-    where = np.asarray(marks._values)
+    where = np.asarray(marks.raw_values)
     out = np.zeros(where.shape, dtype=values.dtype)
     hit = where > 0
     out[hit] = values[where[hit] - 1]
-    return Tensor(marks.format, marks.shape, marks._buffers, out)
+    return Tensor(marks.format, marks.shape, marks.raw_buffers, out)
 
 
 _LOCAL_LOCK = threading.Lock()
@@ -655,6 +652,6 @@ def _flat(t: Tensor):
     """Flat buffers (batch levels as dense), values, level extents and origins of ``t`` (a tensor
     on a device without batch levels as it is stored: its storage is flat already)."""
     if t.device != "cpu" and not t.format.batch_levels:
-        return t._buffers, t._values, t._layout.level_shape, t._layout.origins
-    buffers, values = t._flatten()
-    return buffers, values, t._layout.level_shape, t._layout.origins
+        return t.raw_buffers, t.raw_values, t.layout.level_shape, t.layout.origins
+    buffers, values = t.flat_storage()
+    return buffers, values, t.layout.level_shape, t.layout.origins

@@ -237,6 +237,11 @@ class Tensor:
         """Buffer ``name`` ("pos" or "crd") of ``level`` as stored; KeyError when the level has none."""
         return self._buffers[(level, name)]
 
+    def flat_storage(self) -> tuple[Mapping, object]:
+        """``(buffers, values)`` as stored, batch levels acting as dense levels (the stored arrays
+        themselves when the format has no batch levels); host tensors only."""
+        return self._flatten()
+
     @property
     def layout(self) -> Layout:
         """The format bound to the extents: level shape, origins, positions (``storage.Layout``)."""

@@ -146,7 +146,7 @@ def restore(param: TorchUST, incoming, key: str = "") -> Tensor:
             f"{format_label(fmt)} ({exc}); prune it to fit first, or load it into a dense model and call "
             f"ustc.torch.reformat_model") from exc
     if param.dtype == torch.bfloat16:
-        ust = with_values(ust, to_torch(ust._values).to(torch.bfloat16))
+        ust = with_values(ust, to_torch(ust.raw_values).to(torch.bfloat16))
     return ust if param.device.type == "cpu" else ust.to(param.device.type)
 
 

@@ -117,7 +117,7 @@ def sddmm_values(signature: str, shape: list[int], buffers: list[torch.Tensor], 
     """``left @ right`` at the pattern of the sparse matrix of the arguments, as its values (0 off the pattern)."""
     weight = _weight(signature, shape, buffers, values)
     if keep is not None:
-        weight = TorchUST(Tensor(weight.ust.format, weight.ust.shape, weight.ust._buffers, weight.ust._values,
+        weight = TorchUST(Tensor(weight.ust.format, weight.ust.shape, weight.ust.raw_buffers, weight.ust.raw_values,
                                  device=weight.ust.device, package=weight.ust.package), dtype=weight.dtype)
         _KEEP[weight.ust] = keep.cpu().numpy().reshape(-1)
     return sddmm(weight, left, right).stored_values().to(values.dtype).reshape(values.shape).clone()

@@ -55,9 +55,9 @@ class _Plan:
         ust = weight.ust
         self.wide = None
         if weight._v.dtype == torch.bfloat16:  # a float32 twin of the values, refreshed per call
-            values = np.empty(ust._values.shape, dtype=np.float32)
+            values = np.empty(ust.raw_values.shape, dtype=np.float32)
             self.wide = (torch.from_numpy(values), weight._v)
-            a = Tensor(ust.format, ust.shape, ust._buffers, values)
+            a = Tensor(ust.format, ust.shape, ust.raw_buffers, values)
         else:
             a = operand(weight)
         compute = np.float32 if dtype == torch.bfloat16 else host(torch.empty(0, dtype=dtype)).dtype

@@ -15,7 +15,6 @@ No autograd here (see ``ustc.torch.autograd``).
 
 from __future__ import annotations
 
-import copy
 
 import numpy as np
 import torch
@@ -70,9 +69,7 @@ def operand(x) -> Tensor:
     ust = x.numeric_ust()
     if ust.package != packages.TORCH:
         return ust
-    alias = copy.copy(ust)
-    alias._package = packages.NUMPY
-    return alias
+    return ust.with_package(packages.NUMPY)
 
 
 def _result(out, dtype: "torch.dtype"):
@@ -123,8 +120,8 @@ def batch_slice(x, index: int):
                                    f"(e.g. BatchedCSR), got {fmt}")
     from ..tensor.interop_torch import _unbatched
 
-    buffers = {(k - 1, name): buf[index] for (k, name), buf in ust._buffers.items()}
-    sliced = Tensor(_unbatched(fmt), ust.shape[1:], buffers, ust._values[index], device=ust.device,
+    buffers = {(k - 1, name): buf[index] for (k, name), buf in ust.raw_buffers.items()}
+    sliced = Tensor(_unbatched(fmt), ust.shape[1:], buffers, ust.raw_values[index], device=ust.device,
                     package=ust.package)
     return TorchUST(sliced, dtype=x.dtype)
 

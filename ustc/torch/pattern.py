@@ -28,7 +28,7 @@ _COORDS: "weakref.WeakKeyDictionary[Tensor, dict]" = weakref.WeakKeyDictionary()
 
 def slot_count(ust: Tensor) -> int:
     """Number of value slots (all batches, padding included)."""
-    return int(np.prod(ust._values.shape, dtype=np.int64))
+    return int(np.prod(ust.raw_values.shape, dtype=np.int64))
 
 
 def keep_mask(ust: Tensor):
@@ -92,7 +92,7 @@ def pattern_slots(ust: Tensor, device) -> tuple:
     if cached is None:
         host_ust = ust if ust.device == "cpu" else ust.to("cpu")
         buffers, values = host_ust._flatten()
-        coords, index = storage.unpack(host_ust._layout, buffers, len(values))
+        coords, index = storage.unpack(host_ust.layout, buffers, len(values))
         keep = _KEEP.get(ust)
         if keep is not None:
             chosen = keep[index]
@@ -126,13 +126,13 @@ def same_pattern(a: Tensor, b: Tensor) -> bool:
     """Whether ``a`` and ``b`` have the same value slots in the same places and the same frozen mask."""
     if a is b:
         return True
-    if a.format != b.format or a.shape != b.shape or a._values.shape != b._values.shape:
+    if a.format != b.format or a.shape != b.shape or a.raw_values.shape != b.raw_values.shape:
         return False
     keep_a, keep_b = _KEEP.get(a), _KEEP.get(b)
     if keep_a is not keep_b and (keep_a is None or keep_b is None or not np.array_equal(keep_a, keep_b)):
         return False
-    for key, buf in a._buffers.items():
-        other = b._buffers[key]
+    for key, buf in a.raw_buffers.items():
+        other = b.raw_buffers[key]
         if buf is not other and not (buf.shape == other.shape and bool((buf == other).all())):
             return False
     return True

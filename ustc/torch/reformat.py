@@ -120,7 +120,7 @@ def default_reformat(weight, *, min_zeros: float = 0.5):
         return None
     if w.dtype == torch.bfloat16:  # NumPy has no bfloat16: stored from float32, values narrowed to bits
         wide = Tensor.from_dense(w.cpu().float(), fmt)
-        narrow = with_values(wide, to_torch(wide._values).to(torch.bfloat16))
+        narrow = with_values(wide, to_torch(wide.raw_values).to(torch.bfloat16))
         return TorchUST(narrow.to(w.device.type), dtype=torch.bfloat16)
     return TorchUST(Tensor.from_dense(w.cpu(), fmt).to(w.device.type))
 

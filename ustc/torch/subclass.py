@@ -123,10 +123,10 @@ def torch_parts(ust: Tensor, dtype: "torch.dtype") -> tuple:
     """
     cached = _PARTS.get(ust)
     if cached is None or cached[0].dtype != dtype:
-        values = to_torch(ust._values)
+        values = to_torch(ust.raw_values)
         if dtype == torch.bfloat16:
             values = values.view(torch.bfloat16)
-        cached = (values, tuple((key, to_torch(buf)) for key, buf in sorted(ust._buffers.items())))
+        cached = (values, tuple((key, to_torch(buf)) for key, buf in sorted(ust.raw_buffers.items())))
         _PARTS[ust] = cached
     return cached
 
@@ -268,7 +268,7 @@ class TorchUST(torch.Tensor):
             return self.ust
         ust = self.ust
         wide = host(self._v.float())
-        return Tensor(ust.format, ust.shape, ust._buffers, wide, device=ust.device, package=ust.package)
+        return Tensor(ust.format, ust.shape, ust.raw_buffers, wide, device=ust.device, package=ust.package)
 
     @property
     def tensor_format(self):
@@ -456,7 +456,7 @@ def dense_of(x: TorchUST):
     """The dense torch tensor of a TorchUST (a fresh tensor; no autograd)."""
     ust = x.numeric_ust()
     dense = ust.to_dense()
-    out = to_torch(dense).clone() if dense is ust._values else to_torch(dense)
+    out = to_torch(dense).clone() if dense is ust.raw_values else to_torch(dense)
     return out if out.dtype == x.dtype else out.to(x.dtype)
 
 
@@ -465,13 +465,13 @@ def convert(x: TorchUST, tensor_format) -> Tensor:
     if x.dtype != torch.bfloat16:
         return x.ust.convert(tensor_format)
     wide = x.numeric_ust().convert(tensor_format)
-    return with_values(wide, to_torch(wide._values).to(torch.bfloat16))
+    return with_values(wide, to_torch(wide.raw_values).to(torch.bfloat16))
 
 
 def with_values(pattern: Tensor, values) -> Tensor:
     """A ustc Tensor with ``pattern``'s format and index buffers and ``values`` (torch, any dtype)."""
-    flat = values.detach().reshape(pattern._values.shape)
-    return Tensor(pattern.format, pattern.shape, pattern._buffers, host(flat), device=pattern.device,
+    flat = values.detach().reshape(pattern.raw_values.shape)
+    return Tensor(pattern.format, pattern.shape, pattern.raw_buffers, host(flat), device=pattern.device,
                   package=pattern.package)
 
 
