@@ -202,8 +202,8 @@ def bsr_spgemm(a, b, fmt=None):
     nbr, nbk, r, k = a.level_shape
     nbc, c = b.level_shape[1], b.level_shape[3]
     dtype = np.result_type(a.dtype, b.dtype)
-    apos, acrd, avals = a._buffers[(1, "pos")], a._buffers[(1, "crd")], a._values.astype(dtype, copy=False)
-    bpos, bcrd, bvals = b._buffers[(1, "pos")], b._buffers[(1, "crd")], b._values.astype(dtype, copy=False)
+    apos, acrd, avals = a.raw_buffers[(1, "pos")], a.raw_buffers[(1, "crd")], a.raw_values.astype(dtype, copy=False)
+    bpos, bcrd, bvals = b.raw_buffers[(1, "pos")], b.raw_buffers[(1, "crd")], b.raw_values.astype(dtype, copy=False)
     chunks = min(max(nbr, 1), 2 * numba.get_num_threads())
     bounds = chunk_bounds(row_work(apos, acrd, bpos, nbr), chunks)
     sizes = block_count(apos, acrd, bpos, bcrd, bounds, nbc)
@@ -317,5 +317,5 @@ def bsr_product(kept, a, b, fmt, dtype):
 
 def kept_inputs(a, b, dtype) -> tuple:
     """``(apos, acrd, avals, bpos, bcrd, bvals)``, values cast to ``dtype`` as :func:`bsr_spgemm` does."""
-    return (a._buffers[(1, "pos")], a._buffers[(1, "crd")], a._values.astype(dtype, copy=False),
-            b._buffers[(1, "pos")], b._buffers[(1, "crd")], b._values.astype(dtype, copy=False))
+    return (a.raw_buffers[(1, "pos")], a.raw_buffers[(1, "crd")], a.raw_values.astype(dtype, copy=False),
+            b.raw_buffers[(1, "pos")], b.raw_buffers[(1, "crd")], b.raw_values.astype(dtype, copy=False))

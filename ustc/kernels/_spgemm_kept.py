@@ -119,7 +119,7 @@ class KeptStructure:
 
 def structure(x) -> tuple[np.ndarray, np.ndarray]:
     """``(pos, crd)`` of a Tensor compressed at level 1 (CSR, BSR)."""
-    return x._buffers[(1, "pos")], x._buffers[(1, "crd")]
+    return x.raw_buffers[(1, "pos")], x.raw_buffers[(1, "crd")]
 
 
 def csr_keep(a, b, c, threads: int) -> KeptStructure | None:
@@ -131,5 +131,5 @@ def csr_product(kept: KeptStructure, a, b, fmt, dtype):
     """``a @ b`` as a CSR Tensor in ``fmt`` over the kept structure (where it ``matches``)."""
     from ..tensor.tensor import Tensor
 
-    pos, crd, vals = kept.product(*structure(a), a._values, *structure(b), b._values, dtype)
+    pos, crd, vals = kept.product(*structure(a), a.raw_values, *structure(b), b.raw_values, dtype)
     return Tensor(fmt, (a.shape[0], b.shape[1]), {(1, "pos"): pos, (1, "crd"): crd}, vals)
