@@ -73,3 +73,14 @@ def test_other_layouts_are_refused_and_unbindable_plans_say_none():
     c = np.ones(30)
     accumulating = ustc.Matmul(A, x, c, alpha=1.0, beta=1.0).plan()
     assert accumulating.bind_call(x, np.empty(30)) is None  # execute does more than the route
+
+
+def test_an_out_overlapping_b_is_refused_and_b_is_kept():
+    A, a = _csr(20, 20, 0.3)
+    x = np.arange(20.0)
+    call = ustc.Matmul(A, x).plan().bind_call(x, np.empty(20))
+    shared = np.arange(20.0)
+    with pytest.raises(ustc.ShapeError, match="overlaps"):
+        call(shared, shared)  # y = A @ y in place would read rows it has written
+    np.testing.assert_array_equal(shared, np.arange(20.0))
+    np.testing.assert_allclose(call(shared, np.empty(20)), a @ shared)

@@ -17,7 +17,8 @@ call with arrays of that layout then runs the planned route on them:
 
 Either way the plan's own operand ``b`` may be overwritten by a call (it is scratch to this
 caller). A call checks the arrays' layout against the bound one (a few attribute reads) and
-raises :class:`ustc.ShapeError` on any other, so no kernel reads or writes outside a buffer.
+raises :class:`ustc.ShapeError` on any other, or where ``out`` overlaps ``b``, so no kernel reads
+or writes outside a buffer or reads what it has written.
 """
 
 from __future__ import annotations
@@ -71,6 +72,8 @@ class PlannedCall:
                 or not (add is None or self.out.matches(add)):
             raise ShapeError(f"bind_call: b {_describe(b)}, out {_describe(out)}, add {_describe(add)}; this call "
                              f"was bound to b {self.b} and out {self.out}")
+        if np.may_share_memory(b, out):  # a kernel would read entries of b it has overwritten
+            raise ShapeError("bind_call: out overlaps b in memory; pass separate arrays")
         with self._lock:
             if self._direct is not None:
                 self._direct(b, out, add)
