@@ -123,3 +123,13 @@ def test_generated_kernels_that_differ_only_in_a_level_property_share_one_module
     assert (s["generated"], s["twins"]) == (3, 2) and len(cache.entries()) == 3
     records = [_store.read_record(_store.files(e.key)[1]) for e in cache.entries()]
     assert len({r.get("same_source", r["key"]) for r in records}) == 1
+
+
+def test_a_memory_hit_after_the_cache_moved_still_names_its_own_source(cache_dir, tmp_path, monkeypatch):
+    (_, key1), (_, key2) = _pair()
+    own = {key: cache.source_file(key) for key in (key1, key2)}
+    monkeypatch.setenv("USTC_CACHE_DIR", str(tmp_path / "elsewhere"))  # no entry there
+    for key, fieldset in ((key1, fields()), (key2, fields(op="y(i) = 2 * x(i) + 1 (nonunique)"))):
+        module, again = cache.load(fieldset, Generator("never called on a memory hit"))
+        assert again == key and cache.source_file(key) == own[key] and own[key].exists()
+        assert f"# key     : {'one' if key == key1 else 'two'}" in own[key].read_text(encoding="utf-8")

@@ -40,6 +40,9 @@ from . import _lean, _manage, _state, _store, _twins
 from ._key import canonical_fields, kernel_key, module_name
 
 log = logging.getLogger("ustc.cache")
+# key -> its own source file where this process last loaded it from disk or wrote it: a memory hit
+# after the cache moved (USTC_CACHE_DIR changed) still names the file its module came with
+_OWN_SOURCE: dict = {}
 
 
 def _import(key: str, py) -> types.ModuleType:
@@ -106,6 +109,7 @@ def load(fields: dict, generate: Callable[[], str]) -> tuple[types.ModuleType, s
         canonical = canonical_fields(fields)
         record, problem = _store.inspect(key, canonical)
         py, _ = _store.files(key)
+        _OWN_SOURCE[key] = py
         if record is not None:
             module = _twin_of(record, py) or _import(key, py)
             _store.update_record(key, _bump_hits)
@@ -141,8 +145,11 @@ def load(fields: dict, generate: Callable[[], str]) -> tuple[types.ModuleType, s
 
 
 def source_file(key: str):
-    """The generated source file of ``key``'s entry: its own, also when a twin's module runs."""
-    return _store.files(key)[0]
+    """The generated source file of ``key``'s entry: its own, also when a twin's module runs; the
+    one this process loaded or wrote while it still exists (the cache may have moved since), else
+    the one at the cache's current location."""
+    own = _OWN_SOURCE.get(key)
+    return own if own is not None and own.exists() else _store.files(key)[0]
 
 
 def _signatures(counter) -> int:
