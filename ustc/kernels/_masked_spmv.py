@@ -47,6 +47,29 @@ def _masked_load(builder, pointer, vty, mask):
                        ir.Constant(vty, None)])
 
 
+class _LanePointers(ir.Instruction):
+    """``getelementptr element, base, <n x i64> index``: one pointer a lane from a scalar base. llvmlite's
+    ``gep`` takes no vector index; as a GEP of a base (not integer addresses) the gather below selects
+    ``vgatherdpd (base, ymm index, 8)`` on int32 columns: no shift, add or widening of the addresses."""
+
+    def __init__(self, block, base, index, element):
+        super().__init__(block, ir.VectorType(element.as_pointer(), index.type.count), "getelementptr",
+                         [base, index])
+        self.element = element
+
+    def descr(self, buf):
+        base, index = self.operands
+        buf.append(f"getelementptr {self.element}, {base.type} {base.get_reference()}, "
+                   f"{index.type} {index.get_reference()}\n")
+
+
+def _lane_pointers(builder, base, index, element):
+    """The pointers ``base + index[k]`` (elements of ``element``) of every lane ``k``."""
+    instruction = _LanePointers(builder.block, base, index, element)
+    builder._insert(instruction)
+    return instruction
+
+
 @intrinsic
 def row_step(typingctx, acc, vals, crd, x, p, count):
     """``acc + vals[p : p + count] * x[crd[p : p + count]]`` lane by lane, ``count`` at most
@@ -67,11 +90,9 @@ def row_step(typingctx, acc, vals, crd, x, p, count):
         cty = ir.VectorType(context.get_value_type(sig.args[2].dtype), LANES)
         cols = _masked_load(builder, _pointer(context, builder, sig.args[2], crd_a, p_v), cty, mask)
         cols = builder.sext(cols, ir.VectorType(i64, LANES)) if cty.element.width < 64 else cols
-        base = builder.ptrtoint(_pointer(context, builder, sig.args[3], x_a, ir.Constant(i64, 0)), i64)
+        pointers = _lane_pointers(builder, _pointer(context, builder, sig.args[3], x_a, ir.Constant(i64, 0)), cols,
+                                  vty.element)
         name, size = _element(vty.element)
-        addresses = builder.add(splat_ir(builder, base, LANES),
-                                builder.mul(cols, ir.Constant(ir.VectorType(i64, LANES), [size] * LANES)))
-        pointers = builder.inttoptr(addresses, ir.VectorType(vty.element.as_pointer(), LANES))
         suffix = f"v{LANES}{name}"
         gathered = call_llvm(builder, f"llvm.masked.gather.{suffix}.v{LANES}p0", vty,
                               [pointers, ir.Constant(ir.IntType(32), size), mask, ir.Constant(vty, None)])
