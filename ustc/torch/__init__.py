@@ -11,6 +11,7 @@ require("torch", "torch")
 
 from . import ops  # noqa: E402,F401  (registers the intercepted ops)
 from . import compiled  # noqa: E402,F401  (the ustc:: custom ops for torch.compile)
+from .optim_state import install as _install_optim_state  # noqa: E402
 from .checkpoint import add_safe_globals, install as _install_checkpoints, register_load_hooks, safe_globals  # noqa: E402
 from .autograd import sddmm  # noqa: E402
 from .pruning import fold_torch_pruning, prune_model  # noqa: E402
@@ -19,6 +20,7 @@ from .reformat import LayerSummary, ReformatSummary, default_reformat, reformat_
 from .subclass import TorchUST, dense_fallback, set_dense_fallback  # noqa: E402
 
 _install_checkpoints()
+_install_optim_state()
 
 __all__ = ["TorchUST", "dense_fallback", "set_dense_fallback", "sddmm", "reformat_model", "prune_model",
            "default_reformat", "fold_torch_pruning", "LayerSummary", "ReformatSummary", "safe_globals",

@@ -1,0 +1,93 @@
+"""Optimizer state of TorchUST parameters kept at their pattern.
+
+``torch.optim`` makes its per-element state with ``torch.zeros_like(p)`` (and
+``full_like``, ``clone``), which for a TorchUST ``p`` is a dense tensor of
+``p``'s full shape (``ustc.torch.ops``: like-ops give dense tensors). Every
+later step then runs the state's arithmetic (``lerp_``, ``addcmul_``,
+``sqrt``, ``div``) densely, on 10x the entries at 90% zeros, and densifies
+the gradient and gathers the state to update ``p``'s values: AdamW's step of
+the bench_torch fine-tuning stack took more than the dense masked model's.
+
+Only the entries in ``p``'s pattern ever reach ``p`` (in-place ops on a
+TorchUST are projected onto its pattern, ``ustc.torch.pointwise``), so after
+each optimizer step a global step post-hook replaces every state tensor of a
+TorchUST parameter that has the parameter's shape and dtype by a TorchUST of
+the parameter's pattern holding the state's entries there (0 in padding and
+frozen slots). From the next step on the optimizer's element-wise ops run on
+the stored values alone (``ustc.torch.pointwise``: same-pattern operands),
+giving ``p`` exactly the dense masked model's values (tests/torch/test_optim.py).
+The state outside the pattern is dropped; no optimizer of ``torch.optim`` reads
+it for ``p``'s update. The first step runs densely, as does any step after
+``load_state_dict`` gave dense state.
+
+The reverse case, TorchUST state on a dense parameter (an optimizer state_dict
+saved with a sparse model and loaded with a dense one), is made dense before
+the step by a pre-hook: an in-place op on a TorchUST state would otherwise
+drop the dense gradient's entries outside the pattern.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+
+from .pattern import pattern_flat, pattern_slots
+from .subclass import TorchUST, wrap_like
+
+_HOOKS: list = []  # the two global hooks' handles, installed once
+
+
+def at_pattern(param: TorchUST, state: torch.Tensor) -> TorchUST:
+    """``state`` (dense, ``param``'s shape) as a TorchUST of ``param``'s pattern: its entries at the
+    pattern's positions, 0 in the other value slots."""
+    ust = param.ust
+    coords, index, full = pattern_slots(ust, param.device)
+    flat = state.detach().reshape(-1)
+    if full:  # every slot in the pattern, in order: one gather at the slots' flat positions
+        values = flat.index_select(0, pattern_flat(ust, param.device))
+    else:
+        values = torch.zeros(param.stored_values().numel(), dtype=state.dtype, device=state.device)
+        values[index] = state.detach()[coords]
+    return wrap_like(ust, values)
+
+
+def _per_element(param, value) -> bool:
+    return type(value) is torch.Tensor and value.dim() > 0 and value.shape == param.shape and \
+        value.dtype == param.dtype and value.device == param.device
+
+
+def _pattern_state(optimizer, args, kwargs) -> None:
+    """Step post-hook: the per-element state of each TorchUST parameter as a TorchUST of its pattern."""
+    state = optimizer.state
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            if not isinstance(p, TorchUST) or p._ust is None:
+                continue
+            entry = state.get(p)
+            if not entry:
+                continue
+            for key, value in entry.items():
+                if _per_element(p, value):
+                    entry[key] = at_pattern(p, value)
+
+
+def _dense_state(optimizer, args, kwargs) -> None:
+    """Step pre-hook: TorchUST state of a dense parameter made dense (a loaded sparse model's state)."""
+    state = optimizer.state
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            if isinstance(p, TorchUST):
+                continue
+            entry = state.get(p)
+            if not entry:
+                continue
+            for key, value in entry.items():
+                if isinstance(value, TorchUST):
+                    entry[key] = value.to_dense()
+
+
+def install() -> None:
+    """Register the two global step hooks (once per process)."""
+    if not _HOOKS:
+        _HOOKS.append(register_optimizer_step_pre_hook(_dense_state))
+        _HOOKS.append(register_optimizer_step_post_hook(_pattern_state))
