@@ -757,7 +757,9 @@ def _intersection_pair(ap, ape, bp, bpe, aq, aqe, bq, bqe, a_crd, a_val, b_crd, 
     return o, p
 
 
-@njit_cached(inline="always")
+# called, not inlined: Numba compiles it once per signature for merge_serial and merge_chunks (inlining
+# re-typed the whole merge inside merge_chunks' prange body: 11 s of compile); its inner helpers stay inlined
+@njit_cached()
 def _merge_rows(op, paired, zero, a_pos, a_crd, a_val, b_pos, b_crd, b_val, r0, r1, o, pos, crd, val):
     """Rows ``r0:r1`` appended from ``o`` (BOUNDED, into a region holding their bounds);
     ``pos[r + 1]`` = row r's end. With ``paired`` (always for a product), two rows at a time:
