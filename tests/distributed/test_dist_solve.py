@@ -70,20 +70,3 @@ def test_x0_and_not_converged(rt):
         ud.solve(d, b, "cg", rtol=1e-12, maxiter=2)
     _, info = ud.solve(d, b, "cg", rtol=1e-12, maxiter=2, check=False, return_info=True)
     assert not info.converged and info.iterations == 2
-
-
-def test_map(rt):
-    shared = np.arange(5.0)
-    assert ud.map(lambda i, s: float(s.sum()) + i, range(50), shared=shared) == [10.0 + i for i in range(50)]
-    assert ud.map(lambda i: i * i, [3, 4]) == [9, 16]
-    assert ud.map(abs, []) == []
-    items = list(range(-9, 9))
-    for chunks in (1, 100):         # one chunk per worker; more chunks than items
-        assert ud.map(abs, items, chunks_per_worker=chunks) == [abs(i) for i in items]
-    for bad in (0, -1, 1.5, True):
-        with pytest.raises(ustc.UstcError, match="chunks_per_worker"):
-            ud.map(abs, items, chunks_per_worker=bad)
-    with pytest.raises(ustc.UstcError, match="callable"):
-        ud.map(3, items)
-    with pytest.raises(ZeroDivisionError):
-        ud.map(lambda i: 1 / i, [1, 0])

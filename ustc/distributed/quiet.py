@@ -32,6 +32,10 @@ PAUSED = ("profile", "profile-cycle", "tick", "ticks", "monitor", "find-missing"
 #: back tasks, neither of which a solve has); the nanny's, which ends a worker that outgrows its
 #: memory limit, keeps running
 WORKER_PAUSED = PAUSED + ("memory_monitor",)
+#: paused on the workers, the scheduler and the nannies while :func:`ustc.distributed.map` runs
+#: (the map's chunks are Dask tasks: work stealing keeps running to even out a slowed worker, and
+#: the memory monitors, which spill and hold back tasks, keep watching the user's functions)
+MAP_PAUSED = ("profile", "profile-cycle", "tick", "ticks", "monitor", "shift_counters")
 
 #: server -> [solves running, names of the callbacks this module stopped]
 _STATE: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
@@ -47,6 +51,31 @@ def _stop(server, names) -> list:
     return stopped
 
 
+def pause(server, names=PAUSED) -> None:
+    """Stop ``server``'s periodic callbacks ``names`` (those running), or, while an earlier
+    :func:`pause` on it is not resumed yet, count one more (the first pause's ``names`` count).
+    Call it on the server's event loop; pair every call with :func:`resume`."""
+    state = _STATE.get(server)
+    if state is None:
+        state = _STATE[server] = [0, _stop(server, names)]
+    state[0] += 1
+
+
+def resume(server) -> None:
+    """End one :func:`pause` of ``server``; the last one starts the stopped callbacks again.
+    Call it on the server's event loop."""
+    state = _STATE.get(server)
+    if state is None:
+        return
+    state[0] -= 1
+    if state[0] == 0:
+        del _STATE[server]
+        for name in state[1]:
+            pc = server.periodic_callbacks.get(name)
+            if pc is not None and not pc.is_running():
+                pc.start()
+
+
 @contextlib.contextmanager
 def paused(server, names=PAUSED):
     """Stop ``server``'s periodic callbacks ``names`` (those running) until the last of the
@@ -56,17 +85,8 @@ def paused(server, names=PAUSED):
     if server is None:
         yield
         return
-    state = _STATE.get(server)
-    if state is None:
-        state = _STATE[server] = [0, _stop(server, names)]
-    state[0] += 1
+    pause(server, names)
     try:
         yield
     finally:
-        state[0] -= 1
-        if state[0] == 0:
-            del _STATE[server]
-            for name in state[1]:
-                pc = server.periodic_callbacks.get(name)
-                if pc is not None and not pc.is_running():
-                    pc.start()
+        resume(server)
