@@ -63,7 +63,7 @@ class _LanePointers(ir.Instruction):
                    f"{index.type} {index.get_reference()}\n")
 
 
-def _lane_pointers(builder, base, index, element):
+def lane_pointers(builder, base, index, element):
     """The pointers ``base + index[k]`` (elements of ``element``) of every lane ``k``."""
     instruction = _LanePointers(builder.block, base, index, element)
     builder._insert(instruction)
@@ -90,7 +90,7 @@ def row_step(typingctx, acc, vals, crd, x, p, count):
         cty = ir.VectorType(context.get_value_type(sig.args[2].dtype), LANES)
         cols = _masked_load(builder, _pointer(context, builder, sig.args[2], crd_a, p_v), cty, mask)
         cols = builder.sext(cols, ir.VectorType(i64, LANES)) if cty.element.width < 64 else cols
-        pointers = _lane_pointers(builder, _pointer(context, builder, sig.args[3], x_a, ir.Constant(i64, 0)), cols,
+        pointers = lane_pointers(builder, _pointer(context, builder, sig.args[3], x_a, ir.Constant(i64, 0)), cols,
                                   vty.element)
         name, size = _element(vty.element)
         suffix = f"v{LANES}{name}"
