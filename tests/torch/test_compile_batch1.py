@@ -35,9 +35,9 @@ def _mlp(dtype, seed=0):
 
 
 def _compiled_plan(layer):
-    """The batch-1 plan the compiled op used for ``layer``'s weight (the op's weight rebuilt over its buffers)."""
-    (weight,) = [hit[7] for hit in compiled_ops._WEIGHTS.values() if hit[0]() is layer.weight._v]
-    return weight._last[4]
+    """The batch-1 plan the compiled op used for ``layer``: the eager layer's own (no weight rebuilt for it)."""
+    assert id(layer.weight._v) not in compiled_ops._WEIGHTS
+    return layer.weight._last[4]
 
 
 def _one_graph(model, x):
@@ -64,7 +64,10 @@ def test_compiled_batch1_equals_eager_and_dense_and_keeps_results(dtype):
         rows = torch.randn(5, 64, dtype=dtype)[2:3]  # a row of a larger batch (a view, not at offset 0)
         torch.testing.assert_close(compiled(rows), dense(rows), **TOL[dtype])
         if dtype == torch.float32:  # the 2:4 layer's compiled op takes the hand-written kernel's bound call
-            assert _compiled_plan(model[0]).call is not None
+            plan = _compiled_plan(model[0])
+            assert plan.call is not None
+            model(xs[0])
+            assert model[0].weight._last[4] is plan  # the eager call runs the same plan
         batch = torch.randn(6, 64, dtype=dtype)
         torch.testing.assert_close(compiled(batch), dense(batch), **TOL[dtype])
 

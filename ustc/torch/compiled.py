@@ -25,9 +25,12 @@ other op on a TorchUST: compile for inference (``torch.no_grad()``,
 
 Each has a fake (meta) implementation giving the result's shape and dtype, so
 a model of sparse ``nn.Linear`` layers compiles into one graph with no graph
-break per layer (``torch.compile(model, fullgraph=True)``). At run time the op
-rebuilds the ustc Tensor over the same buffers (cached per values tensor) and
-runs the eager product (``ustc.matmul`` through the plan cache).
+break per layer (``torch.compile(model, fullgraph=True)``). At run time
+``ustc::linear`` on the CPU finds the live TorchUST over the same tensors (the
+model's parameter) and runs the eager layer's own plan through
+``inference.planned_linear``; where there is none (and for the other ops) the
+op rebuilds the ustc Tensor over the same buffers (cached per values tensor)
+and runs the eager product.
 """
 
 from __future__ import annotations
@@ -47,7 +50,7 @@ from . import inference
 from .autograd import sddmm
 from .matmul import matmul2d
 from .pattern import _KEEP
-from .subclass import COMPILED, TorchUST, host
+from .subclass import COMPILED, OWNERS, TorchUST, host
 
 _WEIGHTS: dict = {}  # id(values) -> (weakref to values, signature, shape, buffers, data_ptr, shape, dtype, TorchUST)
 
@@ -74,6 +77,37 @@ def _weight(signature: str, shape, buffers, values, keep=None) -> TorchUST:
     _WEIGHTS[key] = (ref, signature, list(shape), tuple(buffers), values.data_ptr(), values.shape, values.dtype,
                      weight)
     return weight
+
+
+_EAGER: dict = {}  # id(values) -> (weakref to values, signature, shape, buffers, weakref to the eager weight)
+
+
+def _eager_weight(signature: str, shape, buffers, values):
+    """The live TorchUST over these very tensors that eager calls use (``subclass.OWNERS``: a model's
+    parameter), or None. The compiled ``ustc::linear`` then runs the eager layer's own plan (its bound call
+    and kept result, ``ustc.torch.inference``: plans are kept per storage) instead of planning again for a
+    rebuilt weight. Cached by ``id(values)`` holding weak references only (the layer may die)."""
+    hit = _EAGER.get(id(values))
+    if hit is not None and hit[0]() is values and hit[1] == signature and hit[2] == shape and \
+            len(hit[3]) == len(buffers) and all(map(operator.is_, hit[3], buffers)):
+        weight = hit[4]()
+        if weight is not None and weight._v is values and weight._ust is not None:
+            return weight
+    weight = OWNERS.get(id(values))
+    if weight is None or weight._v is not values or weight._ust is None or weight._sig != signature or \
+            list(weight.shape) != list(shape) or len(weight._keys) != len(buffers) or \
+            not all(map(operator.is_, weight.buffer_tensors, buffers)):
+        return None
+    key = id(values)
+    _EAGER[key] = (weakref.ref(values, functools.partial(_forget_eager, key)), signature, list(shape),
+                   tuple(buffers), weakref.ref(weight))
+    return weight
+
+
+def _forget_eager(key: int, ref) -> None:
+    hit = _EAGER.get(key)
+    if hit is not None and hit[0] is ref:
+        del _EAGER[key]
 
 
 def _forget(key: int, ref) -> None:
@@ -132,9 +166,12 @@ def _sparse_linear(signature: str, shape: list[int], buffers: list[torch.Tensor]
                    x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     """``F.linear(x, W, bias)`` for the 2-D sparse ``W`` of the arguments and ``x`` of any leading shape:
     the weight's planned Matmul on the CPU (``ustc.torch.inference``), the bias added in the same pass."""
-    weight = _weight(signature, shape, buffers, values)
     if x.is_cpu and x.dim() > 0:
+        weight = _eager_weight(signature, shape, buffers, values)
+        if weight is None:
+            weight = _weight(signature, shape, buffers, values)
         return inference.planned_linear(x, weight, bias, contiguous=True, kept=not torch.is_grad_enabled())
+    weight = _weight(signature, shape, buffers, values)
     flat = x.reshape(-1, x.shape[-1])
     out = matmul2d(weight, flat.t()).t().reshape(*x.shape[:-1], shape[0])
     return (out if bias is None else out + bias).contiguous()

@@ -114,6 +114,12 @@ def to_torch(a, device=None):
 _PARTS: "weakref.WeakKeyDictionary[Tensor, tuple]" = weakref.WeakKeyDictionary()
 
 
+# id(values tensor) -> a live TorchUST holding it: the first made, or the last that requires_grad_ was called
+# on (nn.Parameter does), not later detached views. torch.compile's ustc::linear finds the eager layer's
+# weight by it, so both run the same plans (compiled.py)
+OWNERS: "weakref.WeakValueDictionary[int, TorchUST]" = weakref.WeakValueDictionary()
+
+
 def torch_parts(ust: Tensor, dtype: "torch.dtype") -> tuple:
     """``(values, ((key, buffer), ...))``: ``ust``'s buffers as torch tensors sharing their memory.
 
@@ -182,6 +188,9 @@ class TorchUST(torch.Tensor):
             dtype = self.dtype if dtype is None else dtype
         values, buffers = torch_parts(tensor, dtype)
         self._v = values
+        owner = OWNERS.get(id(values))
+        if owner is None or owner._v is not values:  # the first live TorchUST over them (a model's parameter)
+            OWNERS[id(values)] = self
         self._keys = tuple(key for key, _ in buffers)
         for k, (_, buf) in enumerate(buffers):
             setattr(self, _inner(k), buf)
@@ -320,6 +329,8 @@ class TorchUST(torch.Tensor):
 
     def requires_grad_(self, requires_grad: bool = True):
         out = super().requires_grad_(requires_grad)
+        if self._ust is not None:  # nn.Parameter(t) calls this on its detached t: the parameter owns the values
+            OWNERS[id(self._v)] = self
         if requires_grad:
             install_grad_hook(self)
         return out
