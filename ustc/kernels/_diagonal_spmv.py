@@ -11,7 +11,11 @@ the next execute, as for the 16-bit copies (``_narrow_spmv``).
 
 The kernel compiles once per number of diagonals (the offsets travel as a tuple, so the loop over
 a full row unrolls with the offsets in registers); rows missing some diagonals (a stencil's
-faces) test the mask's bits.
+faces) test the mask's bits. For float32 / float64 on AVX-512 hosts, runs of 8 full rows go in
+one vector (:func:`diagonal_spmv_lanes`: the stencil's interior, 95% of its rows): 8 rows' values
+of a diagonal are every ``k``-th of the run's entries and their ``x`` one contiguous load, so a
+run costs ``k`` gathers from L1, ``k`` loads and ``k`` FMAs instead of ``8 k`` of each (stencil
+114^3, one thread, CPU time: 10.9 ms against 13.5 for the row-at-a-time kernel).
 """
 
 from __future__ import annotations
