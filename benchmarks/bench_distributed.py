@@ -278,9 +278,10 @@ def spread(values, fmt="{:.2f}") -> str:
 def map_throughput(say, ud, rounds):
     """``map`` over 400 items of >= 10 ms against a serial loop and against a plain pool of 2
     spawned processes over the same 16 chunks (what 2 processes of this machine give, no Dask),
-    in alternating rounds: each ratio's median and range over the rounds, and the median CPU
+    in alternating rounds: each ratio's median and range over the rounds, the median CPU
     time of an item in the serial loop and on the workers (where the time goes: an item that
-    takes more CPU when both cores work slows the workers, not the scheduling)."""
+    takes more CPU when both cores work slows the workers, not the scheduling), and the driver
+    process's CPU seconds during the map and during the pool's run (the idle cluster's)."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
@@ -289,19 +290,20 @@ def map_throughput(say, ud, rounds):
     bounds = [len(items) * c // 16 for c in range(17)]
     chunks = [items[lo:hi] for lo, hi in zip(bounds, bounds[1:])]
     ud.map(busy, items[:8], shared=shared)                          # the workers import this module
-    ratios, pools, serial_s, map_s, cpu_serial, cpu_map = [], [], [], [], [], []
+    ratios, pools, serial_s, map_s, cpu_serial, cpu_map, drivers = [], [], [], [], [], [], []
     with ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn")) as pool:
         list(pool.map(busy_chunk, chunks[:2], [shared] * 2))
         for _ in range(max(rounds, 3)):
             t0 = time.perf_counter()
             serial = [busy_timed(i, shared) for i in items]
             ts = time.perf_counter() - t0
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             par = ud.map(busy_timed, items, shared=shared)
-            tp = time.perf_counter() - t0
+            tp, c1 = time.perf_counter() - t0, time.process_time()
             t0 = time.perf_counter()
             pooled = [v for c in pool.map(busy_chunk, chunks, [shared] * len(chunks)) for v in c]
             tq = time.perf_counter() - t0
+            drivers.append((c1 - c0, time.process_time() - c1))
             assert np.allclose([v for v, _ in par], [v for v, _ in serial]) and np.allclose(pooled, [v for v, _ in serial])
             ratios.append(ts / tp)
             pools.append(ts / tq)
@@ -312,7 +314,9 @@ def map_throughput(say, ud, rounds):
     say(f"map over {len(items)} items of {1e3 * np.median(serial_s) / len(items):.1f} ms ({len(ratios)} alternating "
         f"rounds, median (min-max)): serial {spread(serial_s)} s, map on 2 workers {spread(map_s)} s: "
         f"{spread(ratios)}x serial throughput (target 1.7x); a plain pool of 2 processes {spread(pools)}x; "
-        f"CPU per item serial {spread(cpu_serial, '{:.1f}')} ms, on the workers {spread(cpu_map, '{:.1f}')} ms; {load()}")
+        f"CPU per item serial {spread(cpu_serial, '{:.1f}')} ms, on the workers {spread(cpu_map, '{:.1f}')} ms; "
+        f"the driver's CPU (its scheduler and nannies included) during a map {spread([d for d, _ in drivers])} s, "
+        f"during the pool's run {spread([d for _, d in drivers])} s; {load()}")
 
 
 def side40(say, ud, ustc, rounds):
