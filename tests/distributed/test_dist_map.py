@@ -1,7 +1,8 @@
 """ustc.distributed.map: results in order (empty input, one item, more workers than items,
 chunks of every size), the shared operand unpickled once per worker, errors naming the item,
 a failing item cancelling the chunks not started, a stalled worker's queued chunks taken by the
-other, Dask's sampling paused on the workers during a map and running again after it; the
+other, Dask's sampling paused on the workers during a map on a cluster ustc started (not on one
+it attached to) and running again after it, no worker process left by a private runtime; the
 chunk layout (:func:`ustc.distributed.batch.chunk_bounds`) as a pure function."""
 
 from __future__ import annotations
@@ -186,17 +187,26 @@ def test_sampling_paused_during_a_map_only(rt):
     assert scheduler.periodic_callbacks["tick"].is_running() and scheduler.periodic_callbacks["stealing"].is_running()
 
 
-def test_private_runtime_more_workers_than_items(tmp_path):
+def _profiling(item):
+    """On a worker, after a moment: whether its profiler runs."""
+    from distributed import get_worker
+
+    time.sleep(0.2)
+    return get_worker().periodic_callbacks["profile"].is_running()
+
+
+def test_private_and_attached_runtimes(tmp_path):
     before = children()
-    rt = ud.Runtime(n_workers=3)
+    rt = ud.Runtime(n_workers=2)
     try:
         started = children() - before
-        assert ud.map(_plus_sum, [1, 2], shared=np.ones(3), runtime=rt) == [4.0, 5.0]
         pids = set(rt.client.run(os.getpid).values())
         out = ud.map(_payload_at, range(60), shared=_Counted(str(tmp_path), np.arange(3.0)), runtime=rt)
         assert [v for _, v in out] == [float(i % 3) for i in range(60)]
         on_workers = [int(n.split("-")[0]) for n in os.listdir(tmp_path) if int(n.split("-")[0]) in pids]
-        assert sorted(on_workers) == sorted(pids) and len(pids) == 3
+        assert sorted(on_workers) == sorted(pids)
+        attached = ud.Runtime(rt.client)                 # a cluster ustc did not start is left as it is
+        assert ud.map(_profiling, range(2), chunks_per_worker=1, runtime=attached) == [True, True]
     finally:
         rt.close()
     assert not wait_gone(started), "worker processes left behind"
