@@ -12,6 +12,7 @@ require("torch", "torch")
 from . import ops  # noqa: E402,F401  (registers the intercepted ops)
 from . import compiled  # noqa: E402,F401  (the ustc:: custom ops for torch.compile)
 from . import fused  # noqa: E402,F401  (fused optimizer kernels on TorchUST parameters)
+from . import masked  # noqa: E402,F401  (W[mask] = value)
 from .optim_state import install as _install_optim_state  # noqa: E402
 from .checkpoint import add_safe_globals, install as _install_checkpoints, register_load_hooks, safe_globals  # noqa: E402
 from .autograd import sddmm  # noqa: E402
