@@ -13,7 +13,6 @@ from op_helpers import (NAMED_2D, assert_matches, assert_unchanged, named_params
                         sparse, subset_2d)
 from ustc import formats as F
 from ustc.codegen import notation as nt
-from ustc.tensor import fastpaths_rows
 from ustc.codegen import workspace as wsp
 from ustc.codegen.compile import Operand, compile_program
 from ustc.codegen.emit_cpu import CpuEmitter
@@ -153,20 +152,9 @@ def test_generated_spgemm_source_has_a_workspace_and_no_coordinate_lists():
 
 
 # -- Matmul's SpGEMM routes ------------------------------------------------------------------
-@pytest.mark.parametrize("fmt", [p for p in FORMATS if p.id != "Dense"])  # Dense: BLAS, no SpGEMM
-def test_matmul_spgemm_in_every_format_is_generated(fmt):
-    seed = seed_of("ws-matmul", fmt)
-    A, B = sparse(fmt, (9, 8), seed=seed, density=0.3), sparse(fmt, (8, 7), seed=seed + 1, density=0.3)
-    with ustc.Matmul(A, B) as mm:
-        mm.plan()
-        C = mm.execute()
-        kind = fastpaths_rows.source_kind(A.format, A.level_shape)  # DIA x DIA, BSR x BSR: their own products
-        own = {"diai": "built-in kernel: DIA", "diaj": "built-in kernel: DIA", "bsr": "built-in kernel: BSR"}
-        assert mm.plan_info.startswith(own.get(kind, "generated")), mm.plan_info
-        assert_matches(C, A.to_dense() @ B.to_dense())
-        # operands changed in place between executes are seen (conversions happen per execute)
-        A.values[...] *= 2
-        assert_matches(mm.execute(), A.to_dense() @ B.to_dense())
+# Matmul's SpGEMM in every registry format (the generated kernel, or DIA / BSR's own products, values
+# changed in place seen at the next execute) is tests/matmul/test_products.py's
+# test_spgemm_in_every_named_format: the same kernels, the same checks.
 
 
 def test_matmul_spgemm_routes_are_chosen_from_the_plan():
