@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 import ustc
 import ustc.torch
 from ustc import UnsupportedOperation, formats
 from ustc.torch import TorchUST
 
+from masked_training import masked_pair, train_side_by_side
 from torch_helpers import random_weight, torch_ust
 
 
@@ -38,31 +38,7 @@ def test_masked_fill_in_place_keeps_the_pattern(fmt):
 @pytest.mark.parametrize("foreach", [False, True], ids=["for-loop", "foreach"])
 @pytest.mark.parametrize("fmt", [formats.CSR, formats.BSR(4, 4)], ids=["CSR", "BSR(4, 4)"])
 def test_rprop_matches_the_dense_masked_model(fmt, foreach):
-    torch.manual_seed(0)
-    sparse = torch.nn.Sequential(torch.nn.Linear(16, 12), torch.nn.ReLU(), torch.nn.Linear(12, 8)).double()
-    ustc.torch.prune_model(sparse, 0.6)
-    dense = torch.nn.Sequential(torch.nn.Linear(16, 12), torch.nn.ReLU(), torch.nn.Linear(12, 8)).double()
-    dense.load_state_dict(sparse.state_dict())
-    masks = {i: sparse[i].weight.detach() != 0 for i in (0, 2)}
-    ustc.torch.reformat_model(sparse, lambda w: TorchUST(ustc.Tensor.from_dense(w, fmt)))
+    sparse, dense, masks = masked_pair(fmt)
     opt_s = torch.optim.Rprop(sparse.parameters(), lr=0.01, foreach=foreach)
     opt_d = torch.optim.Rprop(dense.parameters(), lr=0.01, foreach=foreach)
-    g = torch.Generator().manual_seed(1)
-    for _ in range(5):
-        x = torch.randn(5, 16, generator=g, dtype=torch.float64)
-        target = torch.randn(5, 8, generator=g, dtype=torch.float64)
-        for model, opt in ((sparse, opt_s), (dense, opt_d)):
-            opt.zero_grad()
-            F.mse_loss(model(x), target).backward()
-        for i, mask in masks.items():
-            dense[i].weight.grad.mul_(mask)
-        opt_s.step()
-        opt_d.step()
-        with torch.no_grad():
-            for i, mask in masks.items():
-                dense[i].weight.mul_(mask)
-        for i, mask in masks.items():
-            got = sparse[i].weight.detach().to_dense()
-            assert not got[~mask].any()
-            torch.testing.assert_close(got, dense[i].weight.detach(), rtol=1e-10, atol=1e-12)
-            torch.testing.assert_close(sparse[i].bias.detach(), dense[i].bias.detach(), rtol=1e-10, atol=1e-12)
+    train_side_by_side(sparse, dense, masks, opt_s, opt_d, 5)

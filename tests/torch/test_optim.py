@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 import ustc
 import ustc.torch
 from ustc import formats
 from ustc.torch import TorchUST
 
-TOL = dict(rtol=1e-10, atol=1e-12)
+from masked_training import TOL, assert_matches_masked, backward, masked_pair, train_side_by_side
+
 STEPS = 7  # RAdam's rectified update starts at step 6
 
 OPTIMIZERS = [
@@ -36,61 +36,19 @@ OPTIMIZERS = [
 FORMATS = {"CSR": formats.CSR, "BSR(4, 4)": formats.BSR(4, 4)}
 
 
-def _models(fmt, seed=0):
-    """``(sparse model, dense model, masks)``: one pruned MLP twice, the first with weights in ``fmt``."""
-    torch.manual_seed(seed)
-    sparse = torch.nn.Sequential(torch.nn.Linear(16, 12), torch.nn.ReLU(), torch.nn.Linear(12, 8)).double()
-    ustc.torch.prune_model(sparse, 0.6)
-    dense = torch.nn.Sequential(torch.nn.Linear(16, 12), torch.nn.ReLU(), torch.nn.Linear(12, 8)).double()
-    dense.load_state_dict(sparse.state_dict())
-    masks = {i: sparse[i].weight.detach() != 0 for i in (0, 2)}
-    ustc.torch.reformat_model(sparse, lambda w: TorchUST(ustc.Tensor.from_dense(w, fmt)))
-    for i in (0, 2):
-        assert isinstance(sparse[i].weight, TorchUST) and torch.equal(sparse[i].weight.pattern_mask(), masks[i])
-    return sparse, dense, masks
-
-
-def _backward(model, x, target):
-    F.mse_loss(model(x), target).backward()
-
-
-def _check(sparse, dense, masks):
-    for i, mask in masks.items():
-        W = sparse[i].weight.detach()
-        assert isinstance(W, TorchUST)
-        got = W.to_dense()
-        assert not got[~mask].any()  # pruned entries, also those stored inside blocks, stay 0
-        torch.testing.assert_close(got, dense[i].weight.detach(), **TOL)
-        torch.testing.assert_close(sparse[i].bias.detach(), dense[i].bias.detach(), **TOL)
-
-
 @pytest.mark.parametrize("foreach", [False, True, None], ids=["for-loop", "foreach", "default"])
 @pytest.mark.parametrize("fmt", FORMATS.values(), ids=FORMATS.keys())
 @pytest.mark.parametrize("name,options", OPTIMIZERS, ids=[f"{n}-{i}" for i, (n, _) in enumerate(OPTIMIZERS)])
 def test_optimizer_matches_the_dense_masked_model(name, options, fmt, foreach):
-    sparse, dense, masks = _models(fmt)
+    sparse, dense, masks = masked_pair(fmt)
     make = getattr(torch.optim, name)
     opt_sparse, opt_dense = make(sparse.parameters(), foreach=foreach, **options), \
         make(dense.parameters(), foreach=foreach, **options)
-    g = torch.Generator().manual_seed(1)
-    for _ in range(STEPS):
-        x = torch.randn(5, 16, generator=g, dtype=torch.float64)
-        target = torch.randn(5, 8, generator=g, dtype=torch.float64)
-        for model, opt in ((sparse, opt_sparse), (dense, opt_dense)):
-            opt.zero_grad()
-            _backward(model, x, target)
-        for i, mask in masks.items():
-            dense[i].weight.grad.mul_(mask)
-        opt_sparse.step()
-        opt_dense.step()
-        with torch.no_grad():
-            for i, mask in masks.items():
-                dense[i].weight.mul_(mask)
-        _check(sparse, dense, masks)
+    train_side_by_side(sparse, dense, masks, opt_sparse, opt_dense, STEPS)
 
 
 def test_block_formats_store_zeros_that_training_must_keep():
-    sparse, _, masks = _models(formats.BSR(4, 4))
+    sparse, _, masks = masked_pair(formats.BSR(4, 4))
     assert sparse[0].weight.nse > int(masks[0].sum())  # the invariant above is not vacuous
 
 
@@ -113,7 +71,7 @@ def test_default_reformat_structured_padding_stays_zero():
     for _ in range(4):
         for model, opt in ((sparse, opt_sparse), (dense, opt_dense)):
             opt.zero_grad()
-            _backward(model, x, target)
+            backward(model, x, target)
         dense.weight.grad.mul_(mask)
         opt_sparse.step()
         opt_dense.step()
@@ -127,10 +85,10 @@ def test_default_reformat_structured_padding_stays_zero():
 @pytest.mark.parametrize("foreach", [None, True, False], ids=["default", "foreach", "for-loop"])
 @pytest.mark.parametrize("norm_type", [2.0, 1.0, float("inf")])
 def test_clip_grad_norm(norm_type, foreach):
-    sparse, dense, masks = _models(formats.BSR(4, 4), seed=3)
+    sparse, dense, masks = masked_pair(formats.BSR(4, 4), seed=3)
     x, target = torch.randn(5, 16, dtype=torch.float64), torch.randn(5, 8, dtype=torch.float64) * 10
     for model in (sparse, dense):
-        _backward(model, x, target)
+        backward(model, x, target)
     for i, mask in masks.items():
         dense[i].weight.grad.mul_(mask)
     got = torch.nn.utils.clip_grad_norm_(sparse.parameters(), 0.05, norm_type=norm_type, foreach=foreach)
