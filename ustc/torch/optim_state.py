@@ -56,34 +56,32 @@ def _per_element(param, value) -> bool:
         value.dtype == param.dtype and value.device == param.device
 
 
-def _pattern_state(optimizer, args, kwargs) -> None:
-    """Step post-hook: the per-element state of each TorchUST parameter as a TorchUST of its pattern."""
+def _entries(optimizer, sparse: bool):
+    """``(parameter, its state dict)`` of each parameter with state: TorchUSTs (``sparse``) or the others."""
     state = optimizer.state
     for group in optimizer.param_groups:
         for p in group["params"]:
-            if not isinstance(p, TorchUST) or p._ust is None:
+            if isinstance(p, TorchUST) != sparse or (sparse and p._ust is None):
                 continue
             entry = state.get(p)
-            if not entry:
-                continue
-            for key, value in entry.items():
-                if _per_element(p, value):
-                    entry[key] = at_pattern(p, value)
+            if entry:
+                yield p, entry
+
+
+def _pattern_state(optimizer, args, kwargs) -> None:
+    """Step post-hook: the per-element state of each TorchUST parameter as a TorchUST of its pattern."""
+    for p, entry in _entries(optimizer, sparse=True):
+        for key, value in entry.items():
+            if _per_element(p, value):
+                entry[key] = at_pattern(p, value)
 
 
 def _dense_state(optimizer, args, kwargs) -> None:
     """Step pre-hook: TorchUST state of a dense parameter made dense (a loaded sparse model's state)."""
-    state = optimizer.state
-    for group in optimizer.param_groups:
-        for p in group["params"]:
-            if isinstance(p, TorchUST):
-                continue
-            entry = state.get(p)
-            if not entry:
-                continue
-            for key, value in entry.items():
-                if isinstance(value, TorchUST):
-                    entry[key] = value.to_dense()
+    for _, entry in _entries(optimizer, sparse=False):
+        for key, value in entry.items():
+            if isinstance(value, TorchUST):
+                entry[key] = value.to_dense()
 
 
 def install() -> None:
