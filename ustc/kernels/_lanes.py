@@ -11,7 +11,7 @@ from numba import types
 from numba.extending import intrinsic
 
 from ._masked_spmv import lane_pointers
-from ._simd import Vec, _pointer, _wide, call_llvm, splat_ir
+from ._simd import Vec, _pointer, _wide, call_llvm, fma, splat_ir  # noqa: F401 (fma re-exported)
 
 LANES = 8
 
@@ -100,18 +100,6 @@ def zeros(typingctx, like):
         return ir.Constant(context.get_value_type(vec), None)
 
     return vec(like), codegen
-
-
-@intrinsic
-def fma(typingctx, a, b, c):
-    """``a * b + c`` lane by lane, one rounding."""
-
-    def codegen(context, builder, sig, args):
-        _wide(builder)
-        vty = args[0].type
-        return call_llvm(builder, f"llvm.fma.v{LANES}f{a.dtype.bitwidth}", vty, list(args))
-
-    return c(a, b, c), codegen
 
 
 @intrinsic
