@@ -11,7 +11,7 @@ from numba import types
 from numba.extending import intrinsic
 
 from ._masked_spmv import lane_pointers
-from ._simd import Vec, _pointer, _wide, call_llvm, fma, splat_ir  # noqa: F401 (fma re-exported)
+from ._simd import Vec, _pointer, _wide, call_llvm, fma, masked_ops, splat_ir  # noqa: F401 (fma re-exported)
 
 LANES = 8
 
@@ -20,18 +20,7 @@ def _vector(context, dtype):
     return context.get_value_type(Vec(dtype, LANES))
 
 
-@intrinsic
-def load(typingctx, array, j):
-    """``array[j : j + LANES]``."""
-    vec = Vec(array.dtype, LANES)
-
-    def codegen(context, builder, sig, args):
-        _wide(builder)
-        pointer = _pointer(context, builder, sig.args[0], args[0], args[1])
-        vty = _vector(context, array.dtype)
-        return builder.load(builder.bitcast(pointer, vty.as_pointer()), align=array.dtype.bitwidth // 8)
-
-    return vec(array, j), codegen
+load = masked_ops(LANES)[0]  # ``load(array, j)``: ``array[j : j + LANES]`` (kernels._simd)
 
 
 @intrinsic
