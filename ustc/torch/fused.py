@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import torch
 
+from ..errors import ShapeError
 from .pattern import pattern_flat, pattern_slots, same_pattern
 from .subclass import HANDLERS, TorchUST
 
@@ -48,7 +49,7 @@ def _entry(func, args, kwargs, lists, i: int) -> None:
             return a
         if isinstance(a, TorchUST):
             if not same_pattern(a.ust, ust):
-                raise ValueError(f"{func}: a TorchUST operand of another pattern than its parameter's")
+                raise ShapeError(f"{func}: a TorchUST operand of another pattern than its parameter's")
             flat = a.stored_values().view(-1)
             if full:
                 return flat
@@ -56,7 +57,7 @@ def _entry(func, args, kwargs, lists, i: int) -> None:
             writes.append((flat, picked, index, False))
             return picked
         if a.shape != param.shape:
-            raise ValueError(f"{func}: an operand of shape {tuple(a.shape)} for a parameter of shape "
+            raise ShapeError(f"{func}: an operand of shape {tuple(a.shape)} for a parameter of shape "
                              f"{tuple(param.shape)}")
         positions = pattern_flat(ust, param.device)
         picked = a.reshape(-1).index_select(0, positions)
