@@ -7,7 +7,7 @@ import pytest
 import scipy.sparse as sp
 
 import ustc
-from ustc.ops.plan_call import Layout, PlannedCall
+from ustc.ops.plan_call import ArrayLayout, PlannedCall
 
 
 def _csr(rows, cols, density, seed=0, dtype=np.float64):
@@ -47,7 +47,7 @@ def test_staged_call_goes_through_the_plan_buffers():
     b_plan = np.ones(12)
     mm = ustc.Matmul(A, b_plan).plan()
     out_plan = mm.runner()()
-    call = PlannedCall(mm._lock, Layout.of(b_plan), Layout.of(out_plan), None, (b_plan, mm.runner()))
+    call = PlannedCall(mm._lock, ArrayLayout.of(b_plan), ArrayLayout.of(out_plan), None, (b_plan, mm.runner()))
     x, out, add = np.arange(12.0), np.empty(20), np.full(20, 0.5)
     np.testing.assert_allclose(call(x, out, add), a @ x + 0.5, rtol=1e-12)
     np.testing.assert_allclose(call(x, out), a @ x, rtol=1e-12)

@@ -64,7 +64,7 @@ from . import operands as ops
 from ..codegen.functions import apply_inplace
 from ..codegen.lower import stores_padding
 from ..codegen.semiring import as_semiring
-from .plan_call import Layout, PlannedCall
+from .plan_call import ArrayLayout, PlannedCall
 from .routes import NO_FUSION, Fusion, Route, choose, fusion
 
 OPTIONS = ("route", "out_format", "target")
@@ -334,7 +334,7 @@ class Matmul:
             if direct is None and not bound.b.flags.writeable:
                 return None
             staged = None if direct is not None else (bound.b, runner)
-            return PlannedCall(self._lock, Layout.of(b), Layout.of(out), direct, staged, self._route.kind)
+            return PlannedCall(self._lock, ArrayLayout.of(b), ArrayLayout.of(out), direct, staged, self._route.kind)
 
     def _execute(self, out):
         """:meth:`execute` of operands ustc computes as they are (the caller holds the lock)."""

@@ -31,7 +31,7 @@ from ..errors import ShapeError
 
 
 @dataclass(frozen=True)
-class Layout:
+class ArrayLayout:
     """The shape, dtype and strides a bound call takes for one array (validated at construction)."""
 
     shape: tuple
@@ -43,7 +43,7 @@ class Layout:
             raise ShapeError(f"bind_call: layout {self.shape} / {self.strides} is not an array's")
 
     @classmethod
-    def of(cls, array: np.ndarray) -> "Layout":
+    def of(cls, array: np.ndarray) -> "ArrayLayout":
         return cls(tuple(array.shape), array.dtype, tuple(array.strides))
 
     def matches(self, array) -> bool:
@@ -56,7 +56,7 @@ class PlannedCall:
     docstring). Calls take the plan's lock; the call is stale after the plan's ``reset_operands`` or
     ``release`` (ask ``bind_call`` again)."""
 
-    def __init__(self, lock, b: Layout, out: Layout, direct, staged, kind: str = ""):
+    def __init__(self, lock, b: ArrayLayout, out: ArrayLayout, direct, staged, kind: str = ""):
         """``direct``: ``f(b, out, add)`` running the kernel on the given arrays, or None;
         ``staged``: ``(plan_b, runner)``, the plan's operand and its runner returning the output;
         ``kind``: the route's (``Route.kind``: ``"registered kernel"``, ``"generated"``, ...)."""
