@@ -31,24 +31,10 @@ from __future__ import annotations
 import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
-from .pattern import pattern_flat, pattern_slots
-from .subclass import TorchUST, wrap_like
+from .autograd import sample
+from .subclass import TorchUST
 
 _HOOKS: list = []  # the two global hooks' handles, installed once
-
-
-def at_pattern(param: TorchUST, state: torch.Tensor) -> TorchUST:
-    """``state`` (dense, ``param``'s shape) as a TorchUST of ``param``'s pattern: its entries at the
-    pattern's positions, 0 in the other value slots."""
-    ust = param.ust
-    coords, index, full = pattern_slots(ust, param.device)
-    flat = state.detach().reshape(-1)
-    if full:  # every slot in the pattern, in order: one gather at the slots' flat positions
-        values = flat.index_select(0, pattern_flat(ust, param.device))
-    else:
-        values = torch.zeros(param.stored_values().numel(), dtype=state.dtype, device=state.device)
-        values[index] = state.detach()[coords]
-    return wrap_like(ust, values)
 
 
 def _per_element(param, value) -> bool:
@@ -73,7 +59,7 @@ def _pattern_state(optimizer, args, kwargs) -> None:
     for p, entry in _entries(optimizer, sparse=True):
         for key, value in entry.items():
             if _per_element(p, value):
-                entry[key] = at_pattern(p, value)
+                entry[key] = sample(p.ust, value.detach())  # the state at p's pattern
 
 
 def _dense_state(optimizer, args, kwargs) -> None:
