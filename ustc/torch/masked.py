@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import torch
 
-from .pattern import pattern_flat, pattern_slots, same_pattern
-from .subclass import HANDLERS, TorchUST, dense_of
+from .pointwise import update_values
+from .subclass import HANDLERS, TorchUST
 
 aten = torch.ops.aten
 
@@ -28,23 +28,9 @@ def index_put(func, args, kwargs):
     mask = indices[0]
     if mask is None or mask.dtype != torch.bool or tuple(mask.shape) != tuple(target.shape):
         return NotImplemented
-    ust = target.ust
-    _, index, full = pattern_slots(ust, target.device)
-    if isinstance(mask, TorchUST):
-        picked = mask.stored_values().reshape(-1) if same_pattern(mask.ust, ust) else None
-        if picked is not None and not full:
-            picked = picked[index]
-        if picked is None:
-            mask = dense_of(mask)
-    if not isinstance(mask, TorchUST):
-        picked = mask.reshape(-1).index_select(0, pattern_flat(ust, target.device))
-    flat = target.stored_values().view(-1)
-    fill = value.reshape(()).to(flat.dtype)
-    if full:
-        flat.masked_fill_(picked, fill)
-    else:
-        flat[index[picked]] = fill
-    return target
+    # the mask read at the pattern's positions, the value written into the stored values (pointwise's rule)
+    rest = (indices, value.reshape(()).to(target.dtype), *args[3:])
+    return update_values(func, target, rest, kwargs)
 
 
 HANDLERS.append(index_put)
