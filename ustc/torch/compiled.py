@@ -79,35 +79,17 @@ def _weight(signature: str, shape, buffers, values, keep=None) -> TorchUST:
     return weight
 
 
-_EAGER: dict = {}  # id(values) -> (weakref to values, signature, shape, buffers, weakref to the eager weight)
-
-
 def _eager_weight(signature: str, shape, buffers, values):
     """The live TorchUST over these very tensors that eager calls use (``subclass.OWNERS``: a model's
     parameter), or None. The compiled ``ustc::linear`` then runs the eager layer's own plan (its bound call
     and kept result, ``ustc.torch.inference``: plans are kept per storage) instead of planning again for a
-    rebuilt weight. Cached by ``id(values)`` holding weak references only (the layer may die)."""
-    hit = _EAGER.get(id(values))
-    if hit is not None and hit[0]() is values and hit[1] == signature and hit[2] == shape and \
-            len(hit[3]) == len(buffers) and all(map(operator.is_, hit[3], buffers)):
-        weight = hit[4]()
-        if weight is not None and weight._v is values and weight._ust is not None:
-            return weight
+    rebuilt weight. OWNERS holds weak references only (the layer may die); every tensor is checked by identity."""
     weight = OWNERS.get(id(values))
     if weight is None or weight._v is not values or weight._ust is None or weight._sig != signature or \
             list(weight.shape) != list(shape) or len(weight._keys) != len(buffers) or \
             not all(map(operator.is_, weight.buffer_tensors, buffers)):
         return None
-    key = id(values)
-    _EAGER[key] = (weakref.ref(values, functools.partial(_forget_eager, key)), signature, list(shape),
-                   tuple(buffers), weakref.ref(weight))
     return weight
-
-
-def _forget_eager(key: int, ref) -> None:
-    hit = _EAGER.get(key)
-    if hit is not None and hit[0] is ref:
-        del _EAGER[key]
 
 
 def _forget(key: int, ref) -> None:
