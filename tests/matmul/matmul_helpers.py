@@ -26,6 +26,14 @@ def random_dense(rng, shape, density=0.3, dtype=np.float64):
     return a.astype(dtype)
 
 
+def random_vector(rng, n, dtype=np.float64):
+    """N(0, 1) entries (complex parts too for a complex ``dtype``; integers: rounded from 10 x)."""
+    x = rng.standard_normal(n)
+    if np.dtype(dtype).kind == "c":
+        x = x + 1j * rng.standard_normal(n)
+    return (np.round(x * 10) if np.dtype(dtype).kind in "iu" else x).astype(dtype)
+
+
 def sparse(a: np.ndarray, fmt) -> ustc.Tensor:
     """``a`` stored in ``fmt`` (n:m formats keep the largest entries of each block)."""
     prune = any(lv.type.keyword == "structured" for lv in ustc.TensorFormat.parse(str(fmt)).levels) \

@@ -14,7 +14,7 @@ import ustc
 from ustc.kernels import _diagonal_spmv, _narrow_spmv
 from ustc.kernels._diagonal_spmv import Diagonals
 from ustc.ops import routes, runtime
-from matmul_helpers import tol
+from matmul_helpers import random_vector, tol
 
 
 @pytest.fixture
@@ -53,13 +53,6 @@ def _band(rng, shape, offsets, dtype=np.float64, drop=0.0, index=np.int32):
     return a
 
 
-def _x(rng, n, dtype=np.float64):
-    x = rng.standard_normal(n)
-    if np.dtype(dtype).kind == "c":
-        x = x + 1j * rng.standard_normal(n)
-    return (np.round(x * 10) if np.dtype(dtype).kind in "iu" else x).astype(dtype)
-
-
 STENCIL = (-25, -5, -1, 0, 1, 5, 25)   # a 3-D 7-point stencil of side 5 (125 rows)
 
 
@@ -68,12 +61,12 @@ def test_stencil_offsets_match_scipy(dtype, rng, small):
     """Faces miss some diagonals (partial masks), the interior has all seven; values and x are
     read as they are at every execute."""
     a = _band(rng, (125, 125), STENCIL, dtype)
-    x = _x(rng, 125, dtype)
+    x = random_vector(rng, 125, dtype)
     mm = ustc.Matmul(ustc.Tensor.from_package(a), x).plan()
     for step in range(4):
         np.testing.assert_allclose(mm.execute(), a @ x, **tol(dtype))
         a.data *= 2
-        x[:] = _x(rng, 125, dtype)
+        x[:] = random_vector(rng, 125, dtype)
     kept = _kept(mm)
     assert isinstance(kept, Diagonals) and kept.offsets == STENCIL and kept.masks.dtype == np.uint8
     assert kept.masks.max() == 127 and kept.masks.min() < 127
@@ -86,7 +79,7 @@ def test_wider_masks(count, mask, rng, small):
     offsets = tuple(sorted(rng.choice(np.arange(-60, 60), count, replace=False).tolist()))
     for shape in ((70, 95), (95, 70)):
         a = _band(rng, shape, offsets, drop=0.3)
-        x = _x(rng, shape[1])
+        x = random_vector(rng, shape[1])
         mm = ustc.Matmul(ustc.Tensor.from_package(a), x).plan()
         for _ in range(3):
             np.testing.assert_allclose(mm.execute(), a @ x, **tol(np.float64))
@@ -99,7 +92,7 @@ def test_one_row_and_one_column(rng, small):
     row = _band(rng, (1, 95), (3, 9, 20, 33, 50, 71, 94))
     col = _band(rng, (95, 1), (-90, -40, -7, 0))
     for a, kind in ((row, Diagonals), (col, _narrow_spmv.NarrowColumns)):
-        x = _x(rng, a.shape[1])
+        x = random_vector(rng, a.shape[1])
         mm = ustc.Matmul(ustc.Tensor.from_package(a), x).plan()
         for _ in range(3):
             np.testing.assert_allclose(mm.execute(), a @ x, **tol(np.float64))
@@ -108,7 +101,7 @@ def test_one_row_and_one_column(rng, small):
 
 def test_alpha_beta_c_and_out(rng, small):
     a = _band(rng, (125, 125), STENCIL, drop=0.1)
-    x, c = _x(rng, 125), _x(rng, 125)
+    x, c = random_vector(rng, 125), random_vector(rng, 125)
     acc = c.copy()
     mm = ustc.Matmul(ustc.Tensor.from_package(a), x, c=acc, alpha=2.5, beta=0.5).plan()
     for _ in range(3):                              # c is updated in place at every execute
@@ -130,7 +123,7 @@ def test_refusals_fall_back_to_16_bit_columns(rng, small):
     unsorted.indices[p:q] = unsorted.indices[p:q][::-1].copy()
     unsorted.data[p:q] = unsorted.data[p:q][::-1].copy()
     for a in (many, sparse_rows, unsorted):
-        x = _x(rng, a.shape[1])
+        x = random_vector(rng, a.shape[1])
         mm = ustc.Matmul(ustc.Tensor.from_package(a), x).plan()
         for _ in range(3):
             np.testing.assert_allclose(mm.execute(), a @ x, **tol(np.float64))
@@ -164,7 +157,7 @@ def test_structure_changes_and_threads(rng, small):
     a = _band(rng, (125, 125), STENCIL)
     keep = (a.indices.copy(), a.indptr.copy(), a.data.copy())
     A = ustc.Tensor.from_package(a)
-    x = _x(rng, 125)
+    x = random_vector(rng, 125)
     x0 = x.copy()
     mm = ustc.Matmul(A, x).plan()
     for _ in range(3):
@@ -198,7 +191,7 @@ def test_kernel_against_dense(n, m, seed, drop, accumulate):
     rng = np.random.default_rng(seed)
     offsets = tuple(sorted(rng.choice(np.arange(-n + 1, m), 3, replace=False).tolist()))
     a = _band(rng, (n, m), offsets, drop=drop)
-    x, y0 = _x(rng, m), _x(rng, n)
+    x, y0 = random_vector(rng, m), random_vector(rng, n)
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(_diagonal_spmv, "MIN_ENTRIES", 0)
         kept = Diagonals.of(a.indptr, a.indices, 2)

@@ -12,7 +12,7 @@ import scipy.sparse as sp
 import ustc
 from ustc.kernels import _narrow_spmv
 from ustc.ops import routes, runtime
-from matmul_helpers import named_2d, random_dense, sparse, tol
+from matmul_helpers import named_2d, random_dense, random_vector, sparse, tol
 
 
 @pytest.fixture
@@ -41,13 +41,6 @@ def _banded(n, reach, rng, dtype=np.float64):
     return a
 
 
-def _x(rng, n, dtype=np.float64):
-    x = rng.standard_normal(n)
-    if np.dtype(dtype).kind == "c":
-        x = x + 1j * rng.standard_normal(n)
-    return x.astype(dtype)
-
-
 def _run(mm, times=3):
     return [np.array(mm.execute()) for _ in range(times)]
 
@@ -57,7 +50,7 @@ def _run(mm, times=3):
 def test_absolute_columns_match_scipy(shape, dtype, rng, every_size):
     a = _csr(rng, shape, dtype=np.float64)
     a.data = (a.data * 10).astype(dtype) if np.dtype(dtype).kind in "iu" else a.data.astype(dtype)
-    x = _x(rng, shape[1], np.float64 if np.dtype(dtype).kind in "iu" else dtype)
+    x = random_vector(rng, shape[1], np.float64 if np.dtype(dtype).kind in "iu" else dtype)
     if np.dtype(dtype).kind in "iu":
         x = np.round(x * 10).astype(dtype)
     mm = ustc.Matmul(ustc.Tensor.from_package(a), x).plan()
@@ -70,7 +63,7 @@ def test_absolute_columns_match_scipy(shape, dtype, rng, every_size):
 
 def test_all_zero_and_empty_rows(rng, every_size):
     a = sp.csr_array((np.zeros(0), np.zeros(0, np.int32), np.zeros(21, np.int32)), shape=(20, 10))
-    x = _x(rng, 10)
+    x = random_vector(rng, 10)
     mm = ustc.Matmul(ustc.Tensor.from_package(a), x).plan()
     for y in _run(mm):
         assert np.array_equal(y, np.zeros(20))
@@ -88,7 +81,7 @@ def test_diagonal_offsets_for_a_band(index, rng, every_size, monkeypatch):
     monkeypatch.setattr(_narrow_spmv, "ABSOLUTE_COLUMNS", 16)   # force offsets from the diagonal
     a = _banded(300, 40, rng)
     a.indices, a.indptr = a.indices.astype(index), a.indptr.astype(index)
-    x = _x(rng, 300)
+    x = random_vector(rng, 300)
     mm = ustc.Matmul(ustc.Tensor.from_package(a), x).plan()
     for y in _run(mm):
         np.testing.assert_allclose(y, a @ x, **tol(np.float64))
@@ -100,7 +93,7 @@ def test_diagonal_offsets_for_a_band(index, rng, every_size, monkeypatch):
 def test_offsets_at_the_int16_limits(rng):
     """Offsets 32,767 and -32,768 from the diagonal fit int16; one further either way refuses."""
     n = 70_000
-    x = _x(rng, n)
+    x = random_vector(rng, n)
     cases = {((0, 32_767), (32_768, 0)): True, ((0, 32_768),): False, ((32_769, 0),): False}
     for entries, fits in cases.items():
         rows, cols = (np.array(v) for v in zip(*entries, (n - 1, n - 1)))
@@ -122,7 +115,7 @@ def test_long_rows_keep_row_pointers(rng, every_size):
     a[7, ::2] = 1.0
     a = sp.csr_array(a)
     a.indices, a.indptr = a.indices.astype(np.int32), a.indptr.astype(np.int32)
-    x = _x(rng, 600)
+    x = random_vector(rng, 600)
     mm = ustc.Matmul(ustc.Tensor.from_package(a), x).plan()
     for y in _run(mm):
         np.testing.assert_allclose(y, a @ x, **tol(np.float64))
@@ -139,7 +132,7 @@ def test_wide_band_reads_its_own_indices(rng, every_size, monkeypatch):
     monkeypatch.setattr(_narrow_spmv, "ABSOLUTE_COLUMNS", 16)
     monkeypatch.setattr(_narrow_spmv, "DIAGONAL_REACH", 20)     # a band of 40 does not fit 16 bits
     a = _banded(300, 40, rng)
-    x = _x(rng, 300)
+    x = random_vector(rng, 300)
     mm = ustc.Matmul(ustc.Tensor.from_package(a), x).plan()
     for y in _run(mm, 4):
         np.testing.assert_allclose(y, a @ x, **tol(np.float64))
@@ -156,13 +149,13 @@ def test_own_indices_long_rows_alpha_and_c(index, rng, every_size, monkeypatch):
     monkeypatch.setattr(_narrow_spmv, "DIAGONAL_REACH", 20)
     a = _csr(rng, (23, 700), density=0.5, index=index)
     a.data[a.indptr[3]:a.indptr[4]] = 0.0                   # explicit zeros stay harmless
-    x, c = _x(rng, 700), _x(rng, 23)
+    x, c = random_vector(rng, 700), random_vector(rng, 23)
     keep = (a.indices.copy(), a.indptr.copy())
     mm = ustc.Matmul(ustc.Tensor.from_package(a), x, c, alpha=-1.5, beta=0.5).plan()
     for step in range(5):
         if step == 3:
             a.data *= 3
-            x[:] = _x(rng, 700)
+            x[:] = random_vector(rng, 700)
         expected = -1.5 * (a @ x) + 0.5 * c
         np.testing.assert_allclose(mm.execute(), expected, **tol(np.float64))
     assert _narrow(mm).own and _narrow(mm).off.dtype == index
@@ -175,7 +168,7 @@ def test_registry_formats(fmt, rng, every_size):
     """Every named format's SpMV agrees with SciPy; only CSR takes the 16-bit copy."""
     a = random_dense(rng, (24, 18))
     A = sparse(a, fmt)
-    x = _x(rng, 18)
+    x = random_vector(rng, 18)
     mm = ustc.Matmul(A, x).plan()
     for y in _run(mm):
         np.testing.assert_allclose(y, A.to_dense() @ x, **tol(np.float64))
@@ -185,7 +178,7 @@ def test_registry_formats(fmt, rng, every_size):
 
 def test_alpha_beta_and_c(rng, every_size):
     a = _csr(rng, (25, 25))
-    x, c = _x(rng, 25), _x(rng, 25)
+    x, c = random_vector(rng, 25), random_vector(rng, 25)
     A = ustc.Tensor.from_package(a)
     acc = c.copy()
     mm = ustc.Matmul(A, x, c=acc, alpha=2.5, beta=0.5).plan()
@@ -210,12 +203,12 @@ def test_alpha_beta_and_c(rng, every_size):
 def test_values_and_x_changed_in_place_are_seen(rng, every_size):
     a = _csr(rng, (30, 20))
     A = ustc.Tensor.from_package(a)
-    x = _x(rng, 20)
+    x = random_vector(rng, 20)
     mm = ustc.Matmul(A, x).plan()
     for _ in range(4):
         np.testing.assert_allclose(mm.execute(), a @ x, **tol(np.float64))
         a.data *= 1.5
-        x[...] = _x(rng, 20)
+        x[...] = random_vector(rng, 20)
     assert _narrow(mm) is not None
 
 
@@ -224,7 +217,7 @@ def test_structure_changed_in_place_is_refreshed(rng, every_size):
     given again through reset_operands: the copy is made again each time."""
     a = _csr(rng, (40, 30), density=0.5)
     A = ustc.Tensor.from_package(a)
-    x = _x(rng, 30)
+    x = random_vector(rng, 30)
     mm = ustc.Matmul(A, x).plan()
     _run(mm)
     first = _narrow(mm)
@@ -246,7 +239,7 @@ def test_new_buffers_and_new_operand(rng, every_size, monkeypatch):
     monkeypatch.setattr(_narrow_spmv, "ABSOLUTE_COLUMNS", 16)
     a = _banded(200, 10, rng)
     A = ustc.Tensor.from_package(a)
-    x = _x(rng, 200)
+    x = random_vector(rng, 200)
     mm = ustc.Matmul(A, x).plan()
     _run(mm)
     assert _narrow(mm) is not None
@@ -265,7 +258,7 @@ def test_new_buffers_and_new_operand(rng, every_size, monkeypatch):
 def test_one_shot_calls_keep_nothing(rng, every_size):
     a = _csr(rng, (30, 30))
     A = ustc.Tensor.from_package(a)
-    x = _x(rng, 30)
+    x = random_vector(rng, 30)
     for _ in range(3):
         np.testing.assert_allclose(ustc.matmul(A, x), a @ x, **tol(np.float64))
         np.testing.assert_allclose(np.asarray(A @ x), a @ x, **tol(np.float64))
@@ -277,7 +270,7 @@ def test_one_shot_calls_keep_nothing(rng, every_size):
 def test_inputs_not_mutated_and_16_bit_indices_skip(rng, every_size):
     a = _csr(rng, (30, 30))
     keep = (a.indices.copy(), a.indptr.copy(), a.data.copy())
-    x = _x(rng, 30)
+    x = random_vector(rng, 30)
     x0 = x.copy()
     mm = ustc.Matmul(ustc.Tensor.from_package(a), x).plan()
     _run(mm)
@@ -292,7 +285,7 @@ def test_inputs_not_mutated_and_16_bit_indices_skip(rng, every_size):
 
 def test_small_products_keep_the_serial_generated_kernel(rng):
     a = _csr(rng, (30, 30))
-    mm = ustc.Matmul(ustc.Tensor.from_package(a), _x(rng, 30)).plan()
+    mm = ustc.Matmul(ustc.Tensor.from_package(a), random_vector(rng, 30)).plan()
     assert not isinstance(mm._route, routes.NarrowColumnsRoute)
 
 
@@ -300,7 +293,7 @@ def test_thread_count_change_rebuilds_chunks(rng, every_size):
     import numba
 
     a = _csr(rng, (64, 64))
-    x = _x(rng, 64)
+    x = random_vector(rng, 64)
     mm = ustc.Matmul(ustc.Tensor.from_package(a), x).plan()
     _run(mm)
     assert _narrow(mm) is not None

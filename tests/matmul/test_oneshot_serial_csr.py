@@ -10,18 +10,13 @@ import scipy.sparse as sp
 
 import ustc
 from ustc.ops import matmul as one_shot
-from matmul_helpers import random_dense, tol
+from matmul_helpers import random_dense, random_vector, tol
 
 
 def _csr(rng, shape, dtype=np.float64, index=np.int32, density=0.3):
     a = sp.csr_array(random_dense(rng, shape, density, dtype))
     a.indices, a.indptr = a.indices.astype(index), a.indptr.astype(index)
     return a
-
-
-def _x(rng, n, dtype):
-    x = rng.standard_normal(n) + (1j * rng.standard_normal(n) if np.dtype(dtype).kind == "c" else 0)
-    return x.astype(dtype)
 
 
 def _call(A):
@@ -35,7 +30,7 @@ def test_repeats_match_scipy(dtype, index, rng):
         a = _csr(rng, shape, dtype, index)
         a.data[::4] = 0                                   # explicit zeros
         A = ustc.Tensor.from_package(a)
-        x = _x(rng, shape[1], dtype)
+        x = random_vector(rng, shape[1], dtype)
         keep = (a.data.copy(), a.indices.copy(), a.indptr.copy(), x.copy())
         for step in range(4):
             y = ustc.matmul(A, x)
@@ -44,7 +39,7 @@ def test_repeats_match_scipy(dtype, index, rng):
             if step == 1:
                 assert all(np.array_equal(u, v) for u, v in zip((a.data, a.indices, a.indptr, x), keep))
                 a.data *= 2                               # values changed in place count at the next call
-                x[:] = _x(rng, shape[1], dtype)
+                x[:] = random_vector(rng, shape[1], dtype)
         assert isinstance(_call(A), one_shot.SerialCsrCall)
 
 
@@ -52,7 +47,7 @@ def test_empty_rows_and_all_zero(rng):
     a = _csr(rng, (30, 20), density=0.1)
     a.data[:] = 0
     A = ustc.Tensor.from_package(a)
-    x = _x(rng, 20, np.float64)
+    x = random_vector(rng, 20, np.float64)
     for _ in range(3):
         assert np.array_equal(ustc.matmul(A, x), np.zeros(30))
     assert isinstance(_call(A), one_shot.SerialCsrCall)
@@ -60,9 +55,9 @@ def test_empty_rows_and_all_zero(rng):
 
 def test_other_kinds_keep_the_generated_kernel(rng):
     """Mixed dtypes, integer values and CSC take the generated kernel's direct call; all agree."""
-    cases = [(ustc.Tensor.from_package(_csr(rng, (20, 20))), _x(rng, 20, np.float32)),
+    cases = [(ustc.Tensor.from_package(_csr(rng, (20, 20))), random_vector(rng, 20, np.float32)),
              (ustc.Tensor.from_package(sp.csr_array(np.arange(400).reshape(20, 20) % 3)), np.arange(20)),
-             (ustc.Tensor.from_dense(random_dense(rng, (20, 20)), "CSC"), _x(rng, 20, np.float64))]
+             (ustc.Tensor.from_dense(random_dense(rng, (20, 20)), "CSC"), random_vector(rng, 20, np.float64))]
     for A, x in cases:
         for _ in range(3):
             np.testing.assert_allclose(ustc.matmul(A, x), A.to_dense() @ x, rtol=1e-5, atol=1e-5)

@@ -17,7 +17,7 @@ from ustc.kernels import _hot_columns, _narrow_spmv
 from ustc.kernels._hot_columns import HotColumns
 from ustc.kernels._narrow_spmv import NarrowColumns
 from ustc.ops import routes, runtime
-from matmul_helpers import tol
+from matmul_helpers import random_vector, tol
 
 N_COLS = 300
 N_ROWS = 300
@@ -55,13 +55,6 @@ def _lengths(rng, n_rows):
     return lengths
 
 
-def _x(rng, n, dtype=np.float64):
-    x = rng.standard_normal(n)
-    if np.dtype(dtype).kind == "c":
-        x = x + 1j * rng.standard_normal(n)
-    return x.astype(dtype)
-
-
 def _kept(mm):
     assert isinstance(mm._route, routes.NarrowColumnsRoute)
     return mm._route._narrow
@@ -73,7 +66,7 @@ def test_hub_renumbering_matches_scipy(dtype, index, rng):
     """Each execute equals SciPy with values and x edited in place between executes; the operand's
     buffers and x are never written."""
     a = _graph(rng, _lengths(rng, N_ROWS), dtype=dtype, index=index)
-    x = _x(rng, N_COLS, dtype)
+    x = random_vector(rng, N_COLS, dtype)
     mm = ustc.Matmul(ustc.Tensor.from_package(a), x).plan()
     for step in range(EXECUTES + 2):
         if step >= EXECUTES:
@@ -101,7 +94,7 @@ def test_edge_shapes(shape, rng):
     else:
         a = _graph(rng, _lengths(rng, N_ROWS))
         assert np.all(np.diff(a.indptr) >= 0) and a[:, N_COLS - N_COLS // 10:].nnz == 0
-    x = _x(rng, a.shape[1])
+    x = random_vector(rng, a.shape[1])
     mm = ustc.Matmul(ustc.Tensor.from_package(a), x).plan()
     for _ in range(EXECUTES):
         np.testing.assert_allclose(mm.execute(), a @ x, **tol(np.float64))
@@ -111,7 +104,7 @@ def test_edge_shapes(shape, rng):
 def test_alpha_beta_c_and_out(rng):
     """alpha and beta * c with c updated in place, into an out= array the caller gives."""
     a = _graph(rng, _lengths(rng, N_ROWS))
-    x, c = _x(rng, N_COLS), _x(rng, N_ROWS)
+    x, c = random_vector(rng, N_COLS), random_vector(rng, N_ROWS)
     mm = ustc.Matmul(ustc.Tensor.from_package(a), x, c, alpha=0.75, beta=-2.0).plan()
     out = np.full(N_ROWS, np.nan)
     for step in range(EXECUTES + 1):
@@ -127,7 +120,7 @@ def test_structure_changed_in_place_or_given_again(rng):
     """A sampled column edited in place is seen (the kept renumbering is dropped, the result follows
     the new structure); a new operand given through reset_operands is planned again."""
     a = _graph(rng, _lengths(rng, N_ROWS))
-    x = _x(rng, N_COLS)
+    x = random_vector(rng, N_COLS)
     mm = ustc.Matmul(ustc.Tensor.from_package(a), x).plan()
     for _ in range(EXECUTES):
         mm.execute()
@@ -148,7 +141,7 @@ def test_structure_changed_in_place_or_given_again(rng):
 def test_thread_counts_one_and_two(rng):
     """The kept row chunks follow the thread count: planned on 2 threads, executed on 1, then 2 again."""
     a = _graph(rng, _lengths(rng, N_ROWS))
-    x = _x(rng, N_COLS)
+    x = random_vector(rng, N_COLS)
     mm = ustc.Matmul(ustc.Tensor.from_package(a), x).plan()
     try:
         for threads in (min(2, numba.config.NUMBA_NUM_THREADS), 1, min(2, numba.config.NUMBA_NUM_THREADS)):
