@@ -10,8 +10,8 @@ from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic
 
-from ._masked_spmv import lane_pointers
-from ._simd import Vec, _pointer, _wide, call_llvm, fma, masked_ops, splat_ir  # noqa: F401 (fma re-exported)
+from ._masked_spmv import lane_pointers, masked_gather
+from ._simd import Vec, _pointer, _wide, fma, masked_ops, splat_ir  # noqa: F401 (fma re-exported)
 
 LANES = 8
 
@@ -49,11 +49,8 @@ def load_every(typingctx, array, j, k):
         step = builder.sext(args[2], i64) if args[2].type.width < 64 else args[2]
         index = builder.mul(splat_ir(builder, step, LANES), ir.Constant(ir.VectorType(i64, LANES), list(range(LANES))))
         pointers = lane_pointers(builder, _pointer(context, builder, sig.args[0], args[0], args[1]), index, vty.element)
-        size = array.dtype.bitwidth // 8
         every = ir.Constant(ir.VectorType(ir.IntType(1), LANES), [1] * LANES)
-        name = f"v{LANES}f{array.dtype.bitwidth}"
-        return call_llvm(builder, f"llvm.masked.gather.{name}.v{LANES}p0", vty,
-                         [pointers, ir.Constant(ir.IntType(32), size), every, ir.Constant(vty, None)])
+        return masked_gather(builder, pointers, vty, every)
 
     if not isinstance(array.dtype, types.Float):
         return None

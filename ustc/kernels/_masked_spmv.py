@@ -47,6 +47,14 @@ def _masked_load(builder, pointer, vty, mask):
                        ir.Constant(vty, None)])
 
 
+def masked_gather(builder, pointers, vty, mask):
+    """The lanes of ``vty`` read through ``pointers`` (one a lane) where ``mask`` is set, zero elsewhere
+    (nothing read there)."""
+    name, size = _element(vty.element)
+    return call_llvm(builder, f"llvm.masked.gather.v{vty.count}{name}.v{vty.count}p0", vty,
+                     [pointers, ir.Constant(ir.IntType(32), size), mask, ir.Constant(vty, None)])
+
+
 class _LanePointers(ir.Instruction):
     """``getelementptr element, base, <n x i64> index``: one pointer a lane from a scalar base. llvmlite's
     ``gep`` takes no vector index; as a GEP of a base (not integer addresses) the gather below selects
@@ -92,11 +100,8 @@ def row_step(typingctx, acc, vals, crd, x, p, count):
         cols = builder.sext(cols, ir.VectorType(i64, LANES)) if cty.element.width < 64 else cols
         pointers = lane_pointers(builder, _pointer(context, builder, sig.args[3], x_a, ir.Constant(i64, 0)), cols,
                                   vty.element)
-        name, size = _element(vty.element)
-        suffix = f"v{LANES}{name}"
-        gathered = call_llvm(builder, f"llvm.masked.gather.{suffix}.v{LANES}p0", vty,
-                              [pointers, ir.Constant(ir.IntType(32), size), mask, ir.Constant(vty, None)])
-        return call_llvm(builder, f"llvm.fma.{suffix}", vty, [values, gathered, acc_v])
+        gathered = masked_gather(builder, pointers, vty, mask)
+        return call_llvm(builder, f"llvm.fma.v{LANES}{_element(vty.element)[0]}", vty, [values, gathered, acc_v])
 
     return acc(acc, vals, crd, x, p, count), codegen
 
