@@ -16,9 +16,8 @@ import ustc
 import ustc.distributed as ud
 from ustc.distributed.checkpoint import Checkpoint, Watch
 
-SIDE = 50           # CG needs ~250 iterations at rtol 1e-10
-KILL_SIDE = 400     # ~1,900 iterations: seconds over direct sockets (at side 50 the solve ended before the
-#                    first 0.25 s checkpoint pull, so the kill came after it)
+KILL_SIDE = 400     # ~1,900 iterations: seconds over direct sockets (at side 50, ~250 iterations, the solve
+#                    could end before the first 0.25 s checkpoint pull, so the kill came after it)
 
 
 def _rel(x, y):
@@ -84,10 +83,11 @@ def test_resume_after_sigkill_mid_cg(private):
 
 def test_automatic_retry_rebuilds_loader_blocks(private):
     rt = private
-    a = poisson2d(SIDE)
-    b = np.random.default_rng(1).standard_normal(SIDE * SIDE)
+    a = poisson2d(KILL_SIDE)                         # long enough that the kill lands mid-solve
+    n = KILL_SIDE * KILL_SIDE
+    b = np.random.default_rng(1).standard_normal(n)
     x1 = ustc.solve(ustc.Tensor.from_package(a), b, "cg", rtol=1e-10)
-    d = ud.DTensor.from_loader(lambda r0, r1: a[r0:r1], a.shape, [0, 900, 900, 2500], runtime=rt,
+    d = ud.DTensor.from_loader(lambda r0, r1: a[r0:r1], a.shape, [0, 9 * n // 25, 9 * n // 25, n], runtime=rt,
                                block_format="DIAI")
     small = random_sparse(9, 9, seed=2)
     s = ud.DTensor.from_tensor(ustc.Tensor.from_package(small), 3, runtime=rt)
