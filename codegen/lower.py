@@ -236,9 +236,7 @@ class Lowering:
         if depth == len(self.order):
             return self.compute(ctx)
         v = self.order[depth]
-        iterators = tuple(s for s in self.present(ctx) if self.next_ref(ctx, s) is not None
-                          and self.next_ref(ctx, s).var == v and self.next_ref(ctx, s).iterate)
-        lattice = lat.build(ctx.expr, iterators, self.sr)
+        iterators, lattice = self.co_iteration(ctx, v)
         if not lattice.points:
             return []
         if not iterators or lattice.universe:
@@ -281,9 +279,7 @@ class Lowering:
         """The size of the loop over the workspace index at ``depth``: its iterators' segment
         lengths added up (an upper bound on a union's), or the index's extent for a dense loop."""
         v = self.order[depth]
-        iterators = tuple(s for s in self.present(ctx) if self.next_ref(ctx, s) is not None
-                          and self.next_ref(ctx, s).var == v and self.next_ref(ctx, s).iterate)
-        lattice = lat.build(ctx.expr, iterators, self.sr)
+        iterators, lattice = self.co_iteration(ctx, v)
         if not lattice.points:
             return []
         if not iterators or lattice.universe:
@@ -469,6 +465,12 @@ class Lowering:
 
     def present(self, ctx: Ctx) -> list[int]:
         return [a.slot for a in ctx.expr.accesses() if a.slot in self.space.levels]
+
+    def co_iteration(self, ctx: Ctx, v: str):
+        """The slots whose next level iterates ``v``, and their merge lattice over ``ctx.expr``."""
+        iterators = tuple(s for s in self.present(ctx) if (ref := self.next_ref(ctx, s)) is not None
+                          and ref.var == v and ref.iterate)
+        return iterators, lat.build(ctx.expr, iterators, self.sr)
 
     # -- binding and settling --------------------------------------------------------------
     def bind(self, ctx: Ctx, depth: int, v: str, updates: dict, expr: nt.Expr, tight) -> list[ir.Stmt]:
