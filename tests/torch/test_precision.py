@@ -107,6 +107,9 @@ def test_narrow_views_ops_and_conversions(dtype):
     torch.testing.assert_close(T @ x, w @ x, **TOL[dtype])
     torch.testing.assert_close(x.t() @ T.t(), x.t() @ w.t(), **TOL[dtype])
     torch.testing.assert_close(torch.mv(T, x[:, 0]), torch.mv(w, x[:, 0]), **TOL[dtype])
+    gram = T @ T.t()  # sparse @ sparse (Muon's Newton-Schulz step on a TorchUST): the operands' dtype
+    assert isinstance(gram, TorchUST) and gram.dtype == dtype
+    torch.testing.assert_close(gram.to_dense(), w @ w.t(), **TOL[dtype])
 
 
 def test_autocast_bfloat16_around_sparse_linear_layers():

@@ -73,8 +73,9 @@ def operand(x) -> Tensor:
 
 
 def _result(out, dtype: "torch.dtype"):
-    if isinstance(out, Tensor):
-        return TorchUST(out)
+    if isinstance(out, Tensor):  # sparse @ sparse: a TorchUST, bfloat16 rounded back as a dense result is
+        result = TorchUST(out)
+        return result if result.dtype == dtype else result.to(dtype)
     result = to_torch(out)
     return result if result.dtype == dtype else result.to(dtype)
 
