@@ -37,6 +37,9 @@ LOSSES = {
     "W[idx]": lambda W: W[torch.tensor([0, 2, 2])].sum(),
     "W[mask]": lambda W: W[W.to_dense() > 0.1].sum(),
     "diagonal": lambda W: W.diagonal().sum(),
+    "view(-1)": lambda W: (W.view(-1) * torch.arange(64.0, dtype=W.dtype)).sum(),
+    "reshape(4, 16)": lambda W: (W.reshape(4, 16).sum(0) ** 2).sum(),
+    "flatten": lambda W: W.flatten()[::3].exp().sum(),
     "W + dense": lambda W: (W + torch.linspace(-1, 1, 64, dtype=W.dtype).reshape(8, 8)).square().sum(),
     "dense - W": lambda W: (torch.ones(8, 8, dtype=W.dtype) - W).pow(3).sum(),
     "W * dense": lambda W: (W * torch.linspace(0, 2, 8, dtype=W.dtype)).sum(),
@@ -77,7 +80,20 @@ def test_results_without_grad_and_in_inference_mode():
             torch.testing.assert_close(P[3], W[3])
             torch.testing.assert_close(P[:, 5], W[:, 5])
             torch.testing.assert_close(P + W, 2 * W)
+            torch.testing.assert_close(P.view(-1), W.view(-1))
             assert P.norm().item() == pytest.approx(W.norm().item())
+
+
+def test_view_to_its_own_shape_is_the_tensor():
+    P, W = _weight(formats.BSR(4, 4), seed=2)
+    V = P.detach().view(8, -1)
+    assert isinstance(V, TorchUST) and V.stored_values().data_ptr() == P.stored_values().data_ptr()
+    flat = P.detach().reshape(-1)  # another shape: a dense copy, as W[i]
+    assert not isinstance(flat, TorchUST) and torch.equal(flat, W.reshape(-1))
+    with pytest.raises(ustc.UnsupportedOperation, match="aten.view"):  # view(dtype) reinterprets bits
+        P.detach().view(torch.int64)
+    with pytest.raises(RuntimeError, match="invalid for input of size 64"):
+        P.detach().view(3, -1)
 
 
 def test_lora_merge_is_dense_and_trains_the_adapters():

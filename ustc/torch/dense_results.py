@@ -29,7 +29,14 @@ dense model with the pruning mask applied to its gradient gets, stored in
   ``W * dense``, ``torch.where(mask, W, dense)``, ``W + 1``, ``exp(W)``): the
   dense result, computed on the densified TorchUST (``ustc.torch.pointwise``,
   where element-wise ops between TorchUSTs of one pattern and numbers keep
-  giving TorchUSTs when the result fits the pattern).
+  giving TorchUSTs when the result fits the pattern);
+* **reshapes** (``view``, ``reshape``, ``flatten``; :data:`RESHAPES`): to the
+  TorchUST's own shape, the TorchUST itself (an alias, as ``detach``); to any
+  other shape, the dense tensor reshaped, a new tensor as for indexing (writes
+  to it do not reach the TorchUST). ``W.grad.view(-1)`` is then the dense
+  masked model's flat gradient, which is what ``torch.optim.LBFGS`` gathers
+  (its flat update comes back through ``view_as(W)`` and an in-place ``add_``,
+  which ``ustc.torch.pointwise`` projects onto the pattern).
 """
 
 from __future__ import annotations
@@ -51,7 +58,8 @@ REDUCTIONS = {aten.sum, aten.mean, aten.nansum, aten.nanmean, aten.prod, aten.am
               aten.trace, aten.equal, aten.allclose, aten.isclose, aten.nonzero}
 INDEXING = {aten.select, aten.slice, aten.index, aten.index_select, aten.narrow, aten.diagonal, aten.gather,
             aten.take, aten.masked_select, aten.unbind, aten.split, aten.split_with_sizes, aten.chunk}
-DENSE_RESULT = REDUCTIONS | INDEXING
+RESHAPES = {aten.view, aten._unsafe_view, aten.reshape, aten._reshape_alias}
+DENSE_RESULT = REDUCTIONS | INDEXING | RESHAPES
 
 
 def _dense_tree(tree):
@@ -117,14 +125,26 @@ def _index(func, args, kwargs):
     return func(*_dense_tree(args), **_dense_tree(kwargs))
 
 
+def _reshape(func, args, kwargs):
+    """``view`` / ``reshape`` of a TorchUST (the module docstring's rule); ``view(dtype)`` is not a reshape."""
+    x = args[0]
+    if func._overloadname == "dtype" or not isinstance(x, TorchUST):
+        return NotImplemented
+    shape = torch.empty(tuple(x.shape), device="meta").reshape(args[1]).shape  # -1 resolved, sizes checked
+    if shape == x.shape:
+        return TorchUST(x)
+    return dense_of(x).reshape(shape)
+
+
 def dense_result(func, args, kwargs):
     """The dispatch handler for reductions and indexing on TorchUSTs (the module docstring's rules)."""
     packet = func.overloadpacket
     if packet in REDUCTIONS:
         return _reduce(func, args, kwargs)
-    if packet in INDEXING:
+    if packet in INDEXING or packet in RESHAPES:
         with torch.inference_mode(False):  # torch gives a view op's result its base's version counter,
-            return _index(func, args, kwargs)  # which an inference tensor cannot take
+            impl = _index if packet in INDEXING else _reshape  # which an inference tensor cannot take
+            return impl(func, args, kwargs)
     return NotImplemented
 
 
