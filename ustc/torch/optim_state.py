@@ -20,6 +20,12 @@ The state outside the pattern is dropped; no optimizer of ``torch.optim`` reads
 it for ``p``'s update. The first step runs densely, as does any step after
 ``load_state_dict`` gave dense state.
 
+Optimizers in :data:`DENSE_STATE` keep their state dense: their update of
+an entry reads the other entries of the state (``torch.optim.Muon``
+orthogonalises the whole 2-D momentum, a dense matrix function), so the update
+the pattern receives is the dense one, computed as the dense masked model
+computes it and projected onto the pattern by the in-place step.
+
 The reverse case, TorchUST state on a dense parameter (an optimizer state_dict
 saved with a sparse model and loaded with a dense one), is made dense before
 the step by a pre-hook: an in-place op on a TorchUST state would otherwise
@@ -35,6 +41,9 @@ from .autograd import sample
 from .subclass import TorchUST
 
 _HOOKS: list = []  # the two global hooks' handles, installed once
+
+# optimizer classes whose per-element state must stay dense (module docstring); users may add theirs
+DENSE_STATE: set = {torch.optim.Muon} if hasattr(torch.optim, "Muon") else set()  # Muon: torch >= 2.9
 
 
 def _per_element(param, value) -> bool:
@@ -55,7 +64,10 @@ def _entries(optimizer, sparse: bool):
 
 
 def _pattern_state(optimizer, args, kwargs) -> None:
-    """Step post-hook: the per-element state of each TorchUST parameter as a TorchUST of its pattern."""
+    """Step post-hook: the per-element state of each TorchUST parameter as a TorchUST of its pattern
+    (not for :data:`DENSE_STATE` optimizers)."""
+    if isinstance(optimizer, tuple(DENSE_STATE)):
+        return
     for p, entry in _entries(optimizer, sparse=True):
         for key, value in entry.items():
             if _per_element(p, value):
@@ -63,11 +75,14 @@ def _pattern_state(optimizer, args, kwargs) -> None:
 
 
 def _dense_state(optimizer, args, kwargs) -> None:
-    """Step pre-hook: TorchUST state of a dense parameter made dense (a loaded sparse model's state)."""
-    for _, entry in _entries(optimizer, sparse=False):
-        for key, value in entry.items():
-            if isinstance(value, TorchUST):
-                entry[key] = value.to_dense()
+    """Step pre-hook: TorchUST state of a dense parameter made dense (a loaded sparse model's state), and of
+    every parameter of a :data:`DENSE_STATE` optimizer."""
+    kinds = (False, True) if isinstance(optimizer, tuple(DENSE_STATE)) else (False,)
+    for sparse in kinds:
+        for _, entry in _entries(optimizer, sparse=sparse):
+            for key, value in entry.items():
+                if isinstance(value, TorchUST):
+                    entry[key] = value.to_dense()
 
 
 def install() -> None:
