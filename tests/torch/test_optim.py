@@ -1,4 +1,5 @@
-"""Every ``torch.optim`` optimizer and ``clip_grad_norm_`` on TorchUST weights, against the dense masked model.
+"""Every element-wise ``torch.optim`` optimizer and ``clip_grad_norm_`` on TorchUST weights, against the dense
+masked model (LBFGS, Muon and SparseAdam: test_optim_matrix.py; Rprop: test_masked_put.py).
 
 The oracle is the same model kept dense, its gradients masked to the pruning
 pattern and the mask re-applied after every step (what ``torch.nn.utils.prune``
@@ -32,6 +33,8 @@ OPTIMIZERS = [
     ("RAdam", dict(lr=0.01, weight_decay=0.01)),
     ("Adadelta", dict(lr=1.0, weight_decay=0.01)),
     ("Adamax", dict(lr=0.01, weight_decay=0.01)),
+    ("ASGD", dict(lr=0.01, t0=2, lambd=0.01, weight_decay=0.01)),  # averaging (ax) from step 3
+    ("Adafactor", dict(lr=0.01, weight_decay=0.01)),  # row / column factored variance of 2-D weights
 ]
 FORMATS = {"CSR": formats.CSR, "BSR(4, 4)": formats.BSR(4, 4)}
 

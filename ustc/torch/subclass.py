@@ -18,7 +18,7 @@ ustc Tensor (``W.ust``), whose buffers are the torch buffers it came from
   ``cuda``), ``*_like`` and ``new_*`` (dense tensors), element-wise ops and
   ``_foreach_*`` ops on the stored values (``ustc.torch.pointwise``: gradient
   accumulation, clipping and every ``torch.optim`` step keep the pattern),
-  reductions and indexing with dense results (``ustc.torch.dense_results``),
+  reductions, indexing and reshapes with dense results (``ustc.torch.dense_results``),
   and the matmul family again without autograd.
 
 Anything else raises :class:`ustc.UnsupportedOperation` naming the op, unless
@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import operator
 import warnings
 import weakref
 
@@ -147,6 +148,24 @@ def _inner(k: int) -> str:
 
 
 _FLAT = tuple(("_v", *(_inner(k) for k in range(count))) for count in range(_INNER + 1))  # by buffer count
+
+
+def _buffer_getter(count: int):
+    get = operator.attrgetter(*(_inner(k) for k in range(count))) if count else None
+    return (lambda t: ()) if count == 0 else get if count > 1 else (lambda t: (get(t),))
+
+
+_BUFFERS = tuple(_buffer_getter(count) for count in range(_INNER + 1))  # by buffer count: a tuple of them
+
+
+def holds_buffers(weight: "TorchUST", buffers) -> bool:
+    """Whether ``buffers`` are ``weight``'s pos / crd tensors themselves, in order (identity). The compiled
+    op's per-call check: 0.3 µs against 1.2 through ``buffer_tensors`` (run eagerly, never traced)."""
+    count = len(weight._keys)
+    if count != len(buffers):
+        return False
+    held = _BUFFERS[count](weight) if count <= _INNER else weight.buffer_tensors
+    return all(map(operator.is_, held, buffers))
 
 
 class TorchUST(torch.Tensor):
