@@ -1,5 +1,5 @@
 """The masked 8-lane CSR SpMV (``kernels._masked_spmv``): rows of every length around the 8-lane
-step (0, 1, 7, 8, 9, 16, 17, a long row), row chunks, alpha and accumulate, float32 / float64 with
+step (0, 1, 7, 8, 9, 16, 17, a long row) and around its prefetch distance, row chunks, alpha and accumulate, float32 / float64 with
 int32 / int64 indices, against SciPy; inputs unchanged; the planned SpMV on its own indices runs it.
 One kernel compiled per (value, index) dtype pair."""
 
@@ -57,6 +57,25 @@ def test_entries_end_at_the_buffers_end(rng):
     y = np.empty(3)
     masked_spmv(y, a.indptr, a.indptr[bounds].astype(np.int64), a.indices[:9], a.data[:9], x, bounds, 1.0, False)
     np.testing.assert_allclose(y, a @ x, **tol(np.float64))
+
+
+@pytest.mark.parametrize("dtype,index", [(np.float64, np.int32), (np.float32, np.int64)])
+def test_rows_past_the_prefetch_distance(dtype, index, rng):
+    """Rows of Zipf-like lengths (empty, short, several times ``AHEAD``, the longest first and last),
+    1 x n, and chunks whose prefetch stops at their last entry (``crd`` / ``vals`` cut there): against
+    SciPy, for 1, 2 and 5 chunks."""
+    ahead = _masked_spmv.AHEAD
+    tail = np.minimum(rng.zipf(1.6, 40), 4 * ahead)
+    shapes = ([4 * ahead + 3, *tail, 0, 2 * ahead + 1], [3 * ahead + 5], [0, ahead, ahead + 1, ahead - 1])
+    for lengths in shapes:
+        a = _csr(rng, lengths, 1000, dtype, index)
+        x = rng.standard_normal(1000).astype(dtype)
+        for chunks in (1, 2, 5):
+            bounds = row_chunks(a.indptr, chunks)
+            y = np.full(len(lengths), np.nan, dtype)
+            masked_spmv(y, a.indptr, a.indptr[bounds].astype(np.int64), a.indices[:a.nnz], a.data[:a.nnz], x,
+                        bounds, 1.0, False)
+            np.testing.assert_allclose(y, a @ x, **tol(dtype))
 
 
 def test_fits_only_one_float_dtype_and_wide_indices(rng):
