@@ -12,8 +12,9 @@ tree (the order differs from a sequential sum, as ``gather_spmv``'s reassociatio
 Power-law graph, x in L1 (columns masked to 1,024): 19 ms a product against 29 for ``gather_spmv``
 (one thread, CPU time); with the graph's own columns both wait on gathers of ``x`` that miss L2.
 :func:`masked_spmv` therefore prefetches the lines of ``x`` that the entries :data:`AHEAD` on will
-gather (one scalar load of a column and one prefetch an entry): at 2 threads 44 ms CPU time a product
-against 54-69 without (AMD EPYC, 1 MB L2 a core; distances 64-128 alike; 16 gains nothing, 32 part, 192 and up less).
+gather, 8 every step whatever the row's length (a loop over exactly the step's entries mispredicted its
+exit about once a row: 7-15% more CPU time): at 2 threads 36 ms CPU time a product against 54-69 without
+(AMD EPYC, 1 MB L2 a core; distances 64-128 alike; 16 gains nothing, 32 part, 192 and up less).
 
 AVX-512 only (:data:`kernels._simd.HAS_AVX512`): without it the masked gather is a scalar sequence.
 Values, ``x`` and ``y`` must share one dtype of :data:`DTYPES`; indices int32 or int64.
@@ -174,12 +175,12 @@ def _row_sum(vals, crd, x, begin, end, zero):
 
 
 @njit_cached(nogil=True, inline="always")
-def _prefetch_upto(x, crd, q, until):
-    """Prefetches ``x[crd[q]]`` for every ``q`` up to ``until`` (excluded); returns the new ``q``."""
-    while q < until:
-        prefetch(x, U(crd[U(q)]))
-        q += 1
-    return q
+def _prefetch_lanes(x, crd, q, last):
+    """Prefetches ``x[crd[k]]`` for the :data:`LANES` entries ``k`` from ``q`` on, those past ``last - 1``
+    taken as ``last - 1``; nothing where ``q >= last``. A fixed count: no branch on a row's length."""
+    if q < last:
+        for k in range(LANES):
+            prefetch(x, U(crd[U(min(q + k, last - 1))]))
 
 
 @njit_cached(nogil=True, parallel=True)
@@ -190,19 +191,21 @@ def masked_spmv(y, pos, starts, crd, vals, x, bounds, alpha, accumulate):
     pointers are increasing, every column lies in ``x`` and ``vals`` holds every entry; ``accumulate``
     False stores every ``y[i]`` (empty rows get zero). ``vals``, ``x`` and ``y`` share one dtype of
     :data:`DTYPES` (:func:`fits`): each row is summed in masked 8-lane steps (as :func:`row_sum`), and
-    before each step the lines of ``x`` that the entries up to :data:`AHEAD` on will gather are
-    prefetched (within the chunk)."""
+    every step prefetches the lines of ``x`` that the :data:`LANES` entries :data:`AHEAD` on will gather
+    (within the chunk; the cursor moves by the step's entries, so short rows prefetch some twice)."""
     zero = y.dtype.type(0)
     for ch in prange(len(bounds) - 1):
         end = np.int64(starts[U(ch)])
-        last, q = np.int64(starts[U(ch + 1)]), end
+        last, q = np.int64(starts[U(ch + 1)]), end + AHEAD
         for i in range(bounds[ch], bounds[ch + 1]):
             begin = end
             end = np.int64(pos[U(i + 1)])
             acc, p = zeros_like_lanes(zero), begin
             while True:   # one step even for an empty row: its lanes read nothing
-                q = _prefetch_upto(x, crd, q, min(p + AHEAD, last))
-                acc = row_step(acc, vals, crd, x, p, min(end - p, LANES))
+                count = min(end - p, LANES)
+                _prefetch_lanes(x, crd, q, last)
+                q += count
+                acc = row_step(acc, vals, crd, x, p, count)
                 p += LANES
                 if p >= end:
                     break
