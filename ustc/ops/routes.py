@@ -371,7 +371,8 @@ class NarrowColumnsRoute(Route):
     execute; where the columns do not fit (a power-law graph) and a few columns take most reads,
     those columns are gathered together into a copy of ``x`` at every execute and a renumbered copy
     of the column indices is kept (``kernels._hot_columns``), else the operand's own int32 / int64
-    indices are read (both in rows of masked 8-lane gathers on AVX-512 hosts, else the row loop
+    indices are read (both in rows of masked 8-lane gathers on AVX-512 hosts, the lines of ``x``
+    prefetched 128 entries ahead, else the row loop
     vectorised with gathers of ``x``, which the generated scalar loop is not); before the second
     execute (one-shot calls) ``inner`` (the generated kernel) runs. Values and ``x`` are read as they
     are at every execute."""
@@ -390,7 +391,7 @@ class NarrowColumnsRoute(Route):
                      f"entry lies on one of at most 32, else column indices kept in 16 bits where they fit "
                      f"(absolute up to 65,536 columns, else from the diagonal), else the operand's own, its "
                      f"most-read columns of x gathered together first where a few take most reads, in a "
-                     f"kernel that gathers x in vectors")
+                     f"kernel that gathers x in vectors, prefetched ahead on AVX-512 hosts")
 
     def run(self, a, b, out, alpha):
         import numba
