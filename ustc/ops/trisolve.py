@@ -247,18 +247,6 @@ def sweep_serial(pos, crd, vals, diag, dinv, mid, v, out, unit_lower, has_mid):
         out[i] = acc * dinv[i]
 
 
-@njit_cached(nogil=True)
-def _solve_row(pos, crd, vals, diag, x, r, lower, unit):
-    """Row ``r`` of the substitution: ``x[r]`` from ``b[r]`` (in ``x[r]``) and the solved ``x`` of its
-    entries below (``lower``) or above the diagonal."""
-    acc = x[r]
-    for p in range(pos[r], pos[r + 1]):
-        c = crd[p]
-        if (c < r) if lower else (c > r):
-            acc -= vals[p] * x[c]
-    x[r] = acc if unit else acc / vals[diag[r]]
-
-
 @njit_cached(nogil=True, parallel=True)
 def sweep_levels(pos, crd, vals, diag, level_ptr, level_rows, x, lower, unit, min_parallel):
     """One substitution in place on vector ``x`` (``b`` on entry) in the order of a level schedule
@@ -269,10 +257,22 @@ def sweep_levels(pos, crd, vals, diag, level_ptr, level_rows, x, lower, unit, mi
         lo, hi = level_ptr[lev], level_ptr[lev + 1]
         if hi - lo >= min_parallel:
             for t in prange(lo, hi):
-                _solve_row(pos, crd, vals, diag, x, level_rows[t], lower, unit)
+                r = level_rows[t]
+                acc = x[r]
+                for p in range(pos[r], pos[r + 1]):
+                    c = crd[p]
+                    if (c < r) if lower else (c > r):
+                        acc -= vals[p] * x[c]
+                x[r] = acc if unit else acc / vals[diag[r]]
         else:
             for t in range(lo, hi):
-                _solve_row(pos, crd, vals, diag, x, level_rows[t], lower, unit)
+                r = level_rows[t]
+                acc = x[r]
+                for p in range(pos[r], pos[r + 1]):
+                    c = crd[p]
+                    if (c < r) if lower else (c > r):
+                        acc -= vals[p] * x[c]
+                x[r] = acc if unit else acc / vals[diag[r]]
 
 
 class DeviceLevels:
