@@ -253,6 +253,8 @@ def sweep_levels(pos, crd, vals, diag, level_ptr, level_rows, x, lower, unit, mi
     (``level_ptr`` / ``level_rows`` of the ``lower`` or upper side): the rows of a level with at
     least ``min_parallel`` rows are solved on all threads, narrower levels on one (a parallel
     region costs a thread wake-up, ~45 µs with passive OpenMP workers)."""
+    # the row's loop is written out in both branches: as a njit helper called per row (array
+    # arguments) the serial levels ran 2.2x slower
     for lev in range(level_ptr.size - 1):
         lo, hi = level_ptr[lev], level_ptr[lev + 1]
         if hi - lo >= min_parallel:
