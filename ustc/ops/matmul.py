@@ -20,11 +20,12 @@ microseconds (counted as a plan cache hit).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from ..formats import CSR
+from ..kernels._race import KernelRace
 from ..tensor import packages
 from ..tensor.interop import plain_format
 from ..tensor.storage import Layout
@@ -116,17 +117,24 @@ class SerialCsrCall:
     """A small plain CSR SpMV (below ``runtime.SERIAL_WORK``) on the fused solvers' serial row loop
     (``ops._vector.csr_rows``) instead of the generated serial twin: 4,096-row
     stencil, alternating rounds, thread CPU time minimum 22.9-24.5 us against the twin's 32.2 and
-    SciPy csr_matvec's 23.4 (load 17). ``n_rows`` rows of ``dtype``."""
+    SciPy csr_matvec's 23.4 (load 17). ``n_rows`` rows of ``dtype``. Its row sums are raced
+    (``race``, :class:`ustc.kernels._race.KernelRace`: the first six calls alternate, timed): masked
+    8-lane steps won on an Intel Xeon, two interleaved sums on an AMD EPYC (Zen 4: 20.2 against 11.7
+    us on that stencil); results of the two differ in the last bits."""
 
     n_rows: int
     dtype: np.dtype
     inputs: tuple[str, ...] = ("A", "B")
+    race: KernelRace = field(default_factory=KernelRace, compare=False)
 
     def run(self, kernel, a: Tensor, b: np.ndarray) -> np.ndarray:
         out = np.empty(self.n_rows, self.dtype)
         buffers = a.raw_buffers
-        kernel(buffers[(1, "pos")], buffers[(1, "crd")], a.raw_values, b, out, 0, self.n_rows, None, self.dtype.type(0))
+        self.race.timed(self._rows, kernel, buffers[(1, "pos")], buffers[(1, "crd")], a.raw_values, b, out)
         return out
+
+    def _rows(self, pairs: int, kernel, pos, crd, vals, b, out) -> None:
+        kernel(pos, crd, vals, b, out, 0, self.n_rows, None, self.dtype.type(0), bool(pairs))
 
 
 SERIAL_CSR_DTYPES = frozenset(np.dtype(t) for t in (np.float32, np.float64, np.complex64, np.complex128))
