@@ -73,11 +73,8 @@ def operand(x) -> Tensor:
 
 
 def _result(out, dtype: "torch.dtype"):
-    if isinstance(out, Tensor):  # sparse @ sparse: a TorchUST, bfloat16 rounded back as a dense result is
-        result = TorchUST(out)
-        return result if result.dtype == dtype else result.to(dtype)
-    result = to_torch(out)
-    return result if result.dtype == dtype else result.to(dtype)
+    result = TorchUST(out) if isinstance(out, Tensor) else to_torch(out)  # sparse @ sparse: a TorchUST
+    return result if result.dtype == dtype else result.to(dtype)          # bfloat16 rounded back, both kinds
 
 
 def matmul2d(a, b, name: str = "matmul"):
