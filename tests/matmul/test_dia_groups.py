@@ -8,6 +8,7 @@ full of NaN) and accumulate, both kernels; the inputs are left unchanged."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings, strategies as st
 
 from ustc.kernels import _dia
@@ -40,9 +41,23 @@ def cases(draw):
 @settings(max_examples=40, deadline=None)
 @given(cases())
 def test_blocks_and_groups_match_scipy(case):
+    _check(*case)
+
+
+@pytest.mark.parametrize("count", range(1, 2 * _dia.GROUP + 2))
+@pytest.mark.parametrize("overwrite", [True, False])
+def test_every_group_size(count, overwrite):
+    """Each group size's one-pass sum (a call per size in ``_group``), storing and adding: every
+    size once as a whole group and once as a short last one, its rows met by all in the middle."""
+    m = _dia.BLOCK + 37
+    offsets = np.arange(-(count // 2), count - count // 2, dtype=np.int64) * 3
+    _check((m, m), offsets, count % 2 == 0, overwrite, _dia.dia_spmv_serial, count)
+
+
+def _check(shape, offsets, by_column, overwrite, kernel, seed):
+    """The kernel's ``y`` against SciPy's DIA product; the inputs unchanged."""
     import scipy.sparse as sp
 
-    shape, offsets, by_column, overwrite, kernel, seed = case
     rng = np.random.default_rng(seed)
     data = rng.uniform(0.5, 1.5, (len(offsets), shape[1]))
     expected = sp.dia_array((data, offsets), shape=shape) @ (x := rng.uniform(-1, 1, shape[1]))
