@@ -119,9 +119,9 @@ def test_blocking_choices():
     None where blocks would be tiny; sub-blocks about SUB_BLOCK_BYTES, at most 2^SUB_SPLIT a block."""
     i32, i64 = np.dtype(np.int32), np.dtype(np.int64)
     cut = blocking(200_000, 200_000, 2_000_000, 12, i32, rows=False)
-    assert cut == Blocking(13, 8, True)
+    assert cut == Blocking(12, 8, True)
     assert -(-200_000 >> cut.shift) * 2 <= fastpaths.PARTITION_STREAMS
-    assert blocking(200_000, 200_000, 2_000_000, 12, i64, rows=False) == Blocking(13, 8, True)
+    assert blocking(200_000, 200_000, 2_000_000, 12, i64, rows=False) == Blocking(12, 8, True)
     rows = blocking(200_000, 1 << 20, 2_000_000, 16, i32, rows=True)        # 20 bits of majors: 11 free
     assert not rows.packed and -(-200_000 >> rows.shift) * 3 <= fastpaths.PARTITION_STREAMS
     more = blocking(200_000, 1 << 20, 2_000_000, 12, i32, rows=False)       # no rows: as many as fit

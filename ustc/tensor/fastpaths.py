@@ -154,7 +154,7 @@ BLOCKS_PER_THREAD = 4         # blocks of output rows per thread in the transpos
 
 BLOCKED_FROM_ROWS = 1 << 14    # output rows from which the transpose may be the blocked one (see transposed)
 BLOCKED_WINDOW = 8 << 20       # bytes of output a direct scatter keeps open, from which the blocked one runs
-PARTITION_STREAMS = 56         # arrays x blocks a chunk writes at once in the blocked partition (kernels' note)
+PARTITION_STREAMS = 112        # arrays x blocks a chunk writes at once in the blocked partition (kernels' note)
 SUB_BLOCK_BYTES = 32 << 10     # bytes of output a sub-block of the blocked sort aims at (its lines stay in L1)
 SUB_SPLIT = 5                  # a block is cut into at most 2^SUB_SPLIT sub-blocks (its partition's streams)
 BLOCK_BUFFER = 1 / 8           # the sort's buffers (a block per thread) at most this share of the output

@@ -381,10 +381,11 @@ def transpose_fill_coo(major, crd, values, bounds, offsets, crd_out, values_out,
 # direct scatter above touches a new cache line of every output for each entry. The blocked one
 # first moves each entry to its block of 2^shift output rows with its output row (``packed``: the
 # row within the block in the low ``shift`` bits of the major coordinate; else the row itself in
-# ``local``), then sorts every block by row in cache, stably (:func:`sort_blocks`). A pass writing
-# more than about 64 streams at once runs 3-4x slower per entry on the Intel Xeon project machine
-# (2M entries into 98 blocks: 17 ms, into 49: 4 ms, one thread), so the blocks are few (a few
-# dozen) and :func:`sort_blocks` splits each one in two stages that stay in L2 and L1.
+# ``local``), then sorts every block by row in cache, stably (:func:`sort_blocks`). Too many
+# streams cost and too few do too (2M entries, one thread): on an Intel Xeon 98 blocks (196 streams)
+# took 17 ms against 4 for 49 (98 streams); on an AMD EPYC (Zen 4) 25 blocks (50 streams) took 13.2
+# ms against 7.2 for 49 and 6.6 for 196. So the blocks are a few dozen (fastpaths.PARTITION_STREAMS)
+# and :func:`sort_blocks` splits each one in two stages that stay in L2 and L1.
 
 
 @njit_cached(parallel=True)
