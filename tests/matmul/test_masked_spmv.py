@@ -1,6 +1,7 @@
 """The masked 8-lane CSR SpMV (``kernels._masked_spmv``): rows of every length around the 8-lane
-step (0, 1, 7, 8, 9, 16, 17, a long row) and around its prefetch distance, row chunks, alpha and accumulate, float32 / float64 with
-int32 / int64 indices, against SciPy; inputs unchanged; the planned SpMV on its own indices runs it.
+step (0, 1, 7, 8, 9, 16, 17, a long row) and around its prefetch distances, row chunks, alpha and accumulate, float32 / float64 with
+int32 / int64 indices, the lines of x prefetched or not, against SciPy; inputs unchanged; the planned SpMV on its own
+indices runs it.
 One kernel compiled per (value, index) dtype pair."""
 
 from __future__ import annotations
@@ -28,8 +29,9 @@ def _csr(rng, lengths, n_cols, dtype, index):
     return sp.csr_array((vals, crd, pos), shape=(len(lengths), n_cols))
 
 
+@pytest.mark.parametrize("gather_ahead", [True, False])
 @pytest.mark.parametrize("dtype,index", [(np.float64, np.int32), (np.float32, np.int64)])
-def test_matches_scipy(dtype, index, rng):
+def test_matches_scipy(dtype, index, gather_ahead, rng):
     a = _csr(rng, LENGTHS, 200, dtype, index)
     x = rng.standard_normal(200).astype(dtype)
     keep = [b.copy() for b in (a.indptr, a.indices, a.data, x)]
@@ -38,44 +40,55 @@ def test_matches_scipy(dtype, index, rng):
         starts = a.indptr[bounds].astype(np.int64)
         y = np.full(len(LENGTHS), np.nan, dtype)
         assert fits(y, a.indptr, a.indices, a.data, x)
-        masked_spmv(y, a.indptr, starts, a.indices, a.data, x, bounds, 1.0, False)
+        masked_spmv(y, a.indptr, starts, a.indices, a.data, x, bounds, 1.0, False, gather_ahead)
         np.testing.assert_allclose(y, a @ x, **tol(dtype))
         c = rng.standard_normal(len(LENGTHS)).astype(dtype)
         acc = c.copy()
-        masked_spmv(acc, a.indptr, starts, a.indices, a.data, x, bounds, -2.0, True)
+        masked_spmv(acc, a.indptr, starts, a.indices, a.data, x, bounds, -2.0, True, gather_ahead)
         np.testing.assert_allclose(acc, c - 2.0 * (a @ x), **tol(dtype))
     for k, b in zip(keep, (a.indptr, a.indices, a.data, x)):
         np.testing.assert_array_equal(k, b)
 
 
-def test_entries_end_at_the_buffers_end(rng):
+@pytest.mark.parametrize("gather_ahead", [True, False])
+def test_entries_end_at_the_buffers_end(gather_ahead, rng):
     """The last row's masked step ends exactly at the end of ``vals`` / ``crd`` (views cut there):
     nothing past it is read (a fault or a wrong sum otherwise would show)."""
     a = _csr(rng, [3, 5, 1], 40, np.float64, np.int32)
     x = rng.standard_normal(40)
     bounds = row_chunks(a.indptr, 1)
     y = np.empty(3)
-    masked_spmv(y, a.indptr, a.indptr[bounds].astype(np.int64), a.indices[:9], a.data[:9], x, bounds, 1.0, False)
+    masked_spmv(y, a.indptr, a.indptr[bounds].astype(np.int64), a.indices[:9], a.data[:9], x, bounds, 1.0, False,
+                gather_ahead)
     np.testing.assert_allclose(y, a @ x, **tol(np.float64))
 
 
+@pytest.mark.parametrize("gather_ahead", [True, False])
 @pytest.mark.parametrize("dtype,index", [(np.float64, np.int32), (np.float32, np.int64)])
-def test_rows_past_the_prefetch_distance(dtype, index, rng):
-    """Rows of Zipf-like lengths (empty, short, several times ``AHEAD``, the longest first and last),
-    1 x n, and chunks whose prefetch stops at their last entry (``crd`` / ``vals`` cut there): against
-    SciPy, for 1, 2 and 5 chunks."""
-    ahead = _masked_spmv.AHEAD
+def test_rows_past_the_prefetch_distance(dtype, index, gather_ahead, rng):
+    """Rows of Zipf-like lengths (empty, short, several times ``AHEAD + STREAM_AHEAD``, the longest first
+    and last), 1 x n, and chunks whose prefetches stop at their last entry (``crd`` / ``vals`` cut there):
+    against SciPy, for 1, 2 and 5 chunks."""
+    ahead = _masked_spmv.AHEAD + _masked_spmv.STREAM_AHEAD
     tail = np.minimum(rng.zipf(1.6, 40), 4 * ahead)
     shapes = ([4 * ahead + 3, *tail, 0, 2 * ahead + 1], [3 * ahead + 5], [0, ahead, ahead + 1, ahead - 1])
     for lengths in shapes:
-        a = _csr(rng, lengths, 1000, dtype, index)
-        x = rng.standard_normal(1000).astype(dtype)
+        a = _csr(rng, lengths, 2000, dtype, index)
+        x = rng.standard_normal(2000).astype(dtype)
         for chunks in (1, 2, 5):
             bounds = row_chunks(a.indptr, chunks)
             y = np.full(len(lengths), np.nan, dtype)
             masked_spmv(y, a.indptr, a.indptr[bounds].astype(np.int64), a.indices[:a.nnz], a.data[:a.nnz], x,
-                        bounds, 1.0, False)
+                        bounds, 1.0, False, gather_ahead)
             np.testing.assert_allclose(y, a @ x, **tol(dtype))
+
+
+def test_gathers_ahead_only_beyond_x_resident():
+    """The lines of x are prefetched only where x is larger than ``X_RESIDENT`` bytes (it misses L2)."""
+    limit = _masked_spmv.X_RESIDENT
+    assert not _masked_spmv.gathers_ahead(np.empty(limit // 8))
+    assert _masked_spmv.gathers_ahead(np.empty(limit // 8 + 1))
+    assert not _masked_spmv.gathers_ahead(np.empty(limit // 4, np.float32))
 
 
 def test_fits_only_one_float_dtype_and_wide_indices(rng):

@@ -23,7 +23,7 @@ import numpy as np
 from numba import prange
 
 from ..cache._lean import njit_cached
-from ._masked_spmv import fits as masked_fits, masked_spmv
+from ._masked_spmv import fits as masked_fits, gathers_ahead, masked_spmv
 from ._narrow_spmv import StructureSample, chunked_for, gather_spmv, row_chunks
 
 HOT = 1 << 17        # columns gathered together: 1 MB of float64 x, half an L2
@@ -109,6 +109,7 @@ class HotColumns:
             z = self._z[x.dtype] = np.empty(len(x) + len(self.hot), dtype=x.dtype)
         fill_hot(z, x, self.hot)
         if masked_fits(y, self.pos, self.cols, vals, z):
-            masked_spmv(y, self.pos, self.starts, self.cols, vals, z, self.bounds, alpha, accumulate)
+            masked_spmv(y, self.pos, self.starts, self.cols, vals, z, self.bounds, alpha, accumulate,
+                        gathers_ahead(z))
         else:
             gather_spmv(y, self.pos, self.starts, self.cols, 0, vals, z, self.bounds, alpha, accumulate)

@@ -10,11 +10,19 @@ longer rows loop in steps of 8 into the same vector. The row's sum is the vector
 tree (the order differs from a sequential sum, as ``gather_spmv``'s reassociation does).
 
 Power-law graph, x in L1 (columns masked to 1,024): 19 ms a product against 29 for ``gather_spmv``
-(one thread, CPU time); with the graph's own columns both wait on gathers of ``x`` that miss L2.
-:func:`masked_spmv` therefore prefetches the lines of ``x`` that the entries :data:`AHEAD` on will
-gather, 8 every step whatever the row's length (a loop over exactly the step's entries mispredicted its
-exit about once a row: 7-15% more CPU time): at 2 threads 36 ms CPU time a product against 54-69 without
-(AMD EPYC, 1 MB L2 a core; distances 64-128 alike; 16 gains nothing, 32 part, 192 and up less).
+(one thread, CPU time); with the graph's own columns both wait on memory. :func:`masked_spmv` therefore
+prefetches, every step, the lines of ``vals`` and ``crd`` :data:`AHEAD` + :data:`STREAM_AHEAD` entries on,
+non-temporally (``prefetchnta``: read once, they do not push ``x`` out of the caches), and where ``x``
+is larger than :data:`X_RESIDENT` (so misses L2) the lines of ``x`` that the :data:`LANES` entries
+:data:`AHEAD` on will gather, 8 every step whatever the row's length (a loop over exactly the step's
+entries mispredicted its exit about once a row: 7-15% more CPU time). AMD EPYC (Zen 4, 1 MB L2 a core,
+32 MB L3), half the bench_peers power-law graph (7.8M entries) on one thread, CPU time, alternating
+rounds, load ~1: 16.5 ms with the lines of ``x`` prefetched only, 12.9 with the streams' too, 12.8 with the
+streams' only (``x`` 8 MB); stream distances 128-1024 alike. At load ~1.4 (other processes sharing L3) the
+whole graph took 29.0 ms with the lines of ``x`` prefetched against 35.8 without, and with its columns
+spread over a larger ``x`` the gathers miss L3 and that prefetch matters more (16 MB: 22.8 against 41.1 ms
+without; 64 MB: 37.9 against 52.2); where ``x`` fits L2 it costs (1 MB: 11.2 against 9.7, 128 KB: 10.1
+against 8.3).
 
 AVX-512 only (:data:`kernels._simd.HAS_AVX512`): without it the masked gather is a scalar sequence.
 Values, ``x`` and ``y`` must share one dtype of :data:`DTYPES`; indices int32 or int64.
@@ -28,14 +36,18 @@ from numba import prange, types
 from numba.extending import intrinsic, overload
 
 from ..cache._lean import njit_cached
-from ._prefetch import prefetch
+from ._prefetch import prefetch, prefetch_stream
 from ._simd import HAS_AVX512, Vec, _pointer, _wide, call_llvm, splat_ir
 from ._spgemm import U
 
 LANES = 8
-#: entries ahead whose lines of ``x`` :func:`masked_spmv` prefetches: x (8 MB on the power-law graph) misses
-#: L2, and the out-of-order window alone keeps too few of those misses in flight
+#: entries ahead whose lines of ``x`` :func:`masked_spmv` prefetches where ``x`` misses L3: the out-of-order
+#: window alone keeps too few of those misses in flight
 AHEAD = 128
+#: entries past :data:`AHEAD` whose lines of ``vals`` and ``crd`` :func:`masked_spmv` prefetches non-temporally
+STREAM_AHEAD = 256
+#: bytes of ``x`` up to which its gathers are not prefetched: it stays in L2 (1 MB a core on the AMD EPYC)
+X_RESIDENT = 1 << 20
 DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 INDICES = (np.dtype(np.int32), np.dtype(np.int64))
 
@@ -105,7 +117,9 @@ def row_step(typingctx, acc, vals, crd, x, p, count):
         values = _masked_load(builder, _pointer(context, builder, sig.args[1], vals_a, p_v), vty, mask)
         cty = ir.VectorType(context.get_value_type(sig.args[2].dtype), LANES)
         cols = _masked_load(builder, _pointer(context, builder, sig.args[2], crd_a, p_v), cty, mask)
-        cols = builder.sext(cols, ir.VectorType(i64, LANES)) if cty.element.width < 64 else cols
+        if cty.element.width < 64:  # unsigned columns (a narrow uint16 copy) widen with zeros
+            widen = builder.sext if sig.args[2].dtype.signed else builder.zext
+            cols = widen(cols, ir.VectorType(i64, LANES))
         pointers = lane_pointers(builder, _pointer(context, builder, sig.args[3], x_a, ir.Constant(i64, 0)), cols,
                                   vty.element)
         gathered = masked_gather(builder, pointers, vty, mask)
@@ -175,23 +189,29 @@ def _row_sum(vals, crd, x, begin, end, zero):
 
 
 @njit_cached(nogil=True, inline="always")
-def _prefetch_lanes(x, crd, q, last):
-    """Prefetches ``x[crd[k]]`` for the :data:`LANES` entries ``k`` from ``q`` on, those past ``last - 1``
-    taken as ``last - 1``; nothing where ``q >= last``. A fixed count: no branch on a row's length."""
+def _prefetch_ahead(x, crd, vals, q, last, gather_ahead):
+    """Prefetches, where ``q < last``, the lines of ``vals`` and ``crd`` at entry ``q + STREAM_AHEAD``
+    (non-temporally) and, where ``gather_ahead``, of ``x[crd[k]]`` for the :data:`LANES` entries ``k`` from
+    ``q`` on; entries past ``last - 1`` are taken as ``last - 1``. A fixed count: no branch on a row's length."""
     if q < last:
-        for k in range(LANES):
-            prefetch(x, U(crd[U(min(q + k, last - 1))]))
+        r = min(q + STREAM_AHEAD, last - 1)
+        prefetch_stream(vals, U(r))
+        prefetch_stream(crd, U(r))
+        if gather_ahead:
+            for k in range(LANES):
+                prefetch(x, U(crd[U(min(q + k, last - 1))]))
 
 
 @njit_cached(nogil=True, parallel=True)
-def masked_spmv(y, pos, starts, crd, vals, x, bounds, alpha, accumulate):
+def masked_spmv(y, pos, starts, crd, vals, x, bounds, alpha, accumulate, gather_ahead):
     """``y[i] (+)= alpha * sum_p vals[p] * x[crd[p]]`` over row ``i``'s entries ``[pos[i], pos[i + 1])``,
     row chunks ``bounds`` in parallel, chunk ``ch`` holding the entries ``[starts[ch], starts[ch + 1])``.
     Same contract as ``kernels._narrow_spmv.gather_spmv`` with ``scale = 0``: the caller guarantees the
     pointers are increasing, every column lies in ``x`` and ``vals`` holds every entry; ``accumulate``
     False stores every ``y[i]`` (empty rows get zero). ``vals``, ``x`` and ``y`` share one dtype of
     :data:`DTYPES` (:func:`fits`): each row is summed in masked 8-lane steps (as :func:`row_sum`), and
-    every step prefetches the lines of ``x`` that the :data:`LANES` entries :data:`AHEAD` on will gather
+    every step prefetches the lines of ``vals`` and ``crd`` ahead and, where ``gather_ahead``
+    (:func:`gathers_ahead`), those of ``x`` that the :data:`LANES` entries :data:`AHEAD` on will gather
     (within the chunk; the cursor moves by the step's entries, so short rows prefetch some twice)."""
     zero = y.dtype.type(0)
     for ch in prange(len(bounds) - 1):
@@ -203,7 +223,7 @@ def masked_spmv(y, pos, starts, crd, vals, x, bounds, alpha, accumulate):
             acc, p = zeros_like_lanes(zero), begin
             while True:   # one step even for an empty row: its lanes read nothing
                 count = min(end - p, LANES)
-                _prefetch_lanes(x, crd, q, last)
+                _prefetch_ahead(x, crd, vals, q, last, gather_ahead)
                 q += count
                 acc = row_step(acc, vals, crd, x, p, count)
                 p += LANES
@@ -214,6 +234,12 @@ def masked_spmv(y, pos, starts, crd, vals, x, bounds, alpha, accumulate):
                 y[U(i)] += alpha * total
             else:
                 y[U(i)] = alpha * total
+
+
+def gathers_ahead(x: np.ndarray) -> bool:
+    """Whether :func:`masked_spmv` should prefetch the lines of ``x`` it gathers: ``x`` is larger than
+    :data:`X_RESIDENT`."""
+    return x.nbytes > X_RESIDENT
 
 
 def fits(y: np.ndarray, pos: np.ndarray, crd: np.ndarray, vals: np.ndarray, x: np.ndarray) -> bool:

@@ -32,7 +32,7 @@ from numba import prange, types
 from numba.extending import overload
 
 from ..cache._lean import njit_cached
-from ._masked_spmv import fits as masked_fits, masked_spmv
+from ._masked_spmv import fits as masked_fits, gathers_ahead, masked_spmv
 from ._spgemm import U, chunk_bounds
 
 ABSOLUTE_COLUMNS = 1 << 16   # up to this many columns a uint16 column index is the column itself
@@ -246,7 +246,7 @@ class NarrowColumns:
         """``y (+)= alpha * A @ x`` over the copy (call only where :meth:`matches`). On its own indices
         the masked 8-lane row kernel runs where it fits (``kernels._masked_spmv``), else :data:`gather_spmv`."""
         if self.own and masked_fits(y, self.pos, self.off, vals, x):
-            masked_spmv(y, self.pos, self.starts, self.off, vals, x, self.bounds, alpha, accumulate)
+            masked_spmv(y, self.pos, self.starts, self.off, vals, x, self.bounds, alpha, accumulate, gathers_ahead(x))
             return
         rows = self.lens if self.lens is not None else self.pos   # pointers are never uint8: of(), own_indices()
         kernel = gather_spmv if self.own else narrow_spmv

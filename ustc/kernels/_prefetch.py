@@ -1,6 +1,8 @@
 """A software prefetch for hand-written Numba kernels: ``prefetch(a, i)`` asks the CPU to bring the
-cache line of ``a[i]`` in (LLVM's ``llvm.prefetch``: a read, kept in all cache levels). A hint, not
-a load: it never faults and changes no value; callers still pass only indices inside ``a``."""
+cache line of ``a[i]`` in (LLVM's ``llvm.prefetch``: a read, kept in all cache levels);
+``prefetch_stream(a, i)`` does so for data read once (locality 0: ``prefetchnta``), so that a stream
+does not evict what the kernel reads again (the power-law SpMV's ``x``). A hint, not a load: it never
+faults and changes no value; callers still pass only indices inside ``a``."""
 
 from __future__ import annotations
 
@@ -10,10 +12,8 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 
-@intrinsic
-def prefetch(typingctx, array, index):
-    """``prefetch(array, index)``: the line holding ``array[index]`` (a C-contiguous or strided
-    array, an integer index) is fetched ahead of its use."""
+def _prefetch_typer(array, index, locality: int):
+    """The signature and codegen of a read prefetch of ``array[index]`` kept at ``locality`` (0-3)."""
     if not isinstance(array, types.Array) or not isinstance(index, types.Integer):
         return None
     sig = types.void(array, index)
@@ -27,8 +27,22 @@ def prefetch(typingctx, array, index):
         i32 = ir.IntType(32)
         fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), [byte, i32, i32, i32]),
                                             "llvm.prefetch.p0i8")
-        # read (0), keep in every level (3), data cache (1)
-        builder.call(fn, [builder.bitcast(ptr, byte), ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])
+        # read (0), locality (3: keep in every level, 0: read once), data cache (1)
+        builder.call(fn, [builder.bitcast(ptr, byte), ir.Constant(i32, 0), ir.Constant(i32, locality),
+                          ir.Constant(i32, 1)])
         return context.get_dummy_value()
 
     return sig, codegen
+
+
+@intrinsic
+def prefetch(typingctx, array, index):
+    """``prefetch(array, index)``: the line holding ``array[index]`` (a C-contiguous or strided
+    array, an integer index) is fetched ahead of its use."""
+    return _prefetch_typer(array, index, 3)
+
+
+@intrinsic
+def prefetch_stream(typingctx, array, index):
+    """``prefetch_stream(array, index)``: as :func:`prefetch`, for a line read once (non-temporal)."""
+    return _prefetch_typer(array, index, 0)
