@@ -1,6 +1,7 @@
-"""``kernels._race.KernelRace`` (a choice between interchangeable kernels by measured time) and its use in
-the diagonal-mask SpMV (``kernels._diagonal_spmv.Diagonals``: row kernel against the vector kernel), with an
-injected clock so the outcome does not depend on this machine."""
+"""``kernels._race.KernelRace`` (a choice between interchangeable kernels by measured time) and its uses in
+the diagonal-mask SpMV (``kernels._diagonal_spmv.Diagonals``: row kernel against the vector kernel) and in the
+power-law SpMV (``kernels._hot_columns.HotColumns``: renumbered columns over ``z`` against the operand's own
+over ``x``), with an injected clock so the outcome does not depend on this machine."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
+from ustc.kernels import _hot_columns
 from ustc.kernels._diagonal_spmv import Diagonals, lanes_fit
+from ustc.kernels._hot_columns import HotColumns
 from ustc.kernels._race import KernelRace
 
 
@@ -96,3 +99,44 @@ def test_diagonals_race_is_right_at_every_call(dtype, cost, winner, accumulate):
     fits = lanes_fit(y, vals, x, 1.5)
     assert race.winner == (winner if fits else None)     # no vector kernel (no AVX-512): the row kernel, no race
     assert race.calls == (6 if fits else 0)
+
+
+def _power_law(rng, n_rows, n_cols, dtype):
+    """Rows of 0-30 entries (one of 150) over columns drawn with probability ~ rank^-1.5, hubs spread."""
+    weights = (np.arange(1, n_cols + 1) ** -1.5)[rng.permutation(n_cols)]
+    lengths = rng.integers(0, 31, n_rows)
+    lengths[n_rows // 2] = 150
+    cols = [np.unique(rng.choice(n_cols, k, p=weights / weights.sum())) for k in lengths]
+    pos = np.concatenate(([0], np.cumsum([len(c) for c in cols]))).astype(np.int32)
+    vals = rng.standard_normal(pos[-1]) + (1j * rng.standard_normal(pos[-1]) if np.dtype(dtype).kind == "c" else 0)
+    return sp.csr_array((vals.astype(dtype), np.concatenate(cols).astype(np.int32), pos), shape=(n_rows, n_cols))
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.complex64])
+@pytest.mark.parametrize("cost,winner", [((1.0, 2.0), 0), ((2.0, 1.0), 1)], ids=["own-wins", "renumbered-wins"])
+@pytest.mark.parametrize("accumulate", [False, True])
+def test_hot_columns_race_is_right_at_every_call(dtype, cost, winner, accumulate, monkeypatch):
+    """Both kernels (masked where the dtype fits it, else gather_spmv) match SciPy at every call, x
+    changed between calls; the race settles after six calls on the faster, and only the renumbered
+    kernel fills z."""
+    monkeypatch.setattr(_hot_columns, "HOT", 16)
+    fills, fill = [], _hot_columns.fill_hot
+    monkeypatch.setattr(_hot_columns, "fill_hot", lambda *args: fills.append(1) or fill(*args))
+    rng = np.random.default_rng(0)
+    a = _power_law(rng, 150, 200, dtype)
+    kept = HotColumns.of(a.indptr, a.indices, 200, 2)
+    assert kept is not None
+    race = _race(cost)
+    kept = dataclasses.replace(kept, race=race)
+    y0 = rng.standard_normal(150).astype(dtype)
+    wide = np.dtype(np.complex128 if np.dtype(dtype).kind == "c" else np.float64)
+    tol = 1e-12 if np.dtype(dtype).itemsize == 8 and wide == np.float64 else 1e-4
+    for call in range(9):
+        x = rng.standard_normal(200).astype(dtype)
+        want = 1.5 * (sp.csr_array((a.data.astype(wide), a.indices, a.indptr), shape=a.shape) @ x.astype(wide)) \
+            + (y0.astype(wide) if accumulate else 0)
+        y = y0.copy()
+        kept.spmv(y, a.data, x, 1.5, accumulate)
+        np.testing.assert_allclose(y, want, rtol=tol, atol=tol * np.abs(want).max(), err_msg=f"call {call}")
+    assert race.winner == winner and race.calls == 6
+    assert len(fills) == 3 + (3 if winner == 1 else 0)   # calls 1, 3, 5 of the race, then 6-8 if it won

@@ -1,7 +1,7 @@
 """The masked 8-lane CSR SpMV (``kernels._masked_spmv``): rows of every length around the 8-lane
-step (0, 1, 7, 8, 9, 16, 17, a long row) and around its prefetch distances, row chunks, alpha and accumulate, float32 / float64 with
-int32 / int64 indices, the lines of x prefetched or not, against SciPy; inputs unchanged; the planned SpMV on its own
-indices runs it.
+step (0, 1, 7, 8, 9, 16, 17, a long row) and around its prefetch distances, row chunks, alpha and accumulate,
+float32 / float64 with int32 / int64 indices, the lines of x prefetched or not, against SciPy; inputs unchanged;
+the planned SpMV on its own indices runs it.
 One kernel compiled per (value, index) dtype pair."""
 
 from __future__ import annotations

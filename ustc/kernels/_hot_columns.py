@@ -12,7 +12,12 @@ every execute fills ``z`` from the current ``x`` (a gather of :data:`HOT` entrie
 
 Power-law graph, 2^20 rows, 15.6M entries, masked row kernel, 1 thread, CPU time, alternating
 rounds: 49.3 ms with the renumbering (fill of ``z`` included) against 55.4 on ``x`` itself and
-50.6 for MKL (load 8, min of 21); the fill alone 2.5 ms.
+50.6 for MKL (load 8, min of 21); the fill alone 2.5 ms. Once the masked kernel prefetched its
+``vals`` / ``crd`` streams non-temporally (``kernels._masked_spmv``), the two were even on the AMD EPYC
+(Zen 4; half the graph's rows, one thread, CPU time, load ~1.8: 14.1 ms on ``x`` itself against 15.0 on
+``z`` with the whole fill, 1.6 ms of which two threads share). So :meth:`HotColumns.spmv` races
+them on its first calls (:class:`kernels._race.KernelRace`: the operand's own columns over ``x``,
+kept on a tie, against the renumbered ones over ``z``) and keeps the faster on this machine.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from numba import prange
 from ..cache._lean import njit_cached
 from ._masked_spmv import fits as masked_fits, gathers_ahead, masked_spmv
 from ._narrow_spmv import StructureSample, chunked_for, gather_spmv, row_chunks
+from ._race import KernelRace
 
 HOT = 1 << 17        # columns gathered together: 1 MB of float64 x, half an L2
 MIN_SHARE = 0.5      # renumber only where the HOT most-read columns take at least this share of reads
@@ -53,9 +59,10 @@ def renumber(crd, rank, h, out):
 @dataclass(frozen=True, eq=False)
 class HotColumns:
     """A CSR operand's columns renumbered into ``z = [x[hot], x]`` (``cols``, a copy in ``crd``'s
-    dtype), its own row pointers ``pos``, the rows' chunks ``bounds`` / ``starts`` and the sample
-    of its structure compared at every execute. ``z`` buffers are kept per dtype (``_z``): a plan
-    runs one execute at a time."""
+    dtype), its own row pointers ``pos`` and columns ``crd`` (not copied), the rows' chunks
+    ``bounds`` / ``starts`` and the sample of its structure compared at every execute; ``race``
+    chooses between the operand's own columns over ``x`` and the renumbered ones over ``z``. ``z``
+    buffers are kept per dtype (``_z``): a plan runs one execute at a time."""
 
     pos: np.ndarray
     cols: np.ndarray
@@ -63,6 +70,8 @@ class HotColumns:
     bounds: np.ndarray
     starts: np.ndarray
     sample: StructureSample
+    crd: np.ndarray
+    race: KernelRace = field(default_factory=KernelRace)
     _z: dict = field(default_factory=dict)
 
     @property
@@ -94,7 +103,7 @@ class HotColumns:
         cols = np.empty(nnz, dtype=crd.dtype)
         renumber(crd[:nnz], rank, HOT, cols)
         bounds = row_chunks(pos, threads)
-        return cls(pos, cols, hot, bounds, pos[bounds].astype(np.int64), StructureSample.of(pos, crd, nnz))
+        return cls(pos, cols, hot, bounds, pos[bounds].astype(np.int64), StructureSample.of(pos, crd, nnz), crd[:nnz])
 
     def matches(self, pos: np.ndarray, crd: np.ndarray, n_vals: int, threads: int) -> bool:
         """As ``NarrowColumns.matches``: the same buffers, as many threads, values for every entry and
@@ -102,14 +111,23 @@ class HotColumns:
         return chunked_for(self.bounds, pos, threads) and n_vals >= len(self.cols) and self.sample.same(pos, crd)
 
     def spmv(self, y: np.ndarray, vals: np.ndarray, x: np.ndarray, alpha, accumulate: bool) -> None:
-        """``y (+)= alpha * A @ x`` (call only where :meth:`matches`): ``z`` filled from ``x``, then the
-        masked row kernel where it fits (``kernels._masked_spmv``), else ``gather_spmv``."""
-        z = self._z.get(x.dtype)
-        if z is None:
-            z = self._z[x.dtype] = np.empty(len(x) + len(self.hot), dtype=x.dtype)
-        fill_hot(z, x, self.hot)
-        if masked_fits(y, self.pos, self.cols, vals, z):
-            masked_spmv(y, self.pos, self.starts, self.cols, vals, z, self.bounds, alpha, accumulate,
-                        gathers_ahead(z))
+        """``y (+)= alpha * A @ x`` (call only where :meth:`matches`) by the kernel :attr:`race` picks
+        (:meth:`_run`). Like ``NarrowColumns.own_indices``, the operand's own columns are read at
+        every execute where that kernel wins: they must still pass ``tensor.safety``."""
+        self.race.timed(self._run, y, vals, x, alpha, accumulate)
+
+    def _run(self, renumbered: int, y: np.ndarray, vals: np.ndarray, x: np.ndarray, alpha, accumulate: bool) -> None:
+        """The operand's own columns over ``x`` (``renumbered`` 0) or the renumbered ones over ``z``
+        filled from ``x`` (1), for :attr:`race`: the masked row kernel where it fits
+        (``kernels._masked_spmv``), else ``gather_spmv``."""
+        cols, src = self.crd, x
+        if renumbered:
+            src = self._z.get(x.dtype)
+            if src is None:
+                src = self._z[x.dtype] = np.empty(len(x) + len(self.hot), dtype=x.dtype)
+            fill_hot(src, x, self.hot)
+            cols = self.cols
+        if masked_fits(y, self.pos, cols, vals, src):
+            masked_spmv(y, self.pos, self.starts, cols, vals, src, self.bounds, alpha, accumulate, gathers_ahead(src))
         else:
-            gather_spmv(y, self.pos, self.starts, self.cols, 0, vals, z, self.bounds, alpha, accumulate)
+            gather_spmv(y, self.pos, self.starts, cols, 0, vals, src, self.bounds, alpha, accumulate)
