@@ -190,16 +190,20 @@ def _row_sum(vals, crd, x, begin, end, zero):
 
 @njit_cached(nogil=True, inline="always")
 def _prefetch_ahead(x, crd, vals, q, last, gather_ahead):
-    """Prefetches, where ``q < last``, the lines of ``vals`` and ``crd`` at entry ``q + STREAM_AHEAD``
-    (non-temporally) and, where ``gather_ahead``, of ``x[crd[k]]`` for the :data:`LANES` entries ``k`` from
-    ``q`` on; entries past ``last - 1`` are taken as ``last - 1``. A fixed count: no branch on a row's length."""
-    if q < last:
-        r = min(q + STREAM_AHEAD, last - 1)
-        prefetch_stream(vals, U(r))
-        prefetch_stream(crd, U(r))
+    """Prefetches the lines of ``vals`` and ``crd`` at entry ``q + STREAM_AHEAD`` (non-temporally) where
+    that is below ``last``, and where ``gather_ahead`` and ``q < last`` those of ``x[crd[k]]`` for the
+    :data:`LANES` entries ``k`` from ``q`` on (past ``last - 1`` taken as ``last - 1``, which only the
+    chunk's last :data:`STREAM_AHEAD` entries need: no clamp on the others, 13-19% of the CPU time of
+    the x-in-L1 power-law half at load ~3). A fixed count: no branch on a row's length."""
+    if q + STREAM_AHEAD < last:
+        prefetch_stream(vals, U(q + STREAM_AHEAD))
+        prefetch_stream(crd, U(q + STREAM_AHEAD))
         if gather_ahead:
             for k in range(LANES):
-                prefetch(x, U(crd[U(min(q + k, last - 1))]))
+                prefetch(x, U(crd[U(q + k)]))
+    elif gather_ahead and q < last:
+        for k in range(LANES):
+            prefetch(x, U(crd[U(min(q + k, last - 1))]))
 
 
 @njit_cached(nogil=True, parallel=True)
