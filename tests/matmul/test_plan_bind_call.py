@@ -16,15 +16,16 @@ def _csr(rows, cols, density, seed=0, dtype=np.float64):
     return ustc.Tensor.from_package(a), a
 
 
-@pytest.mark.parametrize("rows, cols, density, direct_kind", [
-    (40, 30, 0.2, "generated"),            # below the serial size: the generated kernel, arguments swapped
-    (700, 600, 0.75, "registered kernel"),  # LinearCsrRoute: the hand-written kernel on the given arrays
+@pytest.mark.parametrize("rows, cols, density, route, direct_kind", [
+    (40, 30, 0.2, "generated", "generated"),  # the generated kernel, arguments swapped
+    (40, 30, 0.2, None, "registered kernel"),  # below the serial size: SerialCsrRoute (csr_rows)
+    (700, 600, 0.75, None, "registered kernel"),  # LinearCsrRoute: the hand-written kernel on the given arrays
 ])
-def test_direct_call_equals_dense_and_reads_the_given_arrays(rows, cols, density, direct_kind):
+def test_direct_call_equals_dense_and_reads_the_given_arrays(rows, cols, density, route, direct_kind):
     A, a = _csr(rows, cols, density, dtype=np.float32)
     rng = np.random.default_rng(1)
     x0 = rng.random(cols, dtype=np.float32)
-    mm = ustc.Matmul(A, x0.copy()).plan()
+    mm = ustc.Matmul(A, x0.copy(), options={"route": route} if route else None).plan()
     assert direct_kind in mm.plan_info
     call = mm.bind_call(x0, np.empty(rows, np.float32))
     assert isinstance(call, PlannedCall) and call.direct and call.kind == direct_kind

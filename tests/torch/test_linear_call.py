@@ -2,7 +2,8 @@
 and a result buffer reused only where nobody holds the last result (ustc.torch.results.KeptResult).
 
 Each layer is planned once per dtype; the checks that need the hand-written kernels (LinearCsrRoute above
-the serial size, LinearNmRoute for 2:4) use one float32 layer each, the generated route a small layer.
+the serial size, SerialCsrRoute below it, LinearNmRoute for 2:4) use one float32 layer each, the generated
+route a small layer with int32 columns.
 """
 
 from __future__ import annotations
@@ -15,19 +16,22 @@ import pytest
 import torch
 from torch import nn
 
+import ustc
 import ustc.torch
+from ustc.formats import CSR
+from ustc.torch import TorchUST
 from ustc.torch.linear import SparseLinear
 
 TOL = {torch.float64: dict(rtol=1e-10, atol=1e-12), torch.float32: dict(rtol=1e-5, atol=1e-5),
        torch.bfloat16: dict(rtol=4e-2, atol=4e-2)}
 
 
-def _layers(n_in, n_out, method, amount, dtype=torch.float32, bias=True, seed=0):
+def _layers(n_in, n_out, method, amount, dtype=torch.float32, bias=True, seed=0, func=None):
     torch.manual_seed(seed)
     model = nn.Sequential(nn.Linear(n_in, n_out, bias=bias)).eval().to(dtype)
     ustc.torch.prune_model(model, amount, method=method)
     dense = copy.deepcopy(model)
-    ustc.torch.reformat_model(model)
+    ustc.torch.reformat_model(model, func)
     assert type(model[0]) is SparseLinear
     return model[0], dense[0]
 
@@ -49,8 +53,18 @@ def nm():
 
 @pytest.fixture(scope="module")
 def small():
-    """The generated kernel: x copied into the plan's operand, the result copied out into the kept buffer."""
+    """Below the serial size, uint16 columns: SerialCsrRoute's row loop on the call's x."""
     return _layers(24, 10, "magnitude", 0.7)
+
+
+def _wide_columns(weight):
+    """CSR with int32 columns: the generated kernel (x copied into the plan's operand, the result copied out)."""
+    return TorchUST(ustc.Tensor.from_dense(weight.detach().contiguous(), CSR))
+
+
+@pytest.fixture(scope="module")
+def generated():
+    return _layers(24, 10, "magnitude", 0.7, func=_wide_columns)
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16], ids=str)
@@ -67,7 +81,7 @@ def test_small_layer_matches_dense(dtype, bias):
                 torch.testing.assert_close(got, want, **TOL[dtype])
 
 
-@pytest.mark.parametrize("layer", ["csr_big", "nm"])
+@pytest.mark.parametrize("layer", ["csr_big", "nm", "small"])
 def test_kernel_routes_read_x_in_place_and_add_the_bias(layer, request):
     lin, dense = request.getfixturevalue(layer)
     with torch.inference_mode():
@@ -76,7 +90,9 @@ def test_kernel_routes_read_x_in_place_and_add_the_bias(layer, request):
         plan = lin.weight._last[4]
         assert plan.call is not None and plan.call.direct and plan.call.kind == "registered kernel", _route(lin)
         wide = torch.randn(1, 2 * lin.in_features)
-        for x in (torch.randn(lin.in_features), wide[:, ::2], wide[0, 1::2]):  # 1-D and strided inputs
+        negative = torch.randn(1, lin.in_features, dtype=torch.complex64).conj().imag  # a negative view
+        assert negative.is_neg()
+        for x in (torch.randn(lin.in_features), wide[:, ::2], wide[0, 1::2], negative):  # 1-D, strided, negative
             torch.testing.assert_close(lin(x), dense(x))
         lin.bias.add_(1.0)  # an in-place edit of the bias is seen
         dense.bias.add_(1.0)
@@ -94,7 +110,7 @@ def test_kernel_routes_read_x_in_place_and_add_the_bias(layer, request):
         dense.bias = nn.Parameter(bias.detach().clone())
 
 
-@pytest.mark.parametrize("layer", ["csr_big", "nm", "small"])
+@pytest.mark.parametrize("layer", ["csr_big", "nm", "small", "generated"])
 def test_results_kept_alive_are_never_overwritten(layer, request):
     lin, dense = request.getfixturevalue(layer)
     xs = [torch.randn(1, lin.in_features) for _ in range(5)]
@@ -116,8 +132,9 @@ def test_results_kept_alive_are_never_overwritten(layer, request):
         torch.testing.assert_close(detached, wants[1])
 
 
-def test_dropped_result_buffer_is_reused_and_each_result_is_right(csr_big):
-    lin, dense = csr_big
+@pytest.mark.parametrize("layer", ["csr_big", "small", "generated"])
+def test_dropped_result_buffer_is_reused_and_each_result_is_right(layer, request):
+    lin, dense = request.getfixturevalue(layer)
     xs = [torch.randn(1, lin.in_features) for _ in range(3)]
     with torch.inference_mode():
         pointers = set()
@@ -162,3 +179,29 @@ def test_training_after_inference_calls_gives_dense_gradients(nm):
     torch.testing.assert_close(lin.bias.grad, dense.bias.grad)
     mask = dense.weight.detach() != 0
     torch.testing.assert_close(lin.weight.grad.to_dense(), dense.weight.grad * mask)
+
+
+def test_small_and_generated_layers_take_their_routes(small, generated):
+    x = torch.randn(1, 24)
+    with torch.inference_mode():
+        for (lin, dense), info, direct in ((small, "registered kernel: serial_csr_spmv", True),
+                                           (generated, "generated", False)):
+            torch.testing.assert_close(lin(x), dense(x))
+            assert _route(lin).startswith(info), _route(lin)
+            assert (lin.weight._last[4].call is not None) == direct
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=str)
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("n_in, n_out, amount", [(1, 9, 0.7), (9, 1, 0.7), (40, 33, 0.7), (40, 33, 0.99)])
+def test_serial_csr_layer_matches_dense_over_shapes(dtype, bias, n_in, n_out, amount):
+    lin, dense = _layers(n_in, n_out, "magnitude", amount, dtype, bias)  # 0.99: mostly empty rows
+    with torch.inference_mode():
+        lin(torch.randn(n_in, dtype=dtype))
+        assert _route(lin).startswith("registered kernel: serial_csr_spmv"), _route(lin)
+        for _ in range(8):  # through the kernels' race (six calls) and after it
+            for shape in ((n_in,), (1, n_in)):
+                x = torch.randn(shape, dtype=dtype)
+                got, want = lin(x), dense(x)
+                assert got.shape == want.shape and got.dtype == want.dtype
+                torch.testing.assert_close(got, want, **TOL[dtype])

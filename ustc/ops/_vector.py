@@ -16,7 +16,9 @@ from __future__ import annotations
 import types
 
 import numpy as np
-from numba import prange
+from numba import carray, prange
+from numba import types as nbtypes
+from numba.extending import intrinsic
 
 from ..cache._lean import njit_cached
 from ..kernels._masked_spmv import row_sum
@@ -435,8 +437,9 @@ def cg_loop(pos, crd, vals, x, r, z, p, q, dinv, jacobi, rr, rz, stop, maxiter):
 
 
 @njit_cached(nogil=True)
-def csr_rows(pos, crd, vals, x, out, lo, hi, left, zero, pairs=False):
-    """``out[i] = (A x)[i]`` for the CSR rows ``lo <= i < hi``; returns ``sum conj(left[i]) *
+def csr_rows(pos, crd, vals, x, out, lo, hi, left, zero, pairs=False, add=None):
+    """``out[i] = (A x)[i]`` for the CSR rows ``lo <= i < hi`` (``add[i] + (A x)[i]`` where ``add``, an
+    array of ``out``'s length, is given: a bias in the row write); returns ``sum conj(left[i]) *
     out[i]`` over them, or ``zero`` where ``left`` is None (then no inner product is compiled in).
     ``pairs``: each row in two interleaved sums whatever the host, written out here (the one-shot SpMV
     races both, ``ops.matmul.SerialCsrCall``: on AMD Zen 4 the masked steps took 20.2 us on the
@@ -463,10 +466,31 @@ def csr_rows(pos, crd, vals, x, out, lo, hi, left, zero, pairs=False):
             s += t
         else:
             s = row_sum(vals, crd, x, e, end, zero)
+        if add is not None:
+            s += add[U(i)]
         out[U(i)] = s
         if left is not None:
             d += np.conj(left[U(i)]) * s
     return d
+
+
+@intrinsic
+def _pointer_at(typingctx, address, like):
+    """The integer ``address`` as a pointer to elements of ``like``'s dtype."""
+    pointer = nbtypes.CPointer(like.dtype)
+
+    def codegen(context, builder, sig, args):
+        return builder.inttoptr(args[0], context.get_value_type(pointer))
+
+    return pointer(address, like), codegen
+
+
+@njit_cached(nogil=True)
+def csr_rows_at(pos, crd, vals, address, columns, out, zero, pairs, add):
+    """:func:`csr_rows` over all rows of ``out`` with ``x`` the ``columns`` contiguous elements of
+    ``vals``' dtype at the host ``address`` (a torch tensor's ``data_ptr()``: no NumPy view made, ~0.7 µs
+    a call less). The caller guarantees that memory: its size, dtype, and that it outlives the call."""
+    csr_rows(pos, crd, vals, carray(_pointer_at(address, vals), columns), out, 0, out.size, None, zero, pairs, add)
 
 
 @njit_cached(nogil=True)

@@ -35,7 +35,7 @@ from ._vector import csr_rows
 from .operands import checked
 from .plan import Bound, Matmul, bind
 from .plan_cache import MATMUL, DirectCall, KernelPlan
-from .routes import GeneratedRoute, NarrowColumnsRoute, fusion
+from .routes import GeneratedRoute, NarrowColumnsRoute, SerialCsrRoute, fusion
 
 
 def matmul(a, b, c=None, alpha=1, beta=None, *, transpose_a: bool = False, transpose_b: bool = False,
@@ -158,8 +158,9 @@ _REPEATS_LIMIT = 64
 def _remember(a, b, bound: Bound, route) -> None:
     """Remember a plain ``a @ b`` (dense NumPy result of a generated kernel, no narrow dtypes)
     for :class:`Repeat`; anything else is not remembered. A one-shot call never keeps narrow column
-    indices, so a :class:`NarrowColumnsRoute`'s generated kernel is what a repeat runs."""
-    route = route.inner if isinstance(route, NarrowColumnsRoute) else route
+    indices, so a :class:`NarrowColumnsRoute`'s generated kernel is what a repeat runs (a
+    :class:`SerialCsrRoute`'s too: the repeat's own small CSR call where it takes the operand)."""
+    route = route.inner if isinstance(route, (NarrowColumnsRoute, SerialCsrRoute)) else route
     if not (isinstance(route, GeneratedRoute) and a.__class__ is Tensor and b.__class__ is np.ndarray
             and a.device == "cpu" and not bound.swapped and bound.inplace is None and not bound.refresh
             and bound.problem.out_format is None and bound.result_dtype == bound.dtype

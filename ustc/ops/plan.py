@@ -334,7 +334,9 @@ class Matmul:
             if direct is None and not bound.b.flags.writeable:
                 return None
             staged = None if direct is not None else (bound.b, runner)
-            return PlannedCall(self._lock, ArrayLayout.of(b), ArrayLayout.of(out), direct, staged, self._route.kind)
+            at = None if direct is None else self._route.bind_address(bound.a, b, out, bound.alpha)
+            return PlannedCall(self._lock, ArrayLayout.of(b), ArrayLayout.of(out), direct, staged, self._route.kind,
+                               at)
 
     def _execute(self, out):
         """:meth:`execute` of operands ustc computes as they are (the caller holds the lock)."""

@@ -56,15 +56,23 @@ class PlannedCall:
     docstring). Calls take the plan's lock; the call is stale after the plan's ``reset_operands`` or
     ``release`` (ask ``bind_call`` again)."""
 
-    def __init__(self, lock, b: ArrayLayout, out: ArrayLayout, direct, staged, kind: str = ""):
+    def __init__(self, lock, b: ArrayLayout, out: ArrayLayout, direct, staged, kind: str = "", at_address=None):
         """``direct``: ``f(b, out, add)`` running the kernel on the given arrays, or None;
         ``staged``: ``(plan_b, runner)``, the plan's operand and its runner returning the output;
-        ``kind``: the route's (``Route.kind``: ``"registered kernel"``, ``"generated"``, ...)."""
+        ``kind``: the route's (``Route.kind``: ``"registered kernel"``, ``"generated"``, ...);
+        ``at_address``: ``f(address, out, add)``, ``direct`` reading ``b`` at a host address, or None."""
         if (direct is None) == (staged is None):
             raise ValueError("PlannedCall: exactly one of direct and staged")
         self._lock, self.b, self.out, self.kind = lock, b, out, kind
         self._direct, self._staged = direct, staged
         self.direct = direct is not None  # whether b is read in place and out written by the kernel
+        #: ``f(b, out, add)``, the direct kernel without this call's checks or the plan's lock (None where
+        #: not direct): for a caller that guarantees arrays of the bound layouts, ``out`` apart from ``b``
+        #: and ``add``, and one call at a time (``ustc.torch``'s batch-1 ``nn.Linear``: ~1.5 µs a call)
+        self.unchecked = direct
+        #: ``f(address, out, add)``: :attr:`unchecked` reading ``b`` from ``address`` (C-contiguous, the bound
+        #: shape and dtype, alive for the call: the caller guarantees it), or None where the route has none
+        self.at_address = at_address if direct is not None else None
 
     def __call__(self, b: np.ndarray, out: np.ndarray, add: np.ndarray | None = None) -> np.ndarray:
         """``out := alpha * a @ b (+ add)``; returns ``out``. ``add``: an array of ``out``'s layout (a bias)."""

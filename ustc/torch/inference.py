@@ -41,6 +41,7 @@ ENABLED = {"on": True}  # off: every call takes the general route (benchmarks/be
 _PLANS: "weakref.WeakKeyDictionary[Tensor, dict]" = weakref.WeakKeyDictionary()  # ust -> {key: _Plan}
 _MAX_SHAPES = 8  # input shapes kept per weight
 _inference_mode = torch.is_inference_mode_enabled  # (a builtin: ~0.1 µs)
+_grad_enabled = torch.is_grad_enabled
 _DENSE = (torch.nn.Parameter, torch.Tensor)  # a bias of these exact types is a dense tensor, not a TorchUST
 
 
@@ -73,12 +74,14 @@ class _Plan:
         self.exact = batch == 1 and dtype != torch.bfloat16  # one() applies: the result comes in dtype
         self.out = (None, None, None)  # (the Matmul's result array, its torch views: as computed, as one row)
         self.rows_out, self.compute, self.out_dtype = ust.shape[0], compute, dtype
+        self.complex = np.dtype(compute).kind == "c"
         # batch 1: a hand-written kernel on the call's own x, into a kept result (one()). The generated
         # kernel's call with its arguments swapped measured slower than _one_copied's two torch copies
         # (512 x 512 at 90% zeros, thread CPU time, 21 alternating rounds, load 15: 1.37x the planned
         # product against 1.31x), the hand-written kernels faster (2048 x 2048: 1.08-1.14x against 1.13-1.19x)
         call = self.mm.bind_call(self.b, np.empty(self.rows_out, compute)) if self.exact else None
         self.call = call if call is not None and call.direct and call.kind == "registered kernel" else None
+        self.at = None if self.call is None else self.call.at_address  # one(): the kernel reading x in place
         self.bias = (None, None, None, None)  # (bias, its data pointer, its shape, its NumPy view or None)
         # one() results: (out,) and (1, out), each outside and inside inference mode
         self.results = tuple(KeptResult(shape, compute) for shape in ((self.rows_out,), (1, self.rows_out)) * 2)
@@ -103,27 +106,35 @@ class _Plan:
     def one(self, x, bias, row: bool):
         """:meth:`run` at batch 1 where the result comes in the call's dtype (``exact``): ``x`` is ``(rows,)``
         or ``(1, rows)`` (``row``: the result is ``(1, out)``). Through the bound call (``self.call``) the
-        kernel reads ``x`` in place (a copy where it is strided) and writes the result, onto the bias
-        copied there first (the kernel's row write adds to it), into a :class:`~ustc.torch.results.KeptResult`:
-        the last result again where nobody holds it any more, else a new tensor, so a result the caller
-        keeps is never overwritten by a later call."""
-        call = self.call
-        if call is None:
+        kernel reads ``x`` in place (at its data pointer: a contiguous ``x`` without a negative or
+        conjugate bit; else copied into the plan's ``b`` first) and writes the result, onto the bias
+        (the kernel's row write adds it), into a :class:`~ustc.torch.results.KeptResult`: the last
+        result again where nobody holds it any more, else a new tensor, so a result the caller keeps is
+        never overwritten by a later call. (The result cannot overlap ``x`` or the bias: a tensor on the
+        kept buffer's memory makes :meth:`KeptResult.take` give a new one.)"""
+        at = self.at
+        if at is None:
             return self._one_copied(x, bias, row)
-        try:
-            xn = (x.detach() if x.requires_grad else x).numpy()
-        except (RuntimeError, TypeError):  # a conjugate / negative view
-            return self._one_copied(x, bias, row)
-        if row:
-            xn = xn[0]
-        if xn.strides != call.b.strides:
-            xn = np.ascontiguousarray(xn)
+        try:  # (a conjugate bit only on complex tensors; a negative one also on real parts, z.conj().imag)
+            address = x.data_ptr() if x.is_contiguous() and not (x.is_neg() or self.complex and x.is_conj()) \
+                else None
+        except RuntimeError:  # (a layout without strides or storage)
+            address = None
         with self.lock:  # (take() and the writes: one caller at a time)
-            add = None if bias is None else self._bias_view(bias)
             if self.wide is not None:  # the float32 twin of the values, refreshed for this call
                 self.wide[0].copy_(self.wide[1])
+            if bias is None:
+                add = None
+            else:  # _bias_view's check of the kept view inlined
+                add = self.bias
+                add = add[3] if add[0] is bias and add[1] == bias.data_ptr() and add[2] == bias.shape \
+                    else self._bias_view(bias)
             kept = self.results[row + 2 * _inference_mode()].take()  # (an inference tensor only in that mode)
-            call(xn, kept[1][0] if row else kept[1], add)
+            if address is not None:
+                at(address, kept[4], add)
+            else:
+                self.b_in.copy_(x)
+                self.call.unchecked(self.b, kept[4], add)
             out = kept[0]  # held here before the lock goes: no other call takes this buffer now
         return out if bias is None or add is not None else torch.add(out, bias)  # (dtype promotion as dense)
 
@@ -170,9 +181,10 @@ class _Plan:
 def linear(x, weight: TorchUST, bias):
     """``F.linear(x, weight, bias)`` by a planned Matmul, or None where this path does not apply
     (autograd to record, CUDA, a sparse input, a 0-D input, a bias that is a TorchUST)."""
-    if type(x) is not torch.Tensor or not x.is_cpu or weight._ust is None or not ENABLED["on"]:
+    ust = weight._ust
+    if type(x) is not torch.Tensor or ust is None or not x.is_cpu or not ENABLED["on"]:
         return None
-    if torch.is_grad_enabled():
+    if _grad_enabled():
         with torch._C.DisableTorchFunctionSubclass():
             if x.requires_grad or weight.requires_grad or (bias is not None and bias.requires_grad):
                 return None
@@ -180,14 +192,13 @@ def linear(x, weight: TorchUST, bias):
         return None  # (isinstance on a tensor costs ~150 ns: the common types are checked first)
     shape, dtype = x.shape, x.dtype
     last = weight.__dict__.get("_last")  # _last() inlined: this is the per-call path
-    if last is None or last[0] is not weight._ust or last[2] is not dtype or last[1] != shape:
+    if last is None or last[0] is not ust or last[2] is not dtype or last[1] != shape:
         # a new storage, shape or dtype: check that the product is defined before planning
-        if len(shape) == 0 or len(weight._ust.shape) != 2 or shape[-1] != weight._ust.shape[1]:
+        if len(shape) == 0 or len(ust.shape) != 2 or shape[-1] != ust.shape[1]:
             return None
         last = _remember(x, weight)
-    plan = last[4]
-    if plan.exact and dtype is last[3] and len(shape) <= 2:  # the common call: straight to the plan
-        return plan.one(x, bias, len(shape) == 2)
+    if last[5] is not None:  # the common call: straight to the plan
+        return last[4].one(x, bias, last[5])
     return _call(x, shape, last, bias, False)
 
 
@@ -206,7 +217,8 @@ def planned_linear(x, weight: TorchUST, bias, *, contiguous: bool = False, kept:
 
 
 def _last(weight: TorchUST, x, shape):
-    """``(storage, input shape, input dtype, dtype, plan)`` of the weight's last call if ``x`` can reuse it."""
+    """``(storage, input shape, input dtype, dtype, plan, row)`` of the weight's last call if ``x`` can reuse
+    it; ``row``: None unless ``plan.one`` takes such an ``x`` (then whether ``x`` is ``(1, rows)``)."""
     last = weight.__dict__.get("_last")
     if last is not None and last[0] is weight._ust and last[2] is x.dtype and last[1] == shape:
         return last
@@ -215,7 +227,8 @@ def _last(weight: TorchUST, x, shape):
 
 def _remember(x, weight: TorchUST) -> tuple:
     dtype, plan = _plan_for(x, weight)
-    weight._last = last = (weight.ust, x.shape, x.dtype, dtype, plan)
+    one = plan.exact and x.dtype is dtype and x.dim() <= 2
+    weight._last = last = (weight.ust, x.shape, x.dtype, dtype, plan, x.dim() == 2 if one else None)
     return last
 
 

@@ -23,7 +23,6 @@ from torch.nn.modules import module as _module
 from . import inference
 from .subclass import TorchUST
 
-_FAKE = torch._C._TorchDispatchModeKey.FAKE
 
 
 class SparseLinear(nn.Linear):
@@ -63,24 +62,25 @@ def _plain_call(module: nn.Module) -> bool:
     """Whether ``nn.Module.__call__`` would only call ``forward`` (no hooks of the module's own or global
     ones, no compiled call from ``module.compile()``), nothing compiles, and nothing but ustc must see
     ``F.linear`` (:func:`_intercepted`): ``SparseLinear.__call__``'s checks in one frame (~0.1 µs each)."""
-    m = _module
     return not (module._compiled_call_impl is not None or module._forward_hooks or module._forward_pre_hooks or
-                module._backward_hooks or module._backward_pre_hooks or m._global_forward_hooks or
-                m._global_forward_pre_hooks or m._global_backward_hooks or m._global_backward_pre_hooks or
-                _compiling() or _autocast() or _function_mode() or _dispatch_stack() > 0 or
-                _dispatch_mode(_FAKE) is not None or _tracing() is not None)
+                module._backward_hooks or module._backward_pre_hooks or _GLOBAL_FORWARD or _GLOBAL_FORWARD_PRE or
+                _GLOBAL_BACKWARD or _GLOBAL_BACKWARD_PRE or _compiling() or _autocast() or _function_mode() or
+                _dispatch_stack() > 0 or _tracing() is not None)
 
 
 def _intercepted() -> bool:
     """Whether something besides ustc must see ``F.linear``: autocast, a torch-function or dispatch
-    mode (fake tensors included), or a ``torch.jit.trace`` (which refuses TorchUST products)."""
-    return _autocast() or _function_mode() or _dispatch_stack() > 0 or _dispatch_mode(_FAKE) is not None or \
-        _tracing() is not None
+    mode (fake tensors included: the dispatch stack's length counts the infra modes, FakeTensorMode's
+    among them), or a ``torch.jit.trace`` (which refuses TorchUST products)."""
+    return _autocast() or _function_mode() or _dispatch_stack() > 0 or _tracing() is not None
 
 
 # torch._C's checks bound once (each ``torch._C.name`` lookup costs ~40 ns on the per-call path)
 _autocast, _function_mode = torch._C._is_any_autocast_enabled, torch._C._is_torch_function_mode_enabled
-_dispatch_stack, _dispatch_mode = torch._C._len_torch_dispatch_stack, torch._C._get_dispatch_mode
+_dispatch_stack = torch._C._len_torch_dispatch_stack  # user modes and infra modes (fake, proxy, functional)
+# nn.Module's global hooks: dicts torch fills and empties in place (never rebinds), bound once
+_GLOBAL_FORWARD, _GLOBAL_FORWARD_PRE = _module._global_forward_hooks, _module._global_forward_pre_hooks
+_GLOBAL_BACKWARD, _GLOBAL_BACKWARD_PRE = _module._global_backward_hooks, _module._global_backward_pre_hooks
 _tracing = torch._C._get_tracing_state
 _compiling = torch.compiler.is_compiling
 

@@ -30,10 +30,11 @@ class KeptResult:
 
     def __init__(self, shape: tuple, dtype: np.dtype):
         self.shape, self.dtype = tuple(shape), np.dtype(dtype)
-        self._kept = None  # (tensor, its NumPy array, its storage object, the storage's handle)
+        self._kept = None  # (tensor, its NumPy array, its storage object, the storage's handle, array flat)
 
     def take(self) -> tuple:
-        """``(tensor, array)``: the kept buffer where nobody else holds it, else a new one (then kept)."""
+        """``(tensor, array, storage, handle, flat)``: the kept buffer where nobody else holds it, else a
+        new one (then kept); ``flat`` is ``array`` viewed in one dimension (a NumPy view: no storage use)."""
         kept = self._kept
         if kept is not None and _getrefcount(kept[0]) == _FREE and kept[0]._use_count() == 1 \
                 and _storage_uses(kept[3]) == 2:  # the tensor's own reference and the holder's storage
@@ -41,5 +42,5 @@ class KeptResult:
         array = np.empty(self.shape, self.dtype)
         tensor = torch.from_numpy(array)
         storage = tensor.untyped_storage()
-        self._kept = kept = (tensor, array, storage, storage._cdata)
+        self._kept = kept = (tensor, array, storage, storage._cdata, array.reshape(-1))
         return kept
