@@ -754,20 +754,18 @@ class SerialCsrRoute(Route):
         return call
 
     def bind_address(self, a, b, out, alpha):
+        """The kernel reading ``b`` at an address, its row sums raced now (on zeros of ``b``'s layout) so
+        that the call is ``csr_rows_at`` itself with the winner bound (no Python frame of its own)."""
         if not (self._fits(a, b, out) and b.flags.c_contiguous):
             return None
-        (pos, crd, vals, zero), race, columns = self._operand(a), self.race, b.shape[0]
-        kinds = [numba.typeof(v) for v in (pos, crd, vals, 0, columns, out, zero)] + [numba.boolean]
+        pos, crd, vals, _ = self._operand(a)
+        kinds = [numba.typeof(v) for v in (pos, crd, vals, b.shape[0])] + [numba.boolean, numba.typeof(0)]
         for add in (numba.none, numba.typeof(out)):  # without and with a bias
-            csr_rows_at.compile(tuple(kinds + [add]))
-
-        def call(address: int, out2, add) -> None:
-            winner = race.winner
-            if winner is None:
-                race.timed(_rows_at, pos, crd, vals, address, columns, out2, zero, add)
-            else:
-                csr_rows_at(pos, crd, vals, address, columns, out2, zero, winner == 1, add)
-        return call
+            csr_rows_at.compile(tuple(kinds + [numba.typeof(out), add]))
+        scratch, result = np.zeros_like(b), np.empty_like(out)
+        while self.race.winner is None:
+            self.race.timed(_rows_at, pos, crd, vals, b.shape[0], scratch.ctypes.data, result, None)
+        return functools.partial(csr_rows_at, pos, crd, vals, b.shape[0], self.race.winner == 1)
 
     def unbind(self) -> None:
         self._ran = None
@@ -779,8 +777,8 @@ class SerialCsrRoute(Route):
         self._inner_ready = False
 
 
-def _rows_at(choice: int, pos, crd, vals, address, columns, out, zero, add) -> None:
-    csr_rows_at(pos, crd, vals, address, columns, out, zero, choice == 1, add)
+def _rows_at(choice: int, pos, crd, vals, columns, address, out, add) -> None:
+    csr_rows_at(pos, crd, vals, columns, choice == 1, address, out, add)
 
 
 def _serial_csr(p: Problem, a, b, op) -> Route | None:

@@ -120,7 +120,9 @@ class _Plan:
                 else None
         except RuntimeError:  # (a layout without strides or storage)
             address = None
-        with self.lock:  # (take() and the writes: one caller at a time)
+        lock = self.lock
+        lock.acquire()  # (take() and the writes: one caller at a time; ~50 ns less than a with block)
+        try:
             if self.wide is not None:  # the float32 twin of the values, refreshed for this call
                 self.wide[0].copy_(self.wide[1])
             if bias is None:
@@ -136,6 +138,8 @@ class _Plan:
                 self.b_in.copy_(x)
                 self.call.unchecked(self.b, kept[4], add)
             out = kept[0]  # held here before the lock goes: no other call takes this buffer now
+        finally:
+            lock.release()
         return out if bias is None or add is not None else torch.add(out, bias)  # (dtype promotion as dense)
 
     def _bias_view(self, bias):
