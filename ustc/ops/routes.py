@@ -376,12 +376,13 @@ class NarrowColumnsRoute(Route):
     lengths or pointers) is
     made again when the operand's index buffers are other arrays, are given again through
     ``Matmul.reset_operands``, or differ in a sample of rows and entries compared at every
-    execute; where the columns do not fit (a power-law graph) and a few columns take most reads,
-    those columns are gathered together into a copy of ``x`` at every execute and a renumbered copy
-    of the column indices is kept (``kernels._hot_columns``), else the operand's own int32 / int64
-    indices are read (both in rows of masked 8-lane gathers on AVX-512 hosts, the lines of ``x``
-    prefetched 128 entries ahead, else the row loop
-    vectorised with gathers of ``x``, which the generated scalar loop is not); before the second
+    execute; where the columns do not fit (a power-law graph) the operand's own int32 / int64
+    indices are read, and where a few columns take most reads they race on the first calls
+    (``kernels._race.KernelRace``) against a renumbered copy of the column indices over a copy of
+    ``x`` whose most-read columns are gathered together at every execute (``kernels._hot_columns``);
+    both in rows of masked 8-lane gathers on AVX-512 hosts (the lines of the values and indices
+    prefetched non-temporally, those of ``x`` where it exceeds L2: ``kernels._masked_spmv``), else
+    the row loop vectorised with gathers of ``x``, which the generated scalar loop is not; before the second
     execute (one-shot calls) ``inner`` (the generated kernel) runs. Values and ``x`` are read as they
     are at every execute."""
 
@@ -397,9 +398,10 @@ class NarrowColumnsRoute(Route):
         self.kind, self.overwrites = self.inner.kind, self.inner.overwrites
         self.info = (f"{self.inner.info}; executed again: a bit mask per row over the diagonals where every "
                      f"entry lies on one of at most 32, else column indices kept in 16 bits where they fit "
-                     f"(absolute up to 65,536 columns, else from the diagonal), else the operand's own, its "
-                     f"most-read columns of x gathered together first where a few take most reads, in a "
-                     f"kernel that gathers x in vectors, prefetched ahead on AVX-512 hosts")
+                     f"(absolute up to 65,536 columns, else from the diagonal), else the operand's own, raced "
+                     f"against a copy renumbered over its most-read columns of x gathered together first where "
+                     f"a few take most reads, in a kernel that gathers x in vectors, its streams prefetched "
+                     f"ahead on AVX-512 hosts")
 
     def run(self, a, b, out, alpha):
         import numba
