@@ -2,7 +2,7 @@
 renumbering of a power-law graph's columns.
 
 A power-law graph's SpMV waits on gathers of ``x`` that miss L2 (2^20 columns: ``x`` is 8 MB, L2
-2 MB a core). Its column degrees are skewed (the bench_peers graph: the 131,072 most-read columns
+1 MB a core on the AMD EPYC). Its column degrees are skewed (the bench_peers graph: the 131,072 most-read columns
 take 66% of the reads) but the hubs are spread over ``x``, so every cache line of ``x`` holds a hub
 or two and the hubs alone need all 8 MB of lines. :class:`HotColumns` keeps, for a planned product,
 the :data:`HOT` most-read columns ``hot`` and a copy of the column indices renumbered into
