@@ -82,13 +82,18 @@ def test_small_layer_matches_dense(dtype, bias):
 
 
 @pytest.mark.parametrize("layer", ["csr_big", "nm", "small"])
-def test_kernel_routes_read_x_in_place_and_add_the_bias(layer, request):
+def test_kernel_routes_read_x_in_place_and_add_the_bias(layer, request, monkeypatch):
     lin, dense = request.getfixturevalue(layer)
     with torch.inference_mode():
         x = torch.randn(1, lin.in_features)
         torch.testing.assert_close(lin(x), dense(x))
         plan = lin.weight._last[4]
         assert plan.call is not None and plan.call.direct and plan.call.kind == "registered kernel", _route(lin)
+        assert (plan.at is not None) == (layer == "small")  # SerialCsrRoute reads x at its address
+
+        def copied(*args):
+            raise AssertionError("a registered kernel's call went through the plan's buffers")
+        monkeypatch.setattr(plan, "_one_copied", copied)
         wide = torch.randn(1, 2 * lin.in_features)
         negative = torch.randn(1, lin.in_features, dtype=torch.complex64).conj().imag  # a negative view
         assert negative.is_neg()

@@ -106,20 +106,32 @@ class _Plan:
     def one(self, x, bias, row: bool):
         """:meth:`run` at batch 1 where the result comes in the call's dtype (``exact``): ``x`` is ``(rows,)``
         or ``(1, rows)`` (``row``: the result is ``(1, out)``). Through the bound call (``self.call``) the
-        kernel reads ``x`` in place (at its data pointer: a contiguous ``x`` without a negative or
-        conjugate bit; else copied into the plan's ``b`` first) and writes the result, onto the bias
+        kernel reads ``x`` in place (at its data pointer where the route reads an address, ``self.at``: a
+        contiguous ``x`` without a negative or conjugate bit; else through its NumPy view, a copy where it
+        is strided; else copied into the plan's ``b`` first) and writes the result, onto the bias
         (the kernel's row write adds it), into a :class:`~ustc.torch.results.KeptResult`: the last
         result again where nobody holds it any more, else a new tensor, so a result the caller keeps is
         never overwritten by a later call. (The result cannot overlap ``x`` or the bias: a tensor on the
         kept buffer's memory makes :meth:`KeptResult.take` give a new one.)"""
-        at = self.at
-        if at is None:
+        call, at, xn = self.call, self.at, None
+        if call is None:
             return self._one_copied(x, bias, row)
-        try:  # (a conjugate bit only on complex tensors; a negative one also on real parts, z.conj().imag)
-            address = x.data_ptr() if x.is_contiguous() and not (x.is_neg() or self.complex and x.is_conj()) \
-                else None
-        except RuntimeError:  # (a layout without strides or storage)
+        if at is not None:
+            try:  # (a conjugate bit only on complex tensors; a negative one also on real parts, z.conj().imag)
+                address = x.data_ptr() if x.is_contiguous() and not (x.is_neg() or self.complex and x.is_conj()) \
+                    else None
+            except RuntimeError:  # (a layout without strides or storage)
+                address = None
+        else:  # a kernel taking arrays only: x's NumPy view (a copy where it is strided)
             address = None
+            try:
+                xn = (x.detach() if x.requires_grad else x).numpy()
+            except (RuntimeError, TypeError):  # a conjugate / negative view: copied into the plan's b below
+                pass
+            else:
+                xn = xn[0] if row else xn
+                if xn.strides != call.b.strides:
+                    xn = np.ascontiguousarray(xn)
         lock = self.lock
         lock.acquire()  # (take() and the writes: one caller at a time; ~50 ns less than a with block)
         try:
@@ -134,9 +146,11 @@ class _Plan:
             kept = self.results[row + 2 * _inference_mode()].take()  # (an inference tensor only in that mode)
             if address is not None:
                 at(address, kept[4], add)
+            elif xn is not None:
+                call.unchecked(xn, kept[4], add)
             else:
                 self.b_in.copy_(x)
-                self.call.unchecked(self.b, kept[4], add)
+                call.unchecked(self.b, kept[4], add)
             out = kept[0]  # held here before the lock goes: no other call takes this buffer now
         finally:
             lock.release()
