@@ -41,8 +41,8 @@ from ._simd import HAS_AVX512, Vec, _pointer, _wide, call_llvm, splat_ir
 from ._spgemm import U
 
 LANES = 8
-#: entries ahead whose lines of ``x`` :func:`masked_spmv` prefetches where ``x`` misses L3: the out-of-order
-#: window alone keeps too few of those misses in flight
+#: entries ahead whose lines of ``x`` :func:`masked_spmv` prefetches where ``x`` exceeds :data:`X_RESIDENT`:
+#: the out-of-order window alone keeps too few of its misses in flight
 AHEAD = 128
 #: entries past :data:`AHEAD` whose lines of ``vals`` and ``crd`` :func:`masked_spmv` prefetches non-temporally
 STREAM_AHEAD = 256
