@@ -14,8 +14,10 @@ Power-law graph, x in L1 (columns masked to 1,024): 19 ms a product against 29 f
 prefetches, every step, the lines of ``vals`` and ``crd`` :data:`AHEAD` + :data:`STREAM_AHEAD` entries on,
 non-temporally (``prefetchnta``: read once, they do not push ``x`` out of the caches), and where ``x``
 is larger than :data:`X_RESIDENT` (so misses L2) the lines of ``x`` that the :data:`LANES` entries
-:data:`AHEAD` on will gather, 8 every step whatever the row's length (a loop over exactly the step's
-entries mispredicted its exit about once a row: 7-15% more CPU time). AMD EPYC (Zen 4, 1 MB L2 a core,
+:data:`AHEAD` on will gather, into L2 (``prefetcht1``: into L1 too, the misses in flight were fewer and
+the half graph below took 13.0-15.1 ms against 11.4-12.2, load ~2.2; distances 128-384 alike, 64 worse),
+8 every step whatever the row's length (a loop over exactly the step's entries mispredicted its exit
+about once a row: 7-15% more CPU time). AMD EPYC (Zen 4, 1 MB L2 a core,
 32 MB L3), half the bench_peers power-law graph (7.8M entries) on one thread, CPU time, alternating
 rounds, load ~1: 16.5 ms with the lines of ``x`` prefetched only, 12.9 with the streams' too, 12.8 with the
 streams' only (``x`` 8 MB); stream distances 128-1024 alike. At load ~1.4 (other processes sharing L3) the
@@ -36,7 +38,7 @@ from numba import prange, types
 from numba.extending import intrinsic, overload
 
 from ..cache._lean import njit_cached
-from ._prefetch import prefetch, prefetch_stream
+from ._prefetch import prefetch_outer, prefetch_stream
 from ._simd import HAS_AVX512, Vec, _pointer, _wide, call_llvm, splat_ir
 from ._spgemm import U
 
@@ -200,10 +202,10 @@ def _prefetch_ahead(x, crd, vals, q, last, gather_ahead):
         prefetch_stream(crd, U(q + STREAM_AHEAD))
         if gather_ahead:
             for k in range(LANES):
-                prefetch(x, U(crd[U(q + k)]))
+                prefetch_outer(x, U(crd[U(q + k)]))
     elif gather_ahead and q < last:
         for k in range(LANES):
-            prefetch(x, U(crd[U(min(q + k, last - 1))]))
+            prefetch_outer(x, U(crd[U(min(q + k, last - 1))]))
 
 
 @njit_cached(nogil=True, parallel=True)

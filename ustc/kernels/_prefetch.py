@@ -1,8 +1,10 @@
 """A software prefetch for hand-written Numba kernels: ``prefetch(a, i)`` asks the CPU to bring the
 cache line of ``a[i]`` in (LLVM's ``llvm.prefetch``: a read, kept in all cache levels);
 ``prefetch_stream(a, i)`` does so for data read once (locality 0: ``prefetchnta``), so that a stream
-does not evict what the kernel reads again (the power-law SpMV's ``x``). A hint, not a load: it never
-faults and changes no value; callers still pass only indices inside ``a``."""
+does not evict what the kernel reads again (the power-law SpMV's ``x``); ``prefetch_outer(a, i)`` into
+the outer levels only (locality 2: ``prefetcht1``, L2 on x86), which keeps many more misses in flight than
+L1 does. A hint, not a load: it never faults and changes no value; callers still pass only indices
+inside ``a``."""
 
 from __future__ import annotations
 
@@ -46,3 +48,9 @@ def prefetch(typingctx, array, index):
 def prefetch_stream(typingctx, array, index):
     """``prefetch_stream(array, index)``: as :func:`prefetch`, for a line read once (non-temporal)."""
     return _prefetch_typer(array, index, 0)
+
+
+@intrinsic
+def prefetch_outer(typingctx, array, index):
+    """``prefetch_outer(array, index)``: as :func:`prefetch`, into L2 and beyond, not L1."""
+    return _prefetch_typer(array, index, 2)
