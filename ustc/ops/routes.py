@@ -710,11 +710,15 @@ class SerialCsrRoute(Route):
         return buffers[(1, "pos")], buffers[(1, "crd")], a.raw_values, a.raw_values.dtype.type(0)
 
     def prepare(self, a, b, out, alpha) -> None:
-        if out is None or not self._fits(a, b, out):
+        """Compiles (or loads) ``csr_rows`` for these operands, with and without a bias; at plan time
+        (``out`` None) for the planned output, a C-contiguous vector of the values' dtype."""
+        if not self._fits(a, b, np.empty(a.shape[0], a.raw_values.dtype) if out is None else out):
             return
-        kinds = [numba.typeof(v) for v in self._operand(a)[:3] + (b, out, 0, 0, None)]
-        kinds += [numba.typeof(a.raw_values.dtype.type(0)), numba.boolean]
-        for add in (numba.none, numba.typeof(out)):  # without and with a bias (bind_call)
+        vector = numba.types.Array(numba.from_dtype(a.raw_values.dtype), 1, "C")
+        out_kind = vector if out is None else numba.typeof(out)
+        kinds = [numba.typeof(v) for v in self._operand(a)[:3] + (b,)] + [out_kind] + [numba.typeof(0)] * 2
+        kinds += [numba.none, numba.typeof(a.raw_values.dtype.type(0)), numba.boolean]
+        for add in (numba.none, out_kind):  # without and with a bias (bind_call)
             csr_rows.compile(tuple(kinds + [add]))
 
     def _rows(self, pos, crd, vals, b, out, zero, add) -> None:
