@@ -11,20 +11,19 @@ tree (the order differs from a sequential sum, as ``gather_spmv``'s reassociatio
 
 Power-law graph, x in L1 (columns masked to 1,024): 19 ms a product against 29 for ``gather_spmv``
 (one thread, CPU time); with the graph's own columns both wait on memory. :func:`masked_spmv` therefore
-prefetches, every step, the lines of ``vals`` and ``crd`` :data:`AHEAD` + :data:`STREAM_AHEAD` entries on,
-non-temporally (``prefetchnta``: read once, they do not push ``x`` out of the caches), and where ``x``
-is larger than :data:`X_RESIDENT` (so misses L2) the lines of ``x`` that the :data:`LANES` entries
-:data:`AHEAD` on will gather, into L2 (``prefetcht1``: into L1 too, the misses in flight were fewer and
-the half graph below took 13.0-15.1 ms against 11.4-12.2, load ~2.2; distances 128-384 alike, 64 worse),
-8 every step whatever the row's length (a loop over exactly the step's entries mispredicted its exit
-about once a row: 7-15% more CPU time). AMD EPYC (Zen 4, 1 MB L2 a core,
-32 MB L3), half the bench_peers power-law graph (7.8M entries) on one thread, CPU time, alternating
-rounds, load ~1: 16.5 ms with the lines of ``x`` prefetched only, 12.9 with the streams' too, 12.8 with the
-streams' only (``x`` 8 MB); stream distances 128-1024 alike. At load ~1.4 (other processes sharing L3) the
-whole graph took 29.0 ms with the lines of ``x`` prefetched against 35.8 without, and with its columns
-spread over a larger ``x`` the gathers miss L3 and that prefetch matters more (16 MB: 22.8 against 41.1 ms
-without; 64 MB: 37.9 against 52.2); where ``x`` fits L2 it costs (1 MB: 11.2 against 9.7, 128 KB: 10.1
-against 8.3).
+prefetches, every step, into L2 (``prefetcht1``: L1 keeps too few misses in flight) the lines of ``vals``
+and ``crd`` :data:`AHEAD` + :data:`STREAM_AHEAD` entries on and, where ``x`` is larger than
+:data:`X_RESIDENT` (so misses L2), the lines of ``x`` that the :data:`LANES` entries :data:`AHEAD` on
+will gather, 8 every step whatever the row's length (a loop over exactly the step's entries mispredicted
+its exit about once a row: 7-15% more CPU time). AMD EPYC (Zen 4, 1 MB L2 a core, 32 MB L3), half the
+bench_peers power-law graph (7.8M entries, ``x`` 8 MB) on one thread, CPU time, alternating rounds:
+16.5 ms with the lines of ``x`` prefetched into L1 only, 12.9 with the streams' too (non-temporally,
+load ~1); ``x``'s into L2 instead of L1 14.1 -> 12.0 (load ~2; distances 128-384 alike, 64 worse); the
+streams' into L2 instead of non-temporally 11.8 -> 11.1 (load ~1.2; beside a process streaming 128 MB:
+12.2 -> 11.7; stream distances 128-1024 alike). Without the prefetch of ``x`` the half took 12.8 ms at
+load ~1 but 18-24 at load ~2, and with the columns spread over a larger ``x`` the gathers miss L3 and
+it matters more (16 MB: 22.8 against 41.1 ms without; 64 MB: 37.9 against 52.2); where ``x`` fits L2 it
+costs (1 MB: 11.2 against 9.7, 128 KB: 10.1 against 8.3).
 
 AVX-512 only (:data:`kernels._simd.HAS_AVX512`): without it the masked gather is a scalar sequence.
 Values, ``x`` and ``y`` must share one dtype of :data:`DTYPES`; indices int32 or int64.
@@ -38,7 +37,7 @@ from numba import prange, types
 from numba.extending import intrinsic, overload
 
 from ..cache._lean import njit_cached
-from ._prefetch import prefetch_outer, prefetch_stream
+from ._prefetch import prefetch_outer
 from ._simd import HAS_AVX512, Vec, _pointer, _wide, call_llvm, splat_ir
 from ._spgemm import U
 
@@ -46,7 +45,7 @@ LANES = 8
 #: entries ahead whose lines of ``x`` :func:`masked_spmv` prefetches where ``x`` exceeds :data:`X_RESIDENT`:
 #: the out-of-order window alone keeps too few of its misses in flight
 AHEAD = 128
-#: entries past :data:`AHEAD` whose lines of ``vals`` and ``crd`` :func:`masked_spmv` prefetches non-temporally
+#: entries past :data:`AHEAD` whose lines of ``vals`` and ``crd`` :func:`masked_spmv` prefetches
 STREAM_AHEAD = 256
 #: bytes of ``x`` up to which its gathers are not prefetched: it stays in L2 (1 MB a core on the AMD EPYC)
 X_RESIDENT = 1 << 20
@@ -192,14 +191,14 @@ def _row_sum(vals, crd, x, begin, end, zero):
 
 @njit_cached(nogil=True, inline="always")
 def _prefetch_ahead(x, crd, vals, q, last, gather_ahead):
-    """Prefetches the lines of ``vals`` and ``crd`` at entry ``q + STREAM_AHEAD`` (non-temporally) where
-    that is below ``last``, and where ``gather_ahead`` and ``q < last`` those of ``x[crd[k]]`` for the
+    """Prefetches into L2 the lines of ``vals`` and ``crd`` at entry ``q + STREAM_AHEAD`` where that is
+    below ``last``, and where ``gather_ahead`` and ``q < last`` those of ``x[crd[k]]`` for the
     :data:`LANES` entries ``k`` from ``q`` on (past ``last - 1`` taken as ``last - 1``, which only the
     chunk's last :data:`STREAM_AHEAD` entries need: no clamp on the others, 13-19% of the CPU time of
     the x-in-L1 power-law half at load ~3). A fixed count: no branch on a row's length."""
     if q + STREAM_AHEAD < last:
-        prefetch_stream(vals, U(q + STREAM_AHEAD))
-        prefetch_stream(crd, U(q + STREAM_AHEAD))
+        prefetch_outer(vals, U(q + STREAM_AHEAD))
+        prefetch_outer(crd, U(q + STREAM_AHEAD))
         if gather_ahead:
             for k in range(LANES):
                 prefetch_outer(x, U(crd[U(q + k)]))
