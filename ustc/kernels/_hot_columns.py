@@ -13,7 +13,7 @@ every execute fills ``z`` from the current ``x`` (a gather of :data:`HOT` entrie
 Power-law graph, 2^20 rows, 15.6M entries, masked row kernel, 1 thread, CPU time, alternating
 rounds: 49.3 ms with the renumbering (fill of ``z`` included) against 55.4 on ``x`` itself and
 50.6 for MKL (load 8, min of 21); the fill alone 2.5 ms. Once the masked kernel prefetched its
-``vals`` / ``crd`` streams non-temporally (``kernels._masked_spmv``), the two were even on the AMD EPYC
+``vals`` / ``crd`` streams too (``kernels._masked_spmv``), the two were even on the AMD EPYC
 (Zen 4; half the graph's rows, one thread, CPU time, load ~1.8: 14.1 ms on ``x`` itself against 15.0 on
 ``z`` with the whole fill, 1.6 ms of which two threads share). So :meth:`HotColumns.spmv` races
 them on its first calls (:class:`kernels._race.KernelRace`: the operand's own columns over ``x``,

@@ -381,7 +381,7 @@ class NarrowColumnsRoute(Route):
     (``kernels._race.KernelRace``) against a renumbered copy of the column indices over a copy of
     ``x`` whose most-read columns are gathered together at every execute (``kernels._hot_columns``);
     both in rows of masked 8-lane gathers on AVX-512 hosts (the lines of the values and indices
-    prefetched non-temporally, those of ``x`` where it exceeds L2: ``kernels._masked_spmv``), else
+    prefetched into L2, and those of ``x`` where it exceeds L2: ``kernels._masked_spmv``), else
     the row loop vectorised with gathers of ``x``, which the generated scalar loop is not; before the second
     execute (one-shot calls) ``inner`` (the generated kernel) runs. Values and ``x`` are read as they
     are at every execute."""
