@@ -20,10 +20,11 @@ bench_peers power-law graph (7.8M entries, ``x`` 8 MB) on one thread, CPU time, 
 16.5 ms with the lines of ``x`` prefetched into L1 only, 12.9 with the streams' too (non-temporally,
 load ~1); ``x``'s into L2 instead of L1 14.1 -> 12.0 (load ~2; distances 128-384 alike, 64 worse); the
 streams' into L2 instead of non-temporally 11.8 -> 11.1 (load ~1.2; beside a process streaming 128 MB:
-12.2 -> 11.7; stream distances 128-1024 alike). Without the prefetch of ``x`` the half took 12.8 ms at
-load ~1 but 18-24 at load ~2, and with the columns spread over a larger ``x`` the gathers miss L3 and
-it matters more (16 MB: 22.8 against 41.1 ms without; 64 MB: 37.9 against 52.2); where ``x`` fits L2 it
-costs (1 MB: 11.2 against 9.7, 128 KB: 10.1 against 8.3).
+12.2 -> 11.7; stream distances 128-1024 alike). The prefetch of ``x`` matters from about 8 MB (the
+graph's columns hashed over ``x`` of 2^k entries, load ~1.1: 8 MB 11.1 ms against 18.7 without, 16 MB
+(earlier kernel) 22.8 against 41.1, 64 MB 37.9 against 52.2) and costs below (4 MB: 10.7 against 10.5,
+1 MB: 10.1 / 9.8, 128 KB: 9.4 / 7.8: :data:`X_RESIDENT` is L2's size, 1-4 MB within 3%); on the
+graph's own columns the whole graph at one thread took 23.6 ms with it against 39.0 without (load ~1).
 
 AVX-512 only (:data:`kernels._simd.HAS_AVX512`): without it the masked gather is a scalar sequence.
 Values, ``x`` and ``y`` must share one dtype of :data:`DTYPES`; indices int32 or int64.
