@@ -37,7 +37,7 @@ from numba import prange
 from ..cache._lean import njit_cached
 from ._lanes import LANES, all_equal, fma, load, load_every, scale_add, store, zeros
 from ._narrow_spmv import StructureSample, chunked_for, row_chunks
-from ._prefetch import prefetch_outer
+from ._prefetch import LINE, prefetch_outer
 from ._race import KernelRace
 from ._simd import HAS_AVX512
 from ._spgemm import U
@@ -45,7 +45,6 @@ from ._spgemm import U
 MAX_DIAGONALS = 32   # masks up to uint32
 MIN_ENTRIES = 1 << 18   # below this the operand sits in cache: fewer bytes buy nothing for the analysis
 AHEAD = 2048   # entries of values ahead whose lines the kernels prefetch (16 KB of float64)
-LINE = 64      # bytes a cache line
 
 
 @njit_cached(nogil=True, parallel=True)

@@ -33,12 +33,14 @@ from numba.extending import overload
 
 from ..cache._lean import njit_cached
 from ._masked_spmv import fits as masked_fits, gathers_ahead, masked_spmv
+from ._prefetch import LINE, prefetch_outer
 from ._spgemm import U, chunk_bounds
 
 ABSOLUTE_COLUMNS = 1 << 16   # up to this many columns a uint16 column index is the column itself
 DIAGONAL_REACH = (1 << 15) - 1   # |col - row| up to this fits int16
 SAMPLES = 256                # rows whose pointers and columns are compared at every execute
 MAX_LENGTH = 255             # rows up to this long: uint8 lengths instead of row pointers
+AHEAD = 2048                 # entries ahead whose lines of values and columns the row kernels prefetch
 
 
 @njit_cached(nogil=True, parallel=True)
@@ -74,6 +76,21 @@ def _row(vals, x, off, base, begin, end, zero):
     return acc, acc_1
 
 
+@njit_cached(nogil=True, inline="always")
+def _prefetch_entries(vals, off, begin, end, last):
+    """Prefetches into L2 the lines of ``vals`` and ``off`` at a row's first and last entries + :data:`AHEAD`
+    where that lies below ``last`` (the chunk's end): every line ahead for rows of up to a line of
+    values, no loop (a loop over the row's lines took back most of the gain). The hardware
+    prefetchers alone left the streams short of memory's bandwidth: stencil 114^3, 16-bit copy, AMD
+    EPYC (Zen 4), alternating, load ~2: half the rows on one thread 4.92 -> 2.76 ms CPU time, all of
+    them on two threads 9.97 -> 5.91 ms wall."""
+    if end + AHEAD <= last:
+        prefetch_outer(vals, U(begin + AHEAD))
+        prefetch_outer(off, U(begin + AHEAD))
+        prefetch_outer(vals, U(end - 1 + AHEAD))
+        prefetch_outer(off, U(end - 1 + AHEAD))
+
+
 def _row_end(rows, i, begin):
     """Row ``i``'s end: ``begin + rows[i]`` where ``rows`` holds uint8 lengths, else ``rows[i + 1]``
     (row pointers). Chosen by ``rows``' dtype when the kernel compiles (:func:`_row_end_of`)."""
@@ -94,13 +111,16 @@ def _spmv(y, rows, starts, off, scale, vals, x, bounds, alpha, accumulate):
     get zero). The caller guarantees ``rows``, ``starts`` and ``off`` are consistent, their
     columns lie in ``x`` and ``vals`` holds every entry. Compiled twice: :data:`narrow_spmv`
     sums a row in two interleaved sums, :data:`gather_spmv` in any order (reassociation), which
-    LLVM vectorises with gathers of ``x``."""
+    LLVM vectorises with gathers of ``x``. Every row prefetches the lines of ``vals`` and ``off``
+    :data:`AHEAD` entries on (:func:`_prefetch_entries`)."""
     zero = y.dtype.type(0)
     for ch in prange(len(bounds) - 1):
         end = np.int64(starts[U(ch)])
+        last = np.int64(starts[U(ch + 1)])
         for i in range(bounds[ch], bounds[ch + 1]):
             begin = end
             end = _row_end(rows, i, begin)
+            _prefetch_entries(vals, off, begin, end, last)
             acc, acc_1 = _row(vals, x, off, np.int64(scale) * i, begin, end, zero)
             acc += acc_1
             if accumulate:

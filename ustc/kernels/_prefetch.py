@@ -12,6 +12,8 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+LINE = 64   # bytes a cache line (x86, Arm Neoverse)
+
 
 def _prefetch_typer(array, index, locality: int):
     """The signature and codegen of a read prefetch of ``array[index]`` kept at ``locality`` (0-3)."""
