@@ -217,3 +217,52 @@ def test_bicgstab_maxiter_convergence_on_s_and_breakdown(bicg_loops):
     with pytest.raises(ustc.SolveError, match=r"bicgstab broke down at iteration \d"):
         ustc.solve(ustc.Tensor.from_package(s * 1e306), b, "bicgstab")
     assert len(bicg_loops) == 3
+
+
+@pytest.mark.parametrize("method", ["cg", "bicgstab", "gmres"])
+@pytest.mark.parametrize("pairs", [False, True])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_either_row_sum_in_the_fused_loops(monkeypatch, method, pairs, dtype):
+    """The fused loops' products in either row sum (masked steps, two interleaved sums: ``two_sums``
+    races them per solve) converge to SciPy's solution, in about the iterations of the race's choice
+    (sums in another order: BiCGSTAB's count moves by a few)."""
+    s = poisson(24, dtype)
+    b = np.random.default_rng(5).standard_normal(s.shape[0]).astype(dtype)
+    rtol = 1e-5 if dtype == np.float32 else 1e-10
+    chosen = []
+    monkeypatch.setattr(krylov, "two_sums", lambda rows, x: chosen.append(1) or pairs)
+    x, info = ustc.solve(ustc.Tensor.from_package(s), b, method, rtol=rtol, return_info=True)
+    monkeypatch.undo()
+    other, info_other = ustc.solve(ustc.Tensor.from_package(s), b, method, rtol=rtol, return_info=True)
+    assert chosen and info.converged and info_other.converged
+    assert abs(info.iterations - info_other.iterations) <= max(1, info_other.iterations // 10)
+    np.testing.assert_allclose(s @ x, b, rtol=0, atol=20 * rtol * np.linalg.norm(b))
+    exact = spla.spsolve(s.astype(np.float64).tocsc(), b.astype(np.float64))
+    assert np.linalg.norm(x - exact) <= (1e-3 if dtype == np.float32 else 1e-7) * np.linalg.norm(exact)
+
+
+def test_two_sums_is_the_faster_by_the_clock(monkeypatch):
+    """``two_sums`` keeps the row sum whose timed products were faster (an injected clock on which
+    the two sums run slow, then the masked steps), runs both, and changes neither operand nor ``x``."""
+    from ustc.kernels._race import KernelRace
+
+    s = poisson(8)
+    rows = (s.indptr, s.indices, s.data)
+    x = np.arange(s.shape[0], dtype=np.float64)
+    before = [a.copy() for a in rows + (x,)]
+    real = krylov._product
+    for slow in (1, 0):
+        now, calls = [0.0], []
+
+        def product(choice, *args):
+            calls.append(choice)
+            now[0] += 10.0 if choice == slow else 1.0
+            real(choice, *args)
+
+        monkeypatch.setattr(krylov, "_product", product)
+        monkeypatch.setattr(krylov, "KernelRace", lambda: KernelRace(clock=lambda: now[0]))
+        assert krylov.two_sums(rows, x) is (slow == 0)
+        assert sorted(set(calls)) == [0, 1]
+        monkeypatch.undo()
+    for a, b in zip(before, rows + (x,)):
+        np.testing.assert_array_equal(a, b)

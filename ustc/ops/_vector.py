@@ -234,7 +234,8 @@ def givens_column(H, cs, sn, g, k):
 
 
 @njit_cached(nogil=True)
-def gmres_cycle(pos, crd, vals, dinv, jacobi, V, H, cs, sn, g, z, w, partial, norms, m, budget, stop, keep):
+def gmres_cycle(pos, crd, vals, dinv, jacobi, V, H, cs, sn, g, z, w, partial, norms, m, budget, stop, keep,
+                pairs=False):
     """One restart cycle of GMRES(m) on CSR rows, on one thread, in one call: for each inner step
     ``z = M V[k]`` (Jacobi's scaling, or ``V[k]`` itself), ``w = A z`` chunk by chunk with each
     chunk's Gram-Schmidt coefficients and ``||w||^2`` taken while it is in cache, the
@@ -242,7 +243,8 @@ def gmres_cycle(pos, crd, vals, dinv, jacobi, V, H, cs, sn, g, z, w, partial, no
     :meth:`ustc.ops.vectors.HostVectors.orthogonalize`), ``V[k + 1] = w / ||w||`` and the Givens
     step. ``V[0]`` and ``g[0]`` are set by the caller. Stops after ``m`` steps, ``budget`` steps,
     when ``|g[k]| <= stop`` or when the Krylov space is exhausted. Returns ``(steps, ok)``:
-    ``ok`` False when ``||w||`` or the residual estimate is NaN or Inf (the caller raises)."""
+    ``ok`` False when ``||w||`` or the residual estimate is NaN or Inf (the caller raises).
+    ``pairs``: the products' row sums as :func:`csr_rows`' two interleaved sums."""
     n = w.size
     chunks = norms.size
     zero = w.dtype.type(0)
@@ -257,7 +259,7 @@ def gmres_cycle(pos, crd, vals, dinv, jacobi, V, H, cs, sn, g, z, w, partial, no
         for ch in range(chunks):
             lo = ch * GS_CHUNK
             hi = min(lo + GS_CHUNK, n)
-            csr_rows(pos, crd, vals, src, w, lo, hi, None, zero)
+            csr_rows(pos, crd, vals, src, w, lo, hi, None, zero, pairs)
             norms[ch] = _chunk_coefficients(V, k1, w, lo, hi, partial, ch)
         before = 0.0
         for ch in range(chunks):
@@ -398,19 +400,20 @@ def coo_residual(rows, cols, vals, x, r):
 
 
 @njit_cached(nogil=True)
-def cg_loop(pos, crd, vals, x, r, z, p, q, dinv, jacobi, rr, rz, stop, maxiter):
+def cg_loop(pos, crd, vals, x, r, z, p, q, dinv, jacobi, rr, rz, stop, maxiter, pairs=False):
     """The iterations of :func:`ustc.ops.krylov.cg` on CSR rows, on one thread, in one call:
     per iteration ``q = A p`` with ``p·q`` in the same pass over the rows, the fused update of
     :func:`cg_step` and ``p = z + beta p``; ``r`` / ``z`` / ``p`` / ``rr`` / ``rz`` enter as
     the Python loop has them before its first iteration. Returns ``(it, rr, state)``: state 0
     the loop ran out (``maxiter``, or ``p·q = 0``), 1 converged before iteration ``it + 1``
-    began, 2 a NaN or Inf in ``p·q`` (then ``rr`` holds it), 3 in ``r·r`` or ``r·z``."""
+    began, 2 a NaN or Inf in ``p·q`` (then ``rr`` holds it), 3 in ``r·r`` or ``r·z``. ``pairs``:
+    the products' row sums as :func:`csr_rows`' two interleaved sums."""
     n = x.size
     it = 0
     for it in range(1, maxiter + 1):
         if np.sqrt(rr) <= stop:
             return it - 1, rr, 1
-        pq = _csr_product(pos, crd, vals, p, q, p, q.dtype.type(0))
+        pq = _csr_product(pos, crd, vals, p, q, p, q.dtype.type(0), pairs)
         if not np.isfinite(pq):
             return it, abs(pq), 2
         if pq == 0:
@@ -497,14 +500,14 @@ def csr_rows_at(pos, crd, vals, columns, pairs, address, out, add):
 
 
 @njit_cached(nogil=True)
-def _csr_product(pos, crd, vals, x, out, left, zero):
+def _csr_product(pos, crd, vals, x, out, left, zero, pairs=False):
     """``out = A x`` for all CSR rows; returns ``left · out`` (``zero`` where ``left`` is None):
     :func:`csr_rows` over ``[0, out.size)``."""
-    return csr_rows(pos, crd, vals, x, out, 0, out.size, left, zero)
+    return csr_rows(pos, crd, vals, x, out, 0, out.size, left, zero, pairs)
 
 
 @njit_cached(nogil=True)
-def bicgstab_loop(pos, crd, vals, x, r, r0, p, v, s, t, ph, sh, dinv, jacobi, rr, stop, maxiter):
+def bicgstab_loop(pos, crd, vals, x, r, r0, p, v, s, t, ph, sh, dinv, jacobi, rr, stop, maxiter, pairs=False):
     """The iterations of :func:`ustc.ops.krylov.bicgstab` on CSR rows, on one thread, in one call,
     right-preconditioned by Jacobi's ``dinv`` (or none): each product takes the inner product
     that follows it in the same pass (``r0 · v``, ``t · s``), ``s = r - alpha v`` its norm and
@@ -512,7 +515,8 @@ def bicgstab_loop(pos, crd, vals, x, r, r0, p, v, s, t, ph, sh, dinv, jacobi, rr
     as the Python loop has them before its first iteration. Returns ``(it, value, state)``:
     state 0 the loop ran out (``maxiter`` or a zero ``rho`` / ``omega`` / denominator; value
     ``r·r``), 1 converged before iteration ``it + 1`` began (``r·r``), 4 converged on ``s``
-    within iteration ``it`` (``s·s``), 2 a NaN or Inf in iteration ``it``."""
+    within iteration ``it`` (``s·s``), 2 a NaN or Inf in iteration ``it``. ``pairs``: the products'
+    row sums as :func:`csr_rows`' two interleaved sums."""
     n = x.size
     zero = x.dtype.type(0)
     one = x.dtype.type(1)
@@ -534,7 +538,7 @@ def bicgstab_loop(pos, crd, vals, x, r, r0, p, v, s, t, ph, sh, dinv, jacobi, rr
             p[U(i)] = pi
             ph[U(i)] = pi * dinv[U(i)] if jacobi else pi
         rho = rho_new
-        denom = _csr_product(pos, crd, vals, ph, v, r0, zero)
+        denom = _csr_product(pos, crd, vals, ph, v, r0, zero, pairs)
         if not np.isfinite(denom):
             return it, rr, 2
         if denom == 0:
@@ -552,7 +556,7 @@ def bicgstab_loop(pos, crd, vals, x, r, r0, p, v, s, t, ph, sh, dinv, jacobi, rr
             for i in range(n):
                 x[U(i)] += alpha * ph[U(i)]
             return it, ss, 4
-        ts = _csr_product(pos, crd, vals, sh, t, t, zero)      # t = A sh; returns t · t
+        ts = _csr_product(pos, crd, vals, sh, t, t, zero, pairs)      # t = A sh; returns t · t
         tt = ts.real
         ts = zero
         for i in range(n):
