@@ -96,6 +96,18 @@ def _payload_at(item, shared):
     return (os.getpid(), float(shared.payload[item % len(shared.payload)]))
 
 
+def _amm_running(dask_scheduler):
+    amm = dask_scheduler.extensions.get("amm")
+    return amm is not None and amm.running
+
+
+def test_scheduler_keeps_replicas(rt):
+    """The scheduler ustc starts runs no active memory manager: its ReduceReplicas would drop the
+    shared operand's broadcast replica on a worker whose tasks are still queued, which then loads
+    it a second time (``runtime.SCHEDULER_CONFIG``)."""
+    assert rt.client.run_on_scheduler(_amm_running) is False
+
+
 def test_shared_operand_sent_once_per_worker(rt, tmp_path):
     pids = set(rt.client.run(os.getpid).values())
     payload = np.arange(100.0)

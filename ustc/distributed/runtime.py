@@ -51,6 +51,11 @@ WORKER_ENV = {"NUMBA_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_TH
 #: item of bench_distributed's map (ten 1.2 MB temporaries), 13 -> 18.7 ms of CPU. A value in
 #: the driver's own environment is still inherited.
 UNSET_PRE_SPAWN = ("MALLOC_TRIM_THRESHOLD_",)
+#: Dask settings of the scheduler ustc starts. The active memory manager's ReduceReplicas drops a
+#: replica that no task assigned to that worker waits on yet, so the copy of ``map``'s shared
+#: operand that ``scatter(broadcast=True)`` put on a worker whose tasks were still queued went
+#: away and came again with its first task: unpickled twice there (a CI run, under load).
+SCHEDULER_CONFIG = {"distributed.scheduler.active-memory-manager.start": False}
 
 
 def rings_wanted(transport: str, driver_host: str, worker_hosts) -> bool:
@@ -86,7 +91,7 @@ class Runtime:
 
             n = n_workers or os.cpu_count() or 1
             unset = {f"distributed.nanny.pre-spawn-environ.{k}": None for k in UNSET_PRE_SPAWN}
-            with dask.config.set(unset):         # read by the nannies as they are made (restarts too)
+            with dask.config.set({**unset, **SCHEDULER_CONFIG}):  # read by the nannies as they are made (restarts too)
                 self.cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, host="127.0.0.1",
                                             dashboard_address="127.0.0.1:0" if dashboard else None,
                                             scheduler_kwargs={"dashboard_address": "127.0.0.1:0"},
