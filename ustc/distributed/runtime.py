@@ -91,7 +91,8 @@ class Runtime:
 
             n = n_workers or os.cpu_count() or 1
             unset = {f"distributed.nanny.pre-spawn-environ.{k}": None for k in UNSET_PRE_SPAWN}
-            with dask.config.set({**unset, **SCHEDULER_CONFIG}):  # read by the nannies as they are made (restarts too)
+            # the nannies read theirs as they are made (restarts too), the scheduler its own as it starts
+            with dask.config.set({**unset, **SCHEDULER_CONFIG}):
                 self.cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, host="127.0.0.1",
                                             dashboard_address="127.0.0.1:0" if dashboard else None,
                                             scheduler_kwargs={"dashboard_address": "127.0.0.1:0"},

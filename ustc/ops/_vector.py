@@ -444,11 +444,13 @@ def csr_rows(pos, crd, vals, x, out, lo, hi, left, zero, pairs=False, add=None):
     """``out[i] = (A x)[i]`` for the CSR rows ``lo <= i < hi`` (``add[i] + (A x)[i]`` where ``add``, an
     array of ``out``'s length, is given: a bias in the row write); returns ``sum conj(left[i]) *
     out[i]`` over them, or ``zero`` where ``left`` is None (then no inner product is compiled in).
-    ``pairs``: each row in two interleaved sums whatever the host, written out here (the one-shot SpMV
-    races both, ``ops.matmul.SerialCsrCall``: on AMD Zen 4 the masked steps took 20.2 us on the
-    4,096-row stencil against 11.7; through a njit helper per row the same sums took 68).
-    The project's one CSR row loop of the fused solvers and the one-shot small SpMV (and of the
-    distributed blocks' local product, through :func:`_csr_product`). Each row is one
+    ``pairs``: each row in two interleaved sums whatever the host, written out here. Every caller
+    races both (``kernels._race.KernelRace``): the one-shot small SpMV (``ops.matmul.SerialCsrCall``),
+    the small CSR route (``ops.routes.SerialCsrRoute``), the fused solvers (``ops.krylov.two_sums``)
+    and the distributed blocks' local product (``distributed.worker``); on AMD Zen 4 the masked steps
+    took 20.2 us on the 4,096-row stencil against 11.7 (through a njit helper per row the same sums
+    took 68). The project's one CSR row loop of the fused solvers and the one-shot small SpMV (and
+    of the distributed blocks' local product, through :func:`_csr_product`). Each row is one
     ``kernels._masked_spmv.row_sum`` (inlined, chosen by the dtypes when this compiles): masked
     8-lane steps for one float dtype on AVX-512 hosts (4,096-row stencil, thread CPU time, min
     17.9 vs 20.7 us at load 11), else two interleaved sums (one chain waits on the add latency:
